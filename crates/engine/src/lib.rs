@@ -1,1 +1,48 @@
+//! shoal's engine: a POSIX namespace (inodes, directory entries, file data, extended
+//! attributes and usage counters) over an ordered key-value store.
+//!
+//! Every operation is one atomic batch; nothing is fsynced per operation. `sync` makes all
+//! completed operations durable (group commit), and a background thread does so on the
+//! commit interval. The engine knows nothing of FUSE: a program can link it directly.
+//!
+//! ```
+//! use shoal_engine::{Caller, Engine, EngineConfig, FileKind, NewInode, RenameMode, ROOT_INO};
+//!
+//! let fs = Engine::open_memory(EngineConfig::default())?;
+//! let me = Caller { uid: 1000, gid: 1000 };
+//! let src = fs.mkdir(ROOT_INO, b"src", 0o755, me)?;
+//! let file = NewInode { kind: FileKind::Regular, perm: 0o644, rdev: 0, target: b"" };
+//! let main = fs.create(src.ino, b"main.c", &file, me)?;
+//! fs.write(main.ino, 0, b"int main(void) { return 0; }\n")?;
+//! fs.rename(src.ino, b"main.c", ROOT_INO, b"main.c", RenameMode::NoReplace)?;
+//!
+//! let found = fs.lookup(ROOT_INO, b"main.c")?;
+//! assert_eq!(fs.read(found.ino, 0, 3)?, b"int");
+//! let names: Vec<_> = fs.readdir(ROOT_INO, None, 100)?.into_iter().map(|e| e.name).collect();
+//! assert_eq!(names, vec![b"main.c".to_vec(), b"src".to_vec()]);
+//! fs.unlink(ROOT_INO, b"main.c")?;
+//! fs.sync()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+mod data;
+mod engine;
+mod error;
+pub mod fsck;
+mod inode;
+pub mod keys;
+mod namespace;
+mod rename;
+pub mod stats;
+pub mod store;
+pub mod store_dir;
+mod xattr;
+
+pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
+pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
+pub use error::{FsError, FsResult};
+pub use inode::{Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageOwner, ROOT_INO};
+pub use namespace::NewInode;
+pub use rename::RenameMode;
+pub use store::FjallTuning;
+pub use xattr::XattrMode;

@@ -1,0 +1,288 @@
+//! File bytes and attribute changes: read, write, truncate, setattr.
+//!
+//! A file up to the inline threshold keeps its bytes in the inode record (one key per small
+//! file); past it, bytes live in fixed-size chunks keyed by (ino, index). Missing chunks
+//! are holes and read as zeros. An inline file's byte vector always has the file's length.
+
+use crate::engine::{Engine, Txn};
+use crate::error::{FsError, FsResult};
+use crate::inode::{Content, FileKind, Inode, Timestamp};
+use crate::keys;
+use crate::stats::Op;
+use crate::store::{Scan, Space};
+
+/// Largest file size we accept (as ext4 with 4 KiB blocks).
+pub const MAX_FILE_BYTES: u64 = 16 << 40;
+
+const S_ISUID: u16 = 0o4000;
+const S_ISGID: u16 = 0o2000;
+const S_IXGRP: u16 = 0o0010;
+
+/// A time to set: a given instant, or the time of the operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timestamp),
+}
+
+/// Attribute changes of one setattr; `None` leaves a field alone.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    pub ctime: Option<Timestamp>,
+}
+
+impl Engine {
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.stats().count(Op::Read);
+        let inode = self.read_inode(ino)?;
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid("read of a special file")),
+        }
+        if offset >= inode.size {
+            return Ok(Vec::new());
+        }
+        let end = inode.size.min(offset.saturating_add(u64::from(size)));
+        match &inode.content {
+            Content::Inline(bytes) => {
+                let (start, end) = (offset as usize, end as usize);
+                debug_assert!(bytes.len() as u64 == inode.size, "inline length != size for ino {ino}");
+                Ok(bytes.get(start..end.min(bytes.len())).unwrap_or(&[]).to_vec())
+            }
+            Content::Chunked => self.read_chunks(ino, offset, end),
+        }
+    }
+
+    /// Bytes `[offset, end)` of a chunked file; holes read as zeros.
+    fn read_chunks(&self, ino: u64, offset: u64, end: u64) -> FsResult<Vec<u8>> {
+        let chunk_bytes = self.chunk_bytes();
+        let mut out = vec![0u8; (end - offset) as usize];
+        let first = offset / chunk_bytes;
+        let last = (end - 1) / chunk_bytes;
+        let start_key = keys::chunk_key(ino, first);
+        let end_key = keys::chunk_key(ino, last + 1);
+        let mut decode_error = None;
+        self.store().scan(Space::Data, &start_key, &end_key, &mut |key, value| {
+            let chunk = match keys::decode_chunk_key(key) {
+                Ok((_, chunk)) => chunk,
+                Err(error) => {
+                    decode_error = Some(error);
+                    return Scan::Stop;
+                }
+            };
+            let chunk_start = chunk * chunk_bytes;
+            let copy_start = offset.max(chunk_start);
+            let copy_end = end.min(chunk_start + value.len() as u64);
+            if copy_start < copy_end {
+                let src = &value[(copy_start - chunk_start) as usize..(copy_end - chunk_start) as usize];
+                let dst_start = (copy_start - offset) as usize;
+                out[dst_start..dst_start + src.len()].copy_from_slice(src);
+            }
+            Scan::Continue
+        })?;
+        match decode_error {
+            Some(error) => Err(error),
+            None => Ok(out),
+        }
+    }
+
+    /// Writes `data` at `offset`; returns the bytes written (all of them).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.stats().count(Op::Write);
+        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooBig)?;
+        if end > MAX_FILE_BYTES {
+            return Err(FsError::FileTooBig);
+        }
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid("write to a special file")),
+        }
+        let allocated_before = inode.allocated_bytes;
+        if matches!(inode.content, Content::Inline(_)) && end <= self.inline_max_bytes() {
+            write_inline(&mut inode, offset, data);
+        } else {
+            txn.make_chunked(&mut inode);
+            txn.write_chunks(&mut inode, offset, data)?;
+            inode.size = inode.size.max(end);
+        }
+        inode.mtime = txn.now;
+        inode.ctime = txn.now;
+        txn.charge(&inode, 0, inode.allocated_bytes as i64 - allocated_before as i64);
+        txn.put_inode(&inode);
+        txn.commit()?;
+        Ok(data.len() as u32)
+    }
+
+    pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {
+        self.stats().count(Op::Setattr);
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        let now = txn.now;
+        if let Some(size) = change.size {
+            match inode.kind {
+                FileKind::Regular => {}
+                FileKind::Directory => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid("truncate of a special file")),
+            }
+            if size > MAX_FILE_BYTES {
+                return Err(FsError::FileTooBig);
+            }
+            let allocated_before = inode.allocated_bytes;
+            txn.truncate(&mut inode, size)?;
+            txn.charge(&inode, 0, inode.allocated_bytes as i64 - allocated_before as i64);
+            inode.mtime = now;
+        }
+        if change.uid.is_some_and(|uid| uid != inode.uid) || change.gid.is_some_and(|gid| gid != inode.gid) {
+            // Usage moves with ownership, in this same batch.
+            txn.charge(&inode, -1, -(inode.allocated_bytes as i64));
+            inode.uid = change.uid.unwrap_or(inode.uid);
+            inode.gid = change.gid.unwrap_or(inode.gid);
+            txn.charge(&inode, 1, inode.allocated_bytes as i64);
+            // chown clears setuid, and setgid when group-executable (as the kernel does for
+            // local filesystems); the kernel sends an explicit mode when it wants otherwise.
+            if inode.kind != FileKind::Directory && change.perm.is_none() {
+                inode.perm &= !S_ISUID;
+                if inode.perm & S_IXGRP != 0 {
+                    inode.perm &= !S_ISGID;
+                }
+            }
+        }
+        if let Some(perm) = change.perm {
+            inode.perm = perm & 0o7777;
+        }
+        if let Some(atime) = change.atime {
+            inode.atime = resolve(atime, now);
+        }
+        if let Some(mtime) = change.mtime {
+            inode.mtime = resolve(mtime, now);
+        }
+        inode.ctime = change.ctime.unwrap_or(now);
+        txn.put_inode(&inode);
+        txn.commit()?;
+        Ok(inode)
+    }
+}
+
+fn resolve(time: SetTime, now: Timestamp) -> Timestamp {
+    match time {
+        SetTime::Now => now,
+        SetTime::At(at) => at,
+    }
+}
+
+fn write_inline(inode: &mut Inode, offset: u64, data: &[u8]) {
+    let Content::Inline(bytes) = &mut inode.content else {
+        unreachable!("write_inline on a chunked inode")
+    };
+    let end = offset as usize + data.len();
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    bytes[offset as usize..end].copy_from_slice(data);
+    inode.size = bytes.len() as u64;
+    inode.allocated_bytes = inode.size;
+}
+
+impl Txn<'_> {
+    /// Moves an inline file's bytes into chunk 0 before it grows past the threshold.
+    fn make_chunked(&mut self, inode: &mut Inode) {
+        if let Content::Inline(bytes) = std::mem::replace(&mut inode.content, Content::Chunked) {
+            assert!(bytes.len() as u64 <= self.engine.chunk_bytes());
+            if !bytes.is_empty() {
+                self.put(Space::Data, keys::chunk_key(inode.ino, 0), bytes);
+            }
+        }
+    }
+
+    fn write_chunks(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> FsResult<()> {
+        let chunk_bytes = self.engine.chunk_bytes();
+        let mut written = 0usize;
+        while written < data.len() {
+            let position = offset + written as u64;
+            let chunk = position / chunk_bytes;
+            let within = (position % chunk_bytes) as usize;
+            let take = (chunk_bytes as usize - within).min(data.len() - written);
+            let key = keys::chunk_key(inode.ino, chunk);
+            let mut bytes = self.get(Space::Data, &key)?.unwrap_or_default();
+            let old_len = bytes.len() as u64;
+            if bytes.len() < within + take {
+                bytes.resize(within + take, 0);
+            }
+            bytes[within..within + take].copy_from_slice(&data[written..written + take]);
+            inode.allocated_bytes = inode.allocated_bytes - old_len + bytes.len() as u64;
+            self.put(Space::Data, key, bytes);
+            written += take;
+        }
+        Ok(())
+    }
+
+    /// Sets a regular file's size: drops or trims chunks past it, zero-extends, and moves
+    /// a file that became small back inline.
+    pub(crate) fn truncate(&mut self, inode: &mut Inode, size: u64) -> FsResult<()> {
+        let inline_max = self.engine.inline_max_bytes();
+        if let Content::Inline(bytes) = &mut inode.content {
+            if size <= inline_max {
+                bytes.resize(size as usize, 0);
+                inode.size = size;
+                inode.allocated_bytes = size;
+                return Ok(());
+            }
+            self.make_chunked(inode);
+        }
+        let chunk_bytes = self.engine.chunk_bytes();
+        if size < inode.size {
+            let first_dropped = size.div_ceil(chunk_bytes);
+            let (start, end) = keys::chunk_range_from(inode.ino, first_dropped);
+            for key in self.scan_keys(Space::Data, &start, &end)? {
+                let old = self.get(Space::Data, &key)?.unwrap_or_default();
+                inode.allocated_bytes -= old.len() as u64;
+                self.delete(Space::Data, key);
+            }
+            let partial = size % chunk_bytes;
+            if partial != 0 {
+                let key = keys::chunk_key(inode.ino, size / chunk_bytes);
+                if let Some(mut bytes) = self.get(Space::Data, &key)? {
+                    if bytes.len() as u64 > partial {
+                        inode.allocated_bytes -= bytes.len() as u64 - partial;
+                        bytes.truncate(partial as usize);
+                        self.put(Space::Data, key, bytes);
+                    }
+                }
+            }
+        }
+        inode.size = size;
+        if size <= inline_max {
+            self.make_inline(inode)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers a small chunked file back into its inode record.
+    fn make_inline(&mut self, inode: &mut Inode) -> FsResult<()> {
+        let mut bytes = vec![0u8; inode.size as usize];
+        let (start, end) = keys::chunk_range(inode.ino);
+        for key in self.scan_keys(Space::Data, &start, &end)? {
+            let (_, chunk) = keys::decode_chunk_key(&key)?;
+            let value = self.get(Space::Data, &key)?.unwrap_or_default();
+            let chunk_start = chunk * self.engine.chunk_bytes();
+            if chunk_start < inode.size {
+                let take = value.len().min((inode.size - chunk_start) as usize);
+                bytes[chunk_start as usize..chunk_start as usize + take].copy_from_slice(&value[..take]);
+            }
+            self.delete(Space::Data, key);
+        }
+        inode.allocated_bytes = inode.size;
+        inode.content = Content::Inline(bytes);
+        Ok(())
+    }
+}

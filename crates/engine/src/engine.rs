@@ -1,0 +1,639 @@
+//! The engine: opening a store, the write transaction every mutation goes through, usage
+//! counters, inode allocation and group commit.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::error::{FsError, FsResult};
+use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageOwner, ROOT_INO};
+use crate::keys::{self, Superblock, FORMAT_VERSION};
+use crate::stats::{Op, Stats};
+use crate::store::{Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, Store};
+use crate::store_dir::{self, StoreDirError, StoreLock};
+
+pub const NAME_MAX_BYTES: usize = 255;
+pub const SYMLINK_MAX_BYTES: usize = 4095;
+pub const DEFAULT_INLINE_MAX_BYTES: u32 = 4096;
+pub const DEFAULT_CHUNK_BYTES: u32 = 64 * 1024;
+/// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
+const INO_RUN_LENGTH: u64 = 64;
+/// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).
+const INO_RUNS_MAX: usize = 4096;
+
+/// How an engine is opened.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub read_only: bool,
+    /// Group commit at least this often; `None`: only on `sync` and at close.
+    pub commit_interval: Option<Duration>,
+    pub tuning: FjallTuning,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            commit_interval: Some(Duration::from_secs(5)),
+            tuning: FjallTuning::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    StoreDir(#[from] StoreDirError),
+    #[error("cannot open the key-value store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("store is damaged: {0}")]
+    Damaged(String),
+}
+
+impl From<FsError> for OpenError {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::Store(store) => OpenError::Store(store),
+            other => OpenError::Damaged(other.to_string()),
+        }
+    }
+}
+
+/// Who performs an operation: new inodes belong to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Caller {
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
+
+/// State only mutations touch, behind the one writer lock.
+struct WriteState {
+    /// Next inode number never handed out.
+    next_ino: u64,
+    /// Per-directory runs of reserved inode numbers: parent -> (next, end).
+    ino_runs: HashMap<u64, (u64, u64)>,
+    /// Cached absolute counter values (loaded on first use).
+    usage: HashMap<UsageOwner, Usage>,
+}
+
+/// Open regular files and unlinked-while-open inodes.
+#[derive(Default)]
+struct OpenFiles {
+    counts: HashMap<u64, u32>,
+    orphans: HashSet<u64>,
+}
+
+/// Group commit: concurrent `sync` callers share one store sync.
+#[derive(Default)]
+struct Committer {
+    written_batches: AtomicU64,
+    synced_batches: Mutex<u64>,
+}
+
+pub struct Engine {
+    store: Box<dyn Store>,
+    superblock: Superblock,
+    read_only: bool,
+    writer: Mutex<WriteState>,
+    open_files: Mutex<OpenFiles>,
+    committer: Committer,
+    stats: Stats,
+    commit_stop: (Mutex<bool>, Condvar),
+    _lock: Option<StoreLock>,
+}
+
+/// Filesystem-wide numbers for `statfs`.
+#[derive(Clone, Copy, Debug)]
+pub struct FsStats {
+    pub used: Usage,
+    pub store_disk_bytes: u64,
+}
+
+impl Engine {
+    /// Formats a new, empty filesystem in `dir` (created if missing). Refuses a non-empty
+    /// directory unless `force`.
+    pub fn mkfs(dir: &Path, force: bool) -> Result<(), OpenError> {
+        store_dir::prepare_new(dir, force)?;
+        let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
+        initialize(&store)?;
+        store.sync()?;
+        drop(store);
+        store_dir::write_format(dir)?;
+        Ok(())
+    }
+
+    /// Opens the store in `dir`, locking it against a second user.
+    pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
+        store_dir::read_format(dir)?;
+        let lock = StoreLock::acquire(dir)?;
+        let store = FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?;
+        Self::start(Box::new(store), config, Some(lock))
+    }
+
+    /// A filesystem kept only in RAM, with the same semantics.
+    pub fn open_memory(config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
+        let store = MemoryStore::new();
+        initialize(&store)?;
+        Self::start(Box::new(store), config, None)
+    }
+
+    fn start(store: Box<dyn Store>, config: EngineConfig, lock: Option<StoreLock>) -> Result<Arc<Engine>, OpenError> {
+        let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
+            Some(value) => keys::decode_superblock(&value)?,
+            None => return Err(OpenError::Damaged("no superblock".into())),
+        };
+        if superblock.format_version != FORMAT_VERSION {
+            return Err(OpenError::Damaged(format!(
+                "superblock format version {} (expected {FORMAT_VERSION})",
+                superblock.format_version
+            )));
+        }
+        let root = store.get(Space::Meta, &keys::inode_key(ROOT_INO))?;
+        if root.is_none() {
+            return Err(OpenError::Damaged("root directory inode is missing".into()));
+        }
+        let next_ino = next_free_ino(store.as_ref())?;
+        let engine = Arc::new(Engine {
+            store,
+            superblock,
+            read_only: config.read_only,
+            writer: Mutex::new(WriteState { next_ino, ino_runs: HashMap::new(), usage: HashMap::new() }),
+            open_files: Mutex::new(OpenFiles::default()),
+            committer: Committer::default(),
+            stats: Stats::default(),
+            commit_stop: (Mutex::new(false), Condvar::new()),
+            _lock: lock,
+        });
+        if !engine.read_only {
+            engine.purge_orphans()?;
+        }
+        if let Some(interval) = config.commit_interval {
+            spawn_commit_thread(Arc::downgrade(&engine), interval);
+        }
+        Ok(engine)
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        self.superblock
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    pub(crate) fn inline_max_bytes(&self) -> u64 {
+        u64::from(self.superblock.inline_max_bytes)
+    }
+
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        u64::from(self.superblock.chunk_bytes)
+    }
+
+    // ---- reads (no lock: every batch is atomic in the store) ----
+
+    pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
+        self.stats.count(Op::Getattr);
+        self.read_inode(ino)
+    }
+
+    pub(crate) fn read_inode(&self, ino: u64) -> FsResult<Inode> {
+        match self.store.get(Space::Meta, &keys::inode_key(ino))? {
+            Some(value) => keys::decode_inode(ino, &value),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    /// Total usage and store size, for `statfs`.
+    pub fn fs_stats(&self) -> FsResult<FsStats> {
+        let used = self.usage(UsageOwner::Total)?;
+        Ok(FsStats { used, store_disk_bytes: self.store.disk_bytes() })
+    }
+
+    /// The current usage of one owner, exact at all times.
+    pub fn usage(&self, owner: UsageOwner) -> FsResult<Usage> {
+        let state = self.writer.lock();
+        if let Some(usage) = state.usage.get(&owner) {
+            return Ok(*usage);
+        }
+        drop(state);
+        load_usage(self.store.as_ref(), owner)
+    }
+
+    // ---- writes ----
+
+    /// Starts the one atomic batch of a mutation.
+    pub(crate) fn begin(&self) -> FsResult<Txn<'_>> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(Txn {
+            engine: self,
+            state: self.writer.lock(),
+            batch: Batch::default(),
+            usage_delta: HashMap::new(),
+            now: Timestamp::now(),
+        })
+    }
+
+    /// Makes every completed operation durable. Concurrent callers share one store sync.
+    pub fn sync(&self) -> FsResult<()> {
+        let target = self.committer.written_batches.load(Ordering::Acquire);
+        let mut synced = self.committer.synced_batches.lock();
+        if *synced >= target {
+            return Ok(());
+        }
+        let upto = self.committer.written_batches.load(Ordering::Acquire);
+        self.store.sync()?;
+        self.stats.count(Op::StoreSync);
+        *synced = upto;
+        Ok(())
+    }
+
+    fn has_unsynced_batches(&self) -> bool {
+        *self.committer.synced_batches.lock() < self.committer.written_batches.load(Ordering::Acquire)
+    }
+
+    // ---- open files and orphans ----
+
+    /// Notes that a regular file is open: if it is unlinked now, its inode stays until the
+    /// last `release_file`.
+    pub fn open_file(&self, ino: u64) {
+        *self.open_files.lock().counts.entry(ino).or_insert(0) += 1;
+    }
+
+    pub fn release_file(&self, ino: u64) -> FsResult<()> {
+        let purge = {
+            let mut open = self.open_files.lock();
+            let count = open.counts.entry(ino).or_insert(0);
+            debug_assert!(*count > 0, "release of ino {ino} that is not open");
+            *count = count.saturating_sub(1);
+            if *count > 0 {
+                return Ok(());
+            }
+            open.counts.remove(&ino);
+            open.orphans.remove(&ino)
+        };
+        if purge {
+            let mut txn = self.begin()?;
+            txn.purge_inode(ino)?;
+            txn.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Removes inodes that were unlinked while open when the previous daemon stopped.
+    fn purge_orphans(&self) -> FsResult<()> {
+        let mut orphans = Vec::new();
+        let (start, end) = keys::all_orphans_range();
+        let mut decode_error = None;
+        self.store.scan(Space::Meta, &start, &end, &mut |key, _| match keys::decode_orphan_key(key) {
+            Ok(ino) => {
+                orphans.push(ino);
+                Scan::Continue
+            }
+            Err(error) => {
+                decode_error = Some(error);
+                Scan::Stop
+            }
+        })?;
+        if let Some(error) = decode_error {
+            return Err(error);
+        }
+        for ino in orphans {
+            let mut txn = self.begin()?;
+            txn.purge_inode(ino)?;
+            txn.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Decides, under the writer lock, whether an inode whose last link went away is
+    /// deleted now or kept as an orphan until its last close.
+    fn keep_as_orphan(&self, ino: u64) -> bool {
+        let mut open = self.open_files.lock();
+        if open.counts.get(&ino).copied().unwrap_or(0) > 0 {
+            open.orphans.insert(ino);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        {
+            let (stop, wake) = &self.commit_stop;
+            *stop.lock() = true;
+            wake.notify_all();
+        }
+        if !self.read_only {
+            if let Err(error) = self.sync() {
+                tracing::error!("final sync failed: {error}");
+            }
+        }
+    }
+}
+
+/// Writes the superblock, the root directory and zeroed counters of a new filesystem.
+fn initialize(store: &dyn Store) -> Result<(), OpenError> {
+    let superblock = Superblock {
+        format_version: FORMAT_VERSION,
+        inline_max_bytes: DEFAULT_INLINE_MAX_BYTES,
+        chunk_bytes: DEFAULT_CHUNK_BYTES,
+    };
+    let now = Timestamp::now();
+    let root = Inode {
+        ino: ROOT_INO,
+        kind: FileKind::Directory,
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        allocated_bytes: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        rdev: 0,
+        parent: ROOT_INO,
+        project: 0,
+        content: Content::Inline(Vec::new()),
+    };
+    let one_inode = Usage { inodes: 1, bytes: 0 };
+    let mut batch = Batch::default();
+    batch.put(Space::Meta, keys::superblock_key(), keys::encode_superblock(&superblock));
+    batch.put(Space::Meta, keys::inode_key(ROOT_INO), keys::encode_inode(&root));
+    for owner in [UsageOwner::Total, UsageOwner::User(0), UsageOwner::Group(0), UsageOwner::Project(0)] {
+        batch.put(Space::Meta, keys::counter_key(owner), keys::encode_usage(one_inode));
+    }
+    store.write(batch)?;
+    Ok(())
+}
+
+/// One past the greatest inode number in use, rounded up to a fresh run.
+fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
+    let (start, end) = keys::all_inodes_range();
+    let last = match store.last_key(Space::Meta, &start, &end)? {
+        Some(key) => keys::decode_inode_key(&key)?,
+        None => ROOT_INO,
+    };
+    Ok((last + 1).next_multiple_of(INO_RUN_LENGTH))
+}
+
+fn load_usage(store: &dyn Store, owner: UsageOwner) -> FsResult<Usage> {
+    let key = keys::counter_key(owner);
+    match store.get(Space::Meta, &key)? {
+        Some(value) => keys::decode_usage(&key, &value),
+        None => Ok(Usage::default()),
+    }
+}
+
+/// Group-commits on the interval until the engine is dropped.
+fn spawn_commit_thread(engine: Weak<Engine>, interval: Duration) {
+    let spawned = std::thread::Builder::new().name("shoal-commit".into()).spawn(move || loop {
+        let Some(strong) = engine.upgrade() else { return };
+        {
+            let (stop, wake) = &strong.commit_stop;
+            let mut stopped = stop.lock();
+            if !*stopped {
+                wake.wait_for(&mut stopped, interval);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        if strong.has_unsynced_batches() {
+            if let Err(error) = strong.sync() {
+                tracing::error!("interval commit failed: {error}");
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::error!("cannot start the commit thread: {error}; syncing only on request");
+    }
+}
+
+/// One mutation in progress: holds the writer lock and gathers one atomic batch.
+pub(crate) struct Txn<'a> {
+    pub(crate) engine: &'a Engine,
+    state: MutexGuard<'a, WriteState>,
+    batch: Batch,
+    usage_delta: HashMap<UsageOwner, (i64, i64)>,
+    pub(crate) now: Timestamp,
+}
+
+impl<'a> Txn<'a> {
+    /// Reads through the batch: the transaction sees its own writes.
+    pub(crate) fn get(&self, space: Space, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        match self.batch.lookup(space, key) {
+            Some(value) => Ok(value.map(<[u8]>::to_vec)),
+            None => Ok(self.engine.store.get(space, key)?),
+        }
+    }
+
+    pub(crate) fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
+        self.batch.put(space, key, value);
+    }
+
+    pub(crate) fn delete(&mut self, space: Space, key: Vec<u8>) {
+        self.batch.delete(space, key);
+    }
+
+    pub(crate) fn inode(&self, ino: u64) -> FsResult<Inode> {
+        match self.get(Space::Meta, &keys::inode_key(ino))? {
+            Some(value) => keys::decode_inode(ino, &value),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    pub(crate) fn directory(&self, ino: u64) -> FsResult<Inode> {
+        let inode = self.inode(ino)?;
+        if inode.kind != FileKind::Directory {
+            return Err(FsError::NotDir);
+        }
+        Ok(inode)
+    }
+
+    pub(crate) fn put_inode(&mut self, inode: &Inode) {
+        self.batch.put(Space::Meta, keys::inode_key(inode.ino), keys::encode_inode(inode));
+    }
+
+    pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, FileKind)>> {
+        let key = keys::entry_key(parent, name);
+        match self.get(Space::Meta, &key)? {
+            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], ino: u64, kind: FileKind) {
+        self.batch.put(Space::Meta, keys::entry_key(parent, name), keys::encode_entry(ino, kind));
+    }
+
+    pub(crate) fn delete_entry(&mut self, parent: u64, name: &[u8]) {
+        self.batch.delete(Space::Meta, keys::entry_key(parent, name));
+    }
+
+    /// Keys in `[start, end)` as the store has them, ignoring this batch. Callers use it
+    /// only for ranges the batch has not touched (an inode's chunks or xattrs).
+    pub(crate) fn scan_keys(&self, space: Space, start: &[u8], end: &[u8]) -> FsResult<Vec<Vec<u8>>> {
+        let mut found = Vec::new();
+        self.engine.store.scan(space, start, end, &mut |key, _| {
+            found.push(key.to_vec());
+            Scan::Continue
+        })?;
+        Ok(found)
+    }
+
+    /// Hands out an inode number next to its siblings'.
+    pub(crate) fn alloc_ino(&mut self, parent: u64) -> u64 {
+        let state = &mut *self.state;
+        if let Some((next, end)) = state.ino_runs.get_mut(&parent) {
+            if *next < *end {
+                let ino = *next;
+                *next += 1;
+                return ino;
+            }
+        }
+        if state.ino_runs.len() >= INO_RUNS_MAX {
+            state.ino_runs.clear();
+        }
+        let ino = state.next_ino;
+        state.next_ino += INO_RUN_LENGTH;
+        state.ino_runs.insert(parent, (ino + 1, ino + INO_RUN_LENGTH));
+        ino
+    }
+
+    /// Charges (or credits, when negative) an inode's owners in this same batch.
+    pub(crate) fn charge(&mut self, inode: &Inode, inodes: i64, bytes: i64) {
+        if inodes == 0 && bytes == 0 {
+            return;
+        }
+        let owners = [
+            UsageOwner::Total,
+            UsageOwner::User(inode.uid),
+            UsageOwner::Group(inode.gid),
+            UsageOwner::Project(inode.project),
+        ];
+        for owner in owners {
+            let delta = self.usage_delta.entry(owner).or_insert((0, 0));
+            delta.0 += inodes;
+            delta.1 += bytes;
+        }
+    }
+
+    /// Deletes an inode with its data and xattrs, crediting its usage.
+    pub(crate) fn purge_inode(&mut self, ino: u64) -> FsResult<()> {
+        let inode = match self.inode(ino) {
+            Ok(inode) => inode,
+            Err(FsError::NotFound) => {
+                self.delete(Space::Meta, keys::orphan_key(ino));
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        assert!(inode.nlink == 0 || inode.kind == FileKind::Directory, "purging linked inode {ino}");
+        let (start, end) = keys::chunk_range(ino);
+        for key in self.scan_keys(Space::Data, &start, &end)? {
+            self.delete(Space::Data, key);
+        }
+        let (start, end) = keys::xattr_range(ino);
+        for key in self.scan_keys(Space::Meta, &start, &end)? {
+            self.delete(Space::Meta, key);
+        }
+        self.delete(Space::Meta, keys::inode_key(ino));
+        self.delete(Space::Meta, keys::orphan_key(ino));
+        self.charge(&inode, -1, -(inode.allocated_bytes as i64));
+        Ok(())
+    }
+
+    /// Drops one link of a non-directory inode; deletes it (or orphans it while open) at
+    /// zero links.
+    pub(crate) fn drop_link(&mut self, mut inode: Inode) -> FsResult<()> {
+        assert!(inode.kind != FileKind::Directory && inode.nlink > 0);
+        inode.nlink -= 1;
+        inode.ctime = self.now;
+        if inode.nlink > 0 {
+            self.put_inode(&inode);
+            return Ok(());
+        }
+        if inode.kind == FileKind::Regular && self.engine.keep_as_orphan(inode.ino) {
+            self.put_inode(&inode);
+            self.put(Space::Meta, keys::orphan_key(inode.ino), Vec::new());
+            return Ok(());
+        }
+        self.put_inode(&inode);
+        self.purge_inode(inode.ino)
+    }
+
+    /// Writes the batch, with the new absolute counter values, as one atomic store write.
+    pub(crate) fn commit(mut self) -> FsResult<()> {
+        let mut new_usage = Vec::with_capacity(self.usage_delta.len());
+        for (&owner, &(inodes, bytes)) in &self.usage_delta {
+            let current = match self.state.usage.get(&owner) {
+                Some(usage) => *usage,
+                None => load_usage(self.engine.store.as_ref(), owner)?,
+            };
+            let updated = Usage {
+                inodes: apply_delta(current.inodes, inodes, owner),
+                bytes: apply_delta(current.bytes, bytes, owner),
+            };
+            self.batch.put(Space::Meta, keys::counter_key(owner), keys::encode_usage(updated));
+            new_usage.push((owner, updated));
+        }
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch_bytes = self.batch.bytes() as u64;
+        let batch = std::mem::take(&mut self.batch);
+        if let Err(error) = self.engine.store.write(batch) {
+            // Nothing of this operation reached the store; forget reserved inode runs so
+            // no number handed out here is trusted later.
+            self.state.ino_runs.clear();
+            return Err(match error {
+                crate::store::StoreError::NoSpace => FsError::NoSpace,
+                other => FsError::Store(other),
+            });
+        }
+        for (owner, usage) in new_usage {
+            self.state.usage.insert(owner, usage);
+        }
+        self.engine.committer.written_batches.fetch_add(1, Ordering::AcqRel);
+        self.engine.stats.record_batch(batch_bytes);
+        Ok(())
+    }
+}
+
+fn apply_delta(current: u64, delta: i64, owner: UsageOwner) -> u64 {
+    let updated = current as i128 + delta as i128;
+    debug_assert!(updated >= 0, "usage of {owner:?} would go negative ({current} {delta:+})");
+    updated.clamp(0, u64::MAX as i128) as u64
+}
+
+/// Checks a name for the namespace: 1..=255 bytes, no '/' or NUL, not "." or "..".
+pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_MAX_BYTES {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid("bad file name"));
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! The engine's one error type. The FUSE adapter maps it to errno in exactly one place.
+
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("name longer than 255 bytes")]
+    NameTooLong,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
+    #[error("no such extended attribute")]
+    NoXattr,
+    #[error("buffer too small")]
+    Range,
+    #[error("extended attribute namespace not supported")]
+    XattrNotSupported,
+    #[error("file too large")]
+    FileTooBig,
+    #[error("read-only filesystem")]
+    ReadOnly,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("store error: {0}")]
+    Store(#[from] StoreError),
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+}
+
+pub type FsResult<T> = Result<T, FsError>;

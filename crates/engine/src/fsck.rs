@@ -1,0 +1,360 @@
+//! Offline consistency check: every invariant the engine keeps, proven from a full scan.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::engine::OpenError;
+use crate::error::FsResult;
+use crate::inode::{Content, FileKind, Usage, UsageOwner, ROOT_INO};
+use crate::keys::{self, FORMAT_VERSION};
+use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
+use crate::store_dir::{self, StoreLock};
+
+/// Stop listing problems past this many; the count stays exact.
+const MAX_LISTED_PROBLEMS: usize = 100;
+const MAX_DEPTH: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+pub struct FsckReport {
+    pub inodes: u64,
+    pub directories: u64,
+    pub entries: u64,
+    pub chunks: u64,
+    pub xattrs: u64,
+    pub orphans: u64,
+    pub data_bytes: u64,
+    pub problem_count: u64,
+    pub problems: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problem_count == 0
+    }
+
+    fn problem(&mut self, text: String) {
+        self.problem_count += 1;
+        if self.problems.len() < MAX_LISTED_PROBLEMS {
+            self.problems.push(text);
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        let seconds = self.elapsed.as_secs_f64().max(1e-9);
+        let mut text = format!(
+            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans; \
+             checked in {:.3} s ({:.0} inodes/s)\n",
+            self.inodes,
+            self.directories,
+            self.entries,
+            self.chunks,
+            self.data_bytes,
+            self.xattrs,
+            self.orphans,
+            seconds,
+            self.inodes as f64 / seconds,
+        );
+        if self.is_clean() {
+            text.push_str("clean\n");
+        } else {
+            let _ = writeln!(text, "{} problem(s):", self.problem_count);
+            for problem in &self.problems {
+                let _ = writeln!(text, "  - {problem}");
+            }
+            if self.problem_count as usize > self.problems.len() {
+                let _ = writeln!(text, "  ... and {} more", self.problem_count as usize - self.problems.len());
+            }
+        }
+        text
+    }
+}
+
+/// Checks the store in `dir`, which must not be mounted.
+pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
+    store_dir::read_format(dir)?;
+    let _lock = StoreLock::acquire(dir)?;
+    let tuning = FjallTuning { worker_threads: 1, ..FjallTuning::default() };
+    let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
+    Ok(check(&store)?)
+}
+
+/// What the check remembers of each inode.
+struct InodeFacts {
+    kind: FileKind,
+    nlink: u32,
+    size: u64,
+    allocated: u64,
+    parent: u64,
+    chunked: bool,
+    inline_len: u64,
+    owners: [UsageOwner; 4],
+}
+
+#[derive(Default)]
+struct LinkFacts {
+    entries_naming: u32,
+    children: u64,
+    subdirs: u32,
+    /// For directories: the parent of the entry naming them.
+    named_in: Option<u64>,
+}
+
+fn scan_all(store: &dyn Store, space: Space, range: (Vec<u8>, Vec<u8>), mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>) -> FsResult<()> {
+    let mut failure = None;
+    store.scan(space, &range.0, &range.1, &mut |key, value| match visit(key, value) {
+        Ok(()) => Scan::Continue,
+        Err(error) => {
+            failure = Some(error);
+            Scan::Stop
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
+}
+
+/// Scans the whole store and verifies every invariant.
+pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
+    let started = Instant::now();
+    let mut report = FsckReport::default();
+    match store.get(Space::Meta, &keys::superblock_key())? {
+        Some(value) => {
+            let superblock = keys::decode_superblock(&value)?;
+            if superblock.format_version != FORMAT_VERSION {
+                report.problem(format!("superblock format version {}", superblock.format_version));
+            }
+        }
+        None => report.problem("superblock missing".into()),
+    }
+
+    let mut inodes: HashMap<u64, InodeFacts> = HashMap::new();
+    scan_all(store, Space::Meta, keys::all_inodes_range(), |key, value| {
+        let ino = keys::decode_inode_key(key)?;
+        let inode = keys::decode_inode(ino, value)?;
+        let (chunked, inline_len) = match &inode.content {
+            Content::Inline(bytes) => (false, bytes.len() as u64),
+            Content::Chunked => (true, 0),
+        };
+        let owners = [
+            UsageOwner::Total,
+            UsageOwner::User(inode.uid),
+            UsageOwner::Group(inode.gid),
+            UsageOwner::Project(inode.project),
+        ];
+        inodes.insert(ino, InodeFacts {
+            kind: inode.kind,
+            nlink: inode.nlink,
+            size: inode.size,
+            allocated: inode.allocated_bytes,
+            parent: inode.parent,
+            chunked,
+            inline_len,
+            owners,
+        });
+        Ok(())
+    })?;
+    report.inodes = inodes.len() as u64;
+
+    let mut links: HashMap<u64, LinkFacts> = HashMap::new();
+    let mut entry_problems = Vec::new();
+    scan_all(store, Space::Meta, keys::all_entries_range(), |key, value| {
+        let (parent, name) = keys::decode_entry_key(key)?;
+        let (ino, kind) = keys::decode_entry(key, value)?;
+        let name = String::from_utf8_lossy(name);
+        match inodes.get(&parent) {
+            Some(facts) if facts.kind == FileKind::Directory => {}
+            Some(_) => entry_problems.push(format!("entry {parent}/{name:?}: parent is not a directory")),
+            None => entry_problems.push(format!("entry {parent}/{name:?}: parent inode missing")),
+        }
+        match inodes.get(&ino) {
+            None => entry_problems.push(format!("entry {parent}/{name:?} points to missing inode {ino}")),
+            Some(facts) if facts.kind != kind => {
+                entry_problems.push(format!("entry {parent}/{name:?}: kind {kind:?} but inode {ino} is {:?}", facts.kind))
+            }
+            Some(_) => {}
+        }
+        let child = links.entry(ino).or_default();
+        child.entries_naming += 1;
+        if kind == FileKind::Directory {
+            if let Some(previous) = child.named_in.replace(parent) {
+                entry_problems.push(format!("directory {ino} has entries in both {previous} and {parent}"));
+            }
+        }
+        let parent_links = links.entry(parent).or_default();
+        parent_links.children += 1;
+        if kind == FileKind::Directory {
+            parent_links.subdirs += 1;
+        }
+        Ok(())
+    })?;
+    for problem in entry_problems {
+        report.problem(problem);
+    }
+    report.entries = links.values().map(|facts| facts.children).sum();
+
+    let mut orphans = HashSet::new();
+    scan_all(store, Space::Meta, keys::all_orphans_range(), |key, _| {
+        orphans.insert(keys::decode_orphan_key(key)?);
+        Ok(())
+    })?;
+    report.orphans = orphans.len() as u64;
+
+    check_links_and_tree(&inodes, &links, &orphans, &mut report);
+    check_chunks(store, &inodes, &mut report)?;
+
+    let mut xattr_problems = Vec::new();
+    scan_all(store, Space::Meta, keys::all_xattrs_range(), |key, _| {
+        let (ino, _) = keys::decode_xattr_key(key)?;
+        report.xattrs += 1;
+        if !inodes.contains_key(&ino) {
+            xattr_problems.push(format!("xattr of missing inode {ino}"));
+        }
+        Ok(())
+    })?;
+    for problem in xattr_problems {
+        report.problem(problem);
+    }
+
+    check_counters(store, &inodes, &mut report)?;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+fn check_links_and_tree(
+    inodes: &HashMap<u64, InodeFacts>,
+    links: &HashMap<u64, LinkFacts>,
+    orphans: &HashSet<u64>,
+    report: &mut FsckReport,
+) {
+    let empty = LinkFacts::default();
+    let mut sorted: Vec<_> = inodes.iter().collect();
+    sorted.sort_by_key(|(ino, _)| **ino);
+    for (&ino, facts) in sorted {
+        let link = links.get(&ino).unwrap_or(&empty);
+        if facts.kind == FileKind::Directory {
+            report.directories += 1;
+            let expected_nlink = 2 + link.subdirs;
+            if facts.nlink != expected_nlink {
+                report.problem(format!("directory {ino}: nlink {} but {expected_nlink} expected", facts.nlink));
+            }
+            if facts.size != link.children {
+                report.problem(format!("directory {ino}: size {} but {} entries", facts.size, link.children));
+            }
+            if ino == ROOT_INO {
+                if link.entries_naming != 0 || facts.parent != ROOT_INO {
+                    report.problem("root directory is named by an entry or has a parent".into());
+                }
+                continue;
+            }
+            match link.named_in {
+                None => report.problem(format!("directory {ino} is disconnected: no entry names it")),
+                Some(parent) if parent != facts.parent => report.problem(format!(
+                    "directory {ino}: parent pointer {} but named in {parent}",
+                    facts.parent
+                )),
+                Some(_) => check_reaches_root(ino, inodes, report),
+            }
+        } else {
+            if facts.nlink != link.entries_naming {
+                report.problem(format!("inode {ino}: nlink {} but {} entries", facts.nlink, link.entries_naming));
+            }
+            if link.entries_naming == 0 && !orphans.contains(&ino) {
+                report.problem(format!("inode {ino} is unreachable and not an orphan"));
+            }
+            if facts.kind == FileKind::Regular && !facts.chunked && (facts.inline_len != facts.size || facts.allocated != facts.size) {
+                report.problem(format!("inode {ino}: inline length {} / allocated {} != size {}", facts.inline_len, facts.allocated, facts.size));
+            }
+        }
+    }
+    for &ino in orphans {
+        match inodes.get(&ino) {
+            Some(facts) if facts.nlink == 0 => {}
+            Some(facts) => report.problem(format!("orphan {ino} still has {} links", facts.nlink)),
+            None => report.problem(format!("orphan marker for missing inode {ino}")),
+        }
+    }
+}
+
+fn check_reaches_root(dir: u64, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) {
+    let mut current = dir;
+    for _ in 0..MAX_DEPTH {
+        if current == ROOT_INO {
+            return;
+        }
+        match inodes.get(&current) {
+            Some(facts) if facts.kind == FileKind::Directory => current = facts.parent,
+            _ => {
+                report.problem(format!("directory {dir}: ancestor {current} is missing or not a directory"));
+                return;
+            }
+        }
+    }
+    report.problem(format!("directory {dir} is in a cycle, disconnected from the root"));
+}
+
+fn check_chunks(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) -> FsResult<()> {
+    let chunk_bytes = match store.get(Space::Meta, &keys::superblock_key())? {
+        Some(value) => u64::from(keys::decode_superblock(&value)?.chunk_bytes),
+        None => return Ok(()),
+    };
+    let mut stored: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    scan_all(store, Space::Data, keys::all_chunks_range(), |key, value| {
+        let (ino, chunk) = keys::decode_chunk_key(key)?;
+        report.chunks += 1;
+        report.data_bytes += value.len() as u64;
+        *stored.entry(ino).or_default() += value.len() as u64;
+        match inodes.get(&ino) {
+            None => problems.push(format!("chunk {chunk} of missing inode {ino}")),
+            Some(facts) if !facts.chunked => problems.push(format!("chunk {chunk} of inline inode {ino}")),
+            Some(facts) if chunk * chunk_bytes + value.len() as u64 > facts.size => {
+                problems.push(format!("chunk {chunk} of inode {ino} extends past its size {}", facts.size))
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    })?;
+    for problem in problems {
+        report.problem(problem);
+    }
+    for (ino, facts) in inodes {
+        if facts.chunked {
+            let bytes = stored.get(ino).copied().unwrap_or(0);
+            if bytes != facts.allocated {
+                report.problem(format!("inode {ino}: allocated {} but chunks hold {bytes}", facts.allocated));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_counters(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) -> FsResult<()> {
+    let mut expected: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
+    for facts in inodes.values() {
+        for owner in facts.owners {
+            let usage = expected.entry(owner).or_default();
+            usage.inodes += 1;
+            usage.bytes += facts.allocated;
+        }
+    }
+    let mut stored: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
+    scan_all(store, Space::Meta, keys::all_counters_range(), |key, value| {
+        stored.insert(keys::decode_counter_key(key)?, keys::decode_usage(key, value)?);
+        Ok(())
+    })?;
+    let owners: HashSet<UsageOwner> = expected.keys().chain(stored.keys()).copied().collect();
+    let mut owners: Vec<_> = owners.into_iter().collect();
+    owners.sort();
+    for owner in owners {
+        let want = expected.get(&owner).copied().unwrap_or_default();
+        let have = stored.get(&owner).copied().unwrap_or_default();
+        if want != have {
+            report.problem(format!(
+                "usage of {owner:?}: counter says {} inodes / {} bytes, scan finds {} / {}",
+                have.inodes, have.bytes, want.inodes, want.bytes
+            ));
+        }
+    }
+    Ok(())
+}

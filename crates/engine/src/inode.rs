@@ -1,0 +1,161 @@
+//! In-memory shapes of what the store holds: inodes, directory entries, usage counters.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Regular => 0o100000,
+            FileKind::Directory => 0o040000,
+            FileKind::Symlink => 0o120000,
+            FileKind::Fifo => 0o010000,
+            FileKind::Socket => 0o140000,
+            FileKind::CharDevice => 0o020000,
+            FileKind::BlockDevice => 0o060000,
+        }
+    }
+
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        match mode & 0o170000 {
+            0o100000 | 0 => Some(FileKind::Regular),
+            0o040000 => Some(FileKind::Directory),
+            0o120000 => Some(FileKind::Symlink),
+            0o010000 => Some(FileKind::Fifo),
+            0o140000 => Some(FileKind::Socket),
+            0o020000 => Some(FileKind::CharDevice),
+            0o060000 => Some(FileKind::BlockDevice),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        Self::from_system_time(SystemTime::now())
+    }
+
+    pub fn from_system_time(time: SystemTime) -> Self {
+        match time.duration_since(UNIX_EPOCH) {
+            Ok(since) => Timestamp {
+                secs: since.as_secs() as i64,
+                nanos: since.subsec_nanos(),
+            },
+            Err(before) => {
+                let before = before.duration();
+                let mut secs = -(before.as_secs() as i64);
+                let mut nanos = before.subsec_nanos();
+                if nanos > 0 {
+                    secs -= 1;
+                    nanos = 1_000_000_000 - nanos;
+                }
+                Timestamp { secs, nanos }
+            }
+        }
+    }
+
+    pub fn to_system_time(self) -> SystemTime {
+        let nanos = std::time::Duration::from_nanos(u64::from(self.nanos));
+        if self.secs >= 0 {
+            UNIX_EPOCH + std::time::Duration::from_secs(self.secs as u64) + nanos
+        } else {
+            UNIX_EPOCH - std::time::Duration::from_secs(self.secs.unsigned_abs()) + nanos
+        }
+    }
+}
+
+/// Where a regular file's bytes are: inside the inode record, or in chunk keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// Inline file data, or a symlink's target. Empty for other kinds.
+    Inline(Vec<u8>),
+    Chunked,
+}
+
+/// One inode as stored under its `I` key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    /// Bytes for files and symlinks; the number of entries for directories.
+    pub size: u64,
+    /// Bytes of file data actually stored (sparse holes cost nothing); drives `st_blocks`
+    /// and usage counters.
+    pub allocated_bytes: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub rdev: u32,
+    /// For directories: the directory holding it (root: itself). 0 for other kinds, which
+    /// may have several parents.
+    pub parent: u64,
+    /// Project id, inherited from the parent directory at creation.
+    pub project: u32,
+    pub content: Content,
+}
+
+impl Inode {
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | u32::from(self.perm)
+    }
+
+    pub fn inline_data(&self) -> &[u8] {
+        match &self.content {
+            Content::Inline(bytes) => bytes,
+            Content::Chunked => &[],
+        }
+    }
+
+    /// 512-byte blocks, as `st_blocks` counts them.
+    pub fn blocks(&self) -> u64 {
+        self.allocated_bytes.div_ceil(512)
+    }
+}
+
+/// A directory entry as returned by `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+/// Inodes and bytes charged to one user, group or project, or to the whole filesystem.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub inodes: u64,
+    pub bytes: u64,
+}
+
+/// Whose usage a counter holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UsageOwner {
+    Total,
+    User(u32),
+    Group(u32),
+    Project(u32),
+}

@@ -1,0 +1,457 @@
+//! Every key and value encoding of shoal, and nothing else: a format change is a diff of
+//! this file plus a bump of `FORMAT_VERSION`.
+//!
+//! Meta space (big-endian integers so keys sort numerically):
+//! - `S`                          superblock: format version, inline threshold, chunk size
+//! - `E` parent:u64 name          directory entry -> ino:u64 kind:u8
+//! - `I` ino:u64                  inode record (attributes + inline data)
+//! - `X` ino:u64 name             extended attribute value
+//! - `O` ino:u64                  orphan: unlinked while open; purged at release or mount
+//! - `C` class:u8 id:u32          usage counter -> inodes:u64 bytes:u64
+//!
+//! Data space:
+//! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
+//!
+//! Entries of one directory are one contiguous `E parent` range, and inode numbers are
+//! handed out in per-directory runs (see `alloc`), so the `I` keys a readdirplus needs sit
+//! next to each other.
+
+use crate::error::FsError;
+use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageOwner};
+
+pub const FORMAT_VERSION: u32 = 1;
+
+const SUPERBLOCK: u8 = b'S';
+const ENTRY: u8 = b'E';
+const INODE: u8 = b'I';
+const XATTR: u8 = b'X';
+const ORPHAN: u8 = b'O';
+const COUNTER: u8 = b'C';
+const CHUNK: u8 = b'D';
+
+const INODE_RECORD_VERSION: u8 = 1;
+
+pub fn superblock_key() -> Vec<u8> {
+    vec![SUPERBLOCK]
+}
+
+fn prefixed(tag: u8, id: u64, rest: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9 + rest.len());
+    key.push(tag);
+    key.extend_from_slice(&id.to_be_bytes());
+    key.extend_from_slice(rest);
+    key
+}
+
+/// `[start, end)` of every key `tag id ...`.
+fn id_range(tag: u8, id: u64) -> (Vec<u8>, Vec<u8>) {
+    let start = prefixed(tag, id, &[]);
+    let end = match id.checked_add(1) {
+        Some(next) => prefixed(tag, next, &[]),
+        None => vec![tag + 1],
+    };
+    (start, end)
+}
+
+fn tag_range(tag: u8) -> (Vec<u8>, Vec<u8>) {
+    (vec![tag], vec![tag + 1])
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn corrupt(what: &str, key: &[u8]) -> FsError {
+    FsError::Corrupt(format!("undecodable {what} at key {key:02x?}"))
+}
+
+// ---- directory entries ----
+
+pub fn entry_key(parent: u64, name: &[u8]) -> Vec<u8> {
+    prefixed(ENTRY, parent, name)
+}
+
+pub fn entry_range(parent: u64) -> (Vec<u8>, Vec<u8>) {
+    id_range(ENTRY, parent)
+}
+
+/// Entries of `parent` strictly after `name`.
+pub fn entry_range_after(parent: u64, name: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut start = entry_key(parent, name);
+    start.push(0);
+    (start, id_range(ENTRY, parent).1)
+}
+
+pub fn all_entries_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(ENTRY)
+}
+
+/// Splits an entry key into (parent, name).
+pub fn decode_entry_key(key: &[u8]) -> Result<(u64, &[u8]), FsError> {
+    match (key.first(), read_u64(key, 1)) {
+        (Some(&ENTRY), Some(parent)) => Ok((parent, &key[9..])),
+        _ => Err(corrupt("entry key", key)),
+    }
+}
+
+pub fn encode_entry(ino: u64, kind: FileKind) -> Vec<u8> {
+    let mut value = ino.to_be_bytes().to_vec();
+    value.push(kind_code(kind));
+    value
+}
+
+pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<(u64, FileKind), FsError> {
+    let ino = read_u64(value, 0).ok_or_else(|| corrupt("entry", key))?;
+    let kind = value
+        .get(8)
+        .and_then(|&code| kind_from_code(code))
+        .ok_or_else(|| corrupt("entry kind", key))?;
+    Ok((ino, kind))
+}
+
+// ---- inodes ----
+
+pub fn inode_key(ino: u64) -> Vec<u8> {
+    prefixed(INODE, ino, &[])
+}
+
+pub fn all_inodes_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(INODE)
+}
+
+pub fn decode_inode_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&INODE), Some(ino), 9) => Ok(ino),
+        _ => Err(corrupt("inode key", key)),
+    }
+}
+
+fn kind_code(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Regular => 1,
+        FileKind::Directory => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+fn kind_from_code(code: u8) -> Option<FileKind> {
+    Some(match code {
+        1 => FileKind::Regular,
+        2 => FileKind::Directory,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+const INODE_HEADER_BYTES: usize = 1 + 1 + 2 + 4 + 4 + 4 + 8 + 8 + 3 * 12 + 4 + 8 + 4 + 1;
+
+fn put_time(out: &mut Vec<u8>, time: Timestamp) {
+    out.extend_from_slice(&time.secs.to_be_bytes());
+    out.extend_from_slice(&time.nanos.to_be_bytes());
+}
+
+fn read_time(bytes: &[u8], at: usize) -> Option<Timestamp> {
+    let secs = read_u64(bytes, at)? as i64;
+    let nanos = read_u32(bytes, at + 8)?;
+    Some(Timestamp { secs, nanos })
+}
+
+pub fn encode_inode(inode: &Inode) -> Vec<u8> {
+    let inline = inode.inline_data();
+    let mut out = Vec::with_capacity(INODE_HEADER_BYTES + inline.len());
+    out.push(INODE_RECORD_VERSION);
+    out.push(kind_code(inode.kind));
+    out.extend_from_slice(&inode.perm.to_be_bytes());
+    out.extend_from_slice(&inode.uid.to_be_bytes());
+    out.extend_from_slice(&inode.gid.to_be_bytes());
+    out.extend_from_slice(&inode.nlink.to_be_bytes());
+    out.extend_from_slice(&inode.size.to_be_bytes());
+    out.extend_from_slice(&inode.allocated_bytes.to_be_bytes());
+    put_time(&mut out, inode.atime);
+    put_time(&mut out, inode.mtime);
+    put_time(&mut out, inode.ctime);
+    out.extend_from_slice(&inode.rdev.to_be_bytes());
+    out.extend_from_slice(&inode.parent.to_be_bytes());
+    out.extend_from_slice(&inode.project.to_be_bytes());
+    match &inode.content {
+        Content::Inline(bytes) => {
+            out.push(0);
+            out.extend_from_slice(bytes);
+        }
+        Content::Chunked => out.push(1),
+    }
+    debug_assert!(out.len() == INODE_HEADER_BYTES + inline.len());
+    out
+}
+
+pub fn decode_inode(ino: u64, value: &[u8]) -> Result<Inode, FsError> {
+    decode_inode_fields(ino, value).ok_or_else(|| corrupt("inode", &inode_key(ino)))
+}
+
+fn decode_inode_fields(ino: u64, v: &[u8]) -> Option<Inode> {
+    if *v.first()? != INODE_RECORD_VERSION || v.len() < INODE_HEADER_BYTES {
+        return None;
+    }
+    let content = match v[INODE_HEADER_BYTES - 1] {
+        0 => Content::Inline(v[INODE_HEADER_BYTES..].to_vec()),
+        1 => Content::Chunked,
+        _ => return None,
+    };
+    Some(Inode {
+        ino,
+        kind: kind_from_code(v[1])?,
+        perm: u16::from_be_bytes([v[2], v[3]]),
+        uid: read_u32(v, 4)?,
+        gid: read_u32(v, 8)?,
+        nlink: read_u32(v, 12)?,
+        size: read_u64(v, 16)?,
+        allocated_bytes: read_u64(v, 24)?,
+        atime: read_time(v, 32)?,
+        mtime: read_time(v, 44)?,
+        ctime: read_time(v, 56)?,
+        rdev: read_u32(v, 68)?,
+        parent: read_u64(v, 72)?,
+        project: read_u32(v, 80)?,
+        content,
+    })
+}
+
+// ---- extended attributes ----
+
+pub fn xattr_key(ino: u64, name: &[u8]) -> Vec<u8> {
+    prefixed(XATTR, ino, name)
+}
+
+pub fn xattr_range(ino: u64) -> (Vec<u8>, Vec<u8>) {
+    id_range(XATTR, ino)
+}
+
+pub fn all_xattrs_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(XATTR)
+}
+
+/// Splits an xattr key into (ino, name).
+pub fn decode_xattr_key(key: &[u8]) -> Result<(u64, &[u8]), FsError> {
+    match (key.first(), read_u64(key, 1)) {
+        (Some(&XATTR), Some(ino)) => Ok((ino, &key[9..])),
+        _ => Err(corrupt("xattr key", key)),
+    }
+}
+
+// ---- orphans ----
+
+pub fn orphan_key(ino: u64) -> Vec<u8> {
+    prefixed(ORPHAN, ino, &[])
+}
+
+pub fn all_orphans_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(ORPHAN)
+}
+
+pub fn decode_orphan_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&ORPHAN), Some(ino), 9) => Ok(ino),
+        _ => Err(corrupt("orphan key", key)),
+    }
+}
+
+// ---- usage counters ----
+
+pub fn counter_key(owner: UsageOwner) -> Vec<u8> {
+    let (class, id) = match owner {
+        UsageOwner::Total => (0u8, 0u32),
+        UsageOwner::User(uid) => (1, uid),
+        UsageOwner::Group(gid) => (2, gid),
+        UsageOwner::Project(project) => (3, project),
+    };
+    let mut key = vec![COUNTER, class];
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+pub fn all_counters_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(COUNTER)
+}
+
+pub fn decode_counter_key(key: &[u8]) -> Result<UsageOwner, FsError> {
+    let id = read_u32(key, 2).filter(|_| key.len() == 6 && key[0] == COUNTER);
+    match (key.get(1), id) {
+        (Some(0), Some(0)) => Ok(UsageOwner::Total),
+        (Some(1), Some(id)) => Ok(UsageOwner::User(id)),
+        (Some(2), Some(id)) => Ok(UsageOwner::Group(id)),
+        (Some(3), Some(id)) => Ok(UsageOwner::Project(id)),
+        _ => Err(corrupt("counter key", key)),
+    }
+}
+
+pub fn encode_usage(usage: Usage) -> Vec<u8> {
+    let mut value = usage.inodes.to_be_bytes().to_vec();
+    value.extend_from_slice(&usage.bytes.to_be_bytes());
+    value
+}
+
+pub fn decode_usage(key: &[u8], value: &[u8]) -> Result<Usage, FsError> {
+    match (read_u64(value, 0), read_u64(value, 8)) {
+        (Some(inodes), Some(bytes)) if value.len() == 16 => Ok(Usage { inodes, bytes }),
+        _ => Err(corrupt("usage counter", key)),
+    }
+}
+
+// ---- file chunks (data space) ----
+
+pub fn chunk_key(ino: u64, chunk: u64) -> Vec<u8> {
+    prefixed(CHUNK, ino, &chunk.to_be_bytes())
+}
+
+pub fn chunk_range(ino: u64) -> (Vec<u8>, Vec<u8>) {
+    id_range(CHUNK, ino)
+}
+
+/// Chunks of `ino` from index `first` on.
+pub fn chunk_range_from(ino: u64, first: u64) -> (Vec<u8>, Vec<u8>) {
+    (chunk_key(ino, first), id_range(CHUNK, ino).1)
+}
+
+pub fn all_chunks_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(CHUNK)
+}
+
+/// Splits a chunk key into (ino, chunk index).
+pub fn decode_chunk_key(key: &[u8]) -> Result<(u64, u64), FsError> {
+    match (key.first(), read_u64(key, 1), read_u64(key, 9), key.len()) {
+        (Some(&CHUNK), Some(ino), Some(chunk), 17) => Ok((ino, chunk)),
+        _ => Err(corrupt("chunk key", key)),
+    }
+}
+
+// ---- superblock ----
+
+/// Parameters fixed at mkfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub format_version: u32,
+    pub inline_max_bytes: u32,
+    pub chunk_bytes: u32,
+}
+
+pub fn encode_superblock(superblock: &Superblock) -> Vec<u8> {
+    let mut value = superblock.format_version.to_be_bytes().to_vec();
+    value.extend_from_slice(&superblock.inline_max_bytes.to_be_bytes());
+    value.extend_from_slice(&superblock.chunk_bytes.to_be_bytes());
+    value
+}
+
+pub fn decode_superblock(value: &[u8]) -> Result<Superblock, FsError> {
+    match (read_u32(value, 0), read_u32(value, 4), read_u32(value, 8)) {
+        (Some(format_version), Some(inline_max_bytes), Some(chunk_bytes)) => Ok(Superblock {
+            format_version,
+            inline_max_bytes,
+            chunk_bytes,
+        }),
+        _ => Err(corrupt("superblock", &superblock_key())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_inode(content: Content) -> Inode {
+        Inode {
+            ino: 0x0102_0304_0506_0708,
+            kind: FileKind::Regular,
+            perm: 0o4755,
+            uid: 1000,
+            gid: 100,
+            nlink: 3,
+            size: 12345,
+            allocated_bytes: 4096,
+            atime: Timestamp { secs: -5, nanos: 999_999_999 },
+            mtime: Timestamp { secs: 1_700_000_000, nanos: 1 },
+            ctime: Timestamp { secs: 0, nanos: 0 },
+            rdev: 0x0801,
+            parent: 0,
+            project: 42,
+            content,
+        }
+    }
+
+    #[test]
+    fn inode_round_trips() {
+        for content in [Content::Inline(b"hello".to_vec()), Content::Inline(vec![]), Content::Chunked] {
+            let inode = sample_inode(content);
+            let decoded = decode_inode(inode.ino, &encode_inode(&inode)).unwrap();
+            assert_eq!(decoded, inode);
+        }
+    }
+
+    #[test]
+    fn truncated_inode_is_corrupt() {
+        let bytes = encode_inode(&sample_inode(Content::Chunked));
+        assert!(matches!(decode_inode(1, &bytes[..20]), Err(FsError::Corrupt(_))));
+        let mut wrong_version = bytes.clone();
+        wrong_version[0] = 9;
+        assert!(decode_inode(1, &wrong_version).is_err());
+    }
+
+    #[test]
+    fn entries_of_one_directory_are_one_ordered_range() {
+        let (start, end) = entry_range(7);
+        let a = entry_key(7, b"a");
+        let z = entry_key(7, &[0xff; 255]);
+        assert!(start <= a && a < z && z < end);
+        assert!(entry_key(6, &[0xff; 255]) < start);
+        assert!(entry_key(8, b"") >= end);
+        assert_eq!(decode_entry_key(&z).unwrap(), (7, &[0xffu8; 255][..]));
+        let (after_start, _) = entry_range_after(7, b"a");
+        assert!(after_start > a && after_start <= entry_key(7, b"a\0"));
+    }
+
+    #[test]
+    fn entry_value_round_trips() {
+        let value = encode_entry(99, FileKind::Symlink);
+        assert_eq!(decode_entry(b"k", &value).unwrap(), (99, FileKind::Symlink));
+        assert!(decode_entry(b"k", &value[..8]).is_err());
+    }
+
+    #[test]
+    fn chunk_keys_sort_by_inode_then_index() {
+        assert!(chunk_key(1, 255) < chunk_key(1, 256));
+        assert!(chunk_key(1, u64::MAX) < chunk_key(2, 0));
+        assert_eq!(decode_chunk_key(&chunk_key(5, 9)).unwrap(), (5, 9));
+        let (start, end) = chunk_range_from(5, 3);
+        assert!(start == chunk_key(5, 3) && chunk_key(5, u64::MAX) < end);
+    }
+
+    #[test]
+    fn counters_and_superblock_round_trip() {
+        for owner in [UsageOwner::Total, UsageOwner::User(7), UsageOwner::Group(8), UsageOwner::Project(9)] {
+            assert_eq!(decode_counter_key(&counter_key(owner)).unwrap(), owner);
+        }
+        let usage = Usage { inodes: 3, bytes: 1 << 40 };
+        assert_eq!(decode_usage(b"k", &encode_usage(usage)).unwrap(), usage);
+        let superblock = Superblock { format_version: 1, inline_max_bytes: 4096, chunk_bytes: 65536 };
+        assert_eq!(decode_superblock(&encode_superblock(&superblock)).unwrap(), superblock);
+    }
+
+    #[test]
+    fn id_ranges_at_the_top_of_the_space() {
+        let (start, end) = id_range(INODE, u64::MAX);
+        assert!(start < end && inode_key(u64::MAX) >= start && inode_key(u64::MAX) < end);
+        assert_eq!(decode_xattr_key(&xattr_key(4, b"user.a")).unwrap(), (4, &b"user.a"[..]));
+        assert_eq!(decode_orphan_key(&orphan_key(4)).unwrap(), 4);
+        assert_eq!(decode_inode_key(&inode_key(4)).unwrap(), 4);
+    }
+}

@@ -1,0 +1,260 @@
+//! Names: lookup, readdir, create, mkdir, symlink, link, unlink, rmdir.
+
+use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
+use crate::error::{FsError, FsResult};
+use crate::inode::{Content, DirEntry, FileKind, Inode};
+use crate::keys;
+use crate::stats::Op;
+use crate::store::{Scan, Space};
+
+const S_ISGID: u16 = 0o2000;
+
+/// What a new inode is.
+#[derive(Clone, Debug)]
+pub struct NewInode<'a> {
+    pub kind: FileKind,
+    /// Permission bits (`mode & 0o7777`), umask already applied.
+    pub perm: u16,
+    pub rdev: u32,
+    /// Symlink target; empty for other kinds.
+    pub target: &'a [u8],
+}
+
+impl Engine {
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
+        self.stats().count(Op::Lookup);
+        if name.len() > crate::engine::NAME_MAX_BYTES {
+            return Err(FsError::NameTooLong);
+        }
+        let key = keys::entry_key(parent, name);
+        match self.store().get(Space::Meta, &key)? {
+            Some(value) => {
+                let (ino, _) = keys::decode_entry(&key, &value)?;
+                self.read_inode(ino)
+            }
+            None => {
+                // Distinguish "no such name" from "parent is not a directory".
+                let parent_inode = self.read_inode(parent)?;
+                if parent_inode.kind != FileKind::Directory {
+                    return Err(FsError::NotDir);
+                }
+                Err(FsError::NotFound)
+            }
+        }
+    }
+
+    /// Up to `limit` entries of `dir` in name order, starting after `after`.
+    pub fn readdir(&self, dir: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
+        self.stats().count(Op::Readdir);
+        let (start, end) = match after {
+            Some(name) => keys::entry_range_after(dir, name),
+            None => keys::entry_range(dir),
+        };
+        let mut entries = Vec::new();
+        let mut decode_error = None;
+        self.store().scan(Space::Meta, &start, &end, &mut |key, value| {
+            let decoded = keys::decode_entry_key(key).and_then(|(_, name)| {
+                let (ino, kind) = keys::decode_entry(key, value)?;
+                Ok(DirEntry { name: name.to_vec(), ino, kind })
+            });
+            match decoded {
+                Ok(entry) => entries.push(entry),
+                Err(error) => {
+                    decode_error = Some(error);
+                    return Scan::Stop;
+                }
+            }
+            if entries.len() >= limit {
+                Scan::Stop
+            } else {
+                Scan::Continue
+            }
+        })?;
+        if let Some(error) = decode_error {
+            return Err(error);
+        }
+        if entries.is_empty() {
+            // An empty answer must still fail for a non-directory or a deleted one.
+            let inode = self.read_inode(dir)?;
+            if inode.kind != FileKind::Directory {
+                return Err(FsError::NotDir);
+            }
+        }
+        Ok(entries)
+    }
+
+    /// `readdir` with each entry's inode. Sibling inodes were allocated next to each other,
+    /// so these reads hit the same store blocks.
+    pub fn readdir_plus(&self, dir: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<(DirEntry, Inode)>> {
+        let entries = self.readdir(dir, after, limit)?;
+        let mut with_inodes = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match self.read_inode(entry.ino) {
+                Ok(inode) => with_inodes.push((entry, inode)),
+                // Unlinked between the two reads: skip it, as if read a moment later.
+                Err(FsError::NotFound) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(with_inodes)
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let inode = self.read_inode(ino)?;
+        if inode.kind != FileKind::Symlink {
+            return Err(FsError::Invalid("not a symlink"));
+        }
+        Ok(inode.inline_data().to_vec())
+    }
+
+    /// Creates a file, fifo, socket, device node or symlink (`mknod`, `create`, `symlink`).
+    pub fn create(&self, parent: u64, name: &[u8], new: &NewInode<'_>, caller: Caller) -> FsResult<Inode> {
+        self.stats().count(Op::Create);
+        if new.kind == FileKind::Directory {
+            return Err(FsError::Invalid("use mkdir for directories"));
+        }
+        if new.kind == FileKind::Symlink && new.target.len() > SYMLINK_MAX_BYTES {
+            return Err(FsError::NameTooLong);
+        }
+        let mut txn = self.begin()?;
+        let inode = txn.add_child(parent, name, new, caller)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], caller: Caller) -> FsResult<Inode> {
+        let new = NewInode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, target };
+        self.create(parent, name, &new, caller)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, caller: Caller) -> FsResult<Inode> {
+        self.stats().count(Op::Mkdir);
+        let new = NewInode { kind: FileKind::Directory, perm, rdev: 0, target: &[] };
+        let mut txn = self.begin()?;
+        let inode = txn.add_child(parent, name, &new, caller)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+
+    /// Adds a hard link `newparent/newname` to `ino`.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {
+        self.stats().count(Op::Link);
+        check_name(newname)?;
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        if inode.kind == FileKind::Directory {
+            return Err(FsError::NotPermitted("hard link to a directory"));
+        }
+        if inode.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let mut parent = txn.directory(newparent)?;
+        if txn.entry(newparent, newname)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        inode.nlink += 1;
+        inode.ctime = txn.now;
+        txn.put_inode(&inode);
+        txn.put_entry(newparent, newname, ino, inode.kind);
+        txn.touch_parent(&mut parent, 1, 0);
+        txn.commit()?;
+        Ok(inode)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.stats().count(Op::Unlink);
+        let mut txn = self.begin()?;
+        let mut parent_inode = txn.directory(parent)?;
+        let (ino, kind) = txn.entry(parent, name)?.ok_or(FsError::NotFound)?;
+        if kind == FileKind::Directory {
+            return Err(FsError::IsDir);
+        }
+        let inode = txn.inode(ino)?;
+        txn.delete_entry(parent, name);
+        txn.touch_parent(&mut parent_inode, -1, 0);
+        txn.drop_link(inode)?;
+        txn.commit()
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.stats().count(Op::Rmdir);
+        if name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        let mut txn = self.begin()?;
+        let mut parent_inode = txn.directory(parent)?;
+        let (ino, kind) = txn.entry(parent, name)?.ok_or(FsError::NotFound)?;
+        if kind != FileKind::Directory {
+            return Err(FsError::NotDir);
+        }
+        let dir = txn.inode(ino)?;
+        if dir.size > 0 {
+            return Err(FsError::NotEmpty);
+        }
+        txn.delete_entry(parent, name);
+        txn.touch_parent(&mut parent_inode, -1, -1);
+        txn.purge_inode(dir.ino)?;
+        txn.commit()
+    }
+}
+
+impl Txn<'_> {
+    /// Creates an inode and its entry in `parent`, charging the caller.
+    pub(crate) fn add_child(&mut self, parent: u64, name: &[u8], new: &NewInode<'_>, caller: Caller) -> FsResult<Inode> {
+        check_name(name)?;
+        let mut parent_inode = self.directory(parent)?;
+        if parent_inode.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.entry(parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let is_dir = new.kind == FileKind::Directory;
+        // BSD group semantics of a setgid directory: children take its group, and new
+        // subdirectories stay setgid.
+        let setgid_parent = parent_inode.perm & S_ISGID != 0;
+        let gid = if setgid_parent { parent_inode.gid } else { caller.gid };
+        let perm = if setgid_parent && is_dir { new.perm | S_ISGID } else { new.perm };
+        let ino = self.alloc_ino(parent);
+        let content = Content::Inline(new.target.to_vec());
+        let inode = Inode {
+            ino,
+            kind: new.kind,
+            perm: perm & 0o7777,
+            uid: caller.uid,
+            gid,
+            nlink: if is_dir { 2 } else { 1 },
+            size: if new.kind == FileKind::Symlink { new.target.len() as u64 } else { 0 },
+            allocated_bytes: 0,
+            atime: self.now,
+            mtime: self.now,
+            ctime: self.now,
+            rdev: new.rdev,
+            parent: if is_dir { parent } else { 0 },
+            project: parent_inode.project,
+            content,
+        };
+        self.put_inode(&inode);
+        self.put_entry(parent, name, ino, new.kind);
+        self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
+        self.charge(&inode, 1, 0);
+        Ok(inode)
+    }
+
+    /// Updates a directory after its entries changed: entry count (its size), subdirectory
+    /// links, and times.
+    pub(crate) fn touch_parent(&mut self, parent: &mut Inode, entries: i64, subdirs: i32) {
+        assert!(parent.kind == FileKind::Directory);
+        let size = parent.size as i64 + entries;
+        assert!(size >= 0, "directory {} entry count would go negative", parent.ino);
+        parent.size = size as u64;
+        parent.nlink = (parent.nlink as i64 + i64::from(subdirs)) as u32;
+        assert!(parent.nlink >= 2, "directory {} link count below 2", parent.ino);
+        parent.mtime = self.now;
+        parent.ctime = self.now;
+        self.put_inode(parent);
+    }
+}

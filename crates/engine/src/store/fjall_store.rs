@@ -1,0 +1,122 @@
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use super::{Batch, Scan, Space, Store, StoreError};
+
+/// Sizes handed to fjall; mount options set them.
+#[derive(Clone, Debug)]
+pub struct FjallTuning {
+    pub cache_bytes: u64,
+    pub memtable_bytes: u64,
+    pub worker_threads: usize,
+}
+
+impl Default for FjallTuning {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 256 * 1024 * 1024,
+            memtable_bytes: 64 * 1024 * 1024,
+            worker_threads: 2,
+        }
+    }
+}
+
+/// The on-disk store: one fjall database with a keyspace per `Space`.
+pub struct FjallStore {
+    db: Database,
+    meta: Keyspace,
+    data: Keyspace,
+}
+
+impl From<fjall::Error> for StoreError {
+    fn from(error: fjall::Error) -> Self {
+        match error {
+            fjall::Error::Io(io) if io.raw_os_error() == Some(libc_enospc()) => StoreError::NoSpace,
+            fjall::Error::Io(io) => StoreError::Io(io),
+            other => StoreError::Engine(other.to_string()),
+        }
+    }
+}
+
+/// ENOSPC without pulling libc into the engine.
+fn libc_enospc() -> i32 {
+    28
+}
+
+impl FjallStore {
+    pub fn open(path: &Path, tuning: &FjallTuning) -> Result<Self, StoreError> {
+        let db = Database::builder(path)
+            .cache_size(tuning.cache_bytes)
+            .worker_threads(tuning.worker_threads.max(1))
+            .open()?;
+        let memtable_bytes = tuning.memtable_bytes;
+        let meta = db.keyspace("meta", || {
+            KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+        })?;
+        let data = db.keyspace("data", || {
+            KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+        })?;
+        Ok(Self { db, meta, data })
+    }
+
+    fn keyspace(&self, space: Space) -> &Keyspace {
+        match space {
+            Space::Meta => &self.meta,
+            Space::Data => &self.data,
+        }
+    }
+}
+
+impl Store for FjallStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.keyspace(space).get(key)?.map(|value| value.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        for guard in self.keyspace(space).range(start..end) {
+            let (key, value) = guard.into_inner()?;
+            if visit(&key, &value) == Scan::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last_key(&self, space: Space, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.keyspace(space).range(start..end).next_back() {
+            Some(guard) => Ok(Some(guard.key()?.to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        // Buffer: the journal reaches the OS before we reply, so kill -9 loses nothing
+        // acknowledged; the fsync (group commit) happens in `sync`.
+        let mut fjall_batch = self.db.batch().durability(Some(PersistMode::Buffer));
+        for (space, key, value) in batch.into_items() {
+            let keyspace = self.keyspace(space);
+            match value {
+                Some(value) => fjall_batch.insert(keyspace, key, value),
+                None => fjall_batch.remove(keyspace, key),
+            }
+        }
+        fjall_batch.commit()?;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+}

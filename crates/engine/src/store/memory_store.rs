@@ -1,0 +1,74 @@
+use std::collections::BTreeMap;
+
+use parking_lot::RwLock;
+
+use super::{Batch, Scan, Space, Store, StoreError};
+
+type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Both spaces in RAM behind one lock, so a batch is applied atomically.
+#[derive(Default)]
+pub struct MemoryStore {
+    spaces: RwLock<[Tree; 2]>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn index(space: Space) -> usize {
+    match space {
+        Space::Meta => 0,
+        Space::Data => 1,
+    }
+}
+
+impl Store for MemoryStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.spaces.read()[index(space)].get(key).cloned())
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        let spaces = self.spaces.read();
+        for (key, value) in spaces[index(space)].range(start.to_vec()..end.to_vec()) {
+            if visit(key, value) == Scan::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last_key(&self, space: Space, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let spaces = self.spaces.read();
+        let last = spaces[index(space)].range(start.to_vec()..end.to_vec()).next_back();
+        Ok(last.map(|(key, _)| key.clone()))
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut spaces = self.spaces.write();
+        for (space, key, value) in batch.into_items() {
+            let tree = &mut spaces[index(space)];
+            match value {
+                Some(value) => tree.insert(key, value),
+                None => tree.remove(&key),
+            };
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,105 @@
+//! Extended attributes in the `user.`, `trusted.` and `security.` namespaces. `system.`
+//! (POSIX ACLs) is refused with "not supported", which `cp -a` and `tar` accept quietly.
+
+use crate::engine::Engine;
+use crate::error::{FsError, FsResult};
+use crate::keys;
+use crate::stats::Op;
+use crate::store::{Scan, Space};
+
+pub const XATTR_NAME_MAX_BYTES: usize = 255;
+pub const XATTR_VALUE_MAX_BYTES: usize = 64 * 1024;
+
+/// How setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrMode {
+    Either,
+    CreateOnly,
+    ReplaceOnly,
+}
+
+fn check_xattr_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() {
+        return Err(FsError::Invalid("empty xattr name"));
+    }
+    if name.len() > XATTR_NAME_MAX_BYTES {
+        return Err(FsError::Range);
+    }
+    let supported = [&b"user."[..], b"trusted.", b"security."];
+    if supported.iter().any(|prefix| name.starts_with(prefix) && name.len() > prefix.len()) {
+        Ok(())
+    } else {
+        Err(FsError::XattrNotSupported)
+    }
+}
+
+impl Engine {
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> FsResult<()> {
+        self.stats().count(Op::Xattr);
+        check_xattr_name(name)?;
+        if value.len() > XATTR_VALUE_MAX_BYTES {
+            return Err(FsError::Range);
+        }
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        let key = keys::xattr_key(ino, name);
+        let exists = txn.get(Space::Meta, &key)?.is_some();
+        match (mode, exists) {
+            (XattrMode::CreateOnly, true) => return Err(FsError::Exists),
+            (XattrMode::ReplaceOnly, false) => return Err(FsError::NoXattr),
+            _ => {}
+        }
+        txn.put(Space::Meta, key, value.to_vec());
+        inode.ctime = txn.now;
+        txn.put_inode(&inode);
+        txn.commit()
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.stats().count(Op::Xattr);
+        check_xattr_name(name).map_err(|error| match error {
+            FsError::XattrNotSupported => FsError::NoXattr,
+            other => other,
+        })?;
+        match self.store().get(Space::Meta, &keys::xattr_key(ino, name))? {
+            Some(value) => Ok(value),
+            None => {
+                self.read_inode(ino)?;
+                Err(FsError::NoXattr)
+            }
+        }
+    }
+
+    /// Attribute names of `ino`, in order.
+    pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        self.stats().count(Op::Xattr);
+        self.read_inode(ino)?;
+        let (start, end) = keys::xattr_range(ino);
+        let mut names = Vec::new();
+        self.store().scan(Space::Meta, &start, &end, &mut |key, _| {
+            if let Ok((_, name)) = keys::decode_xattr_key(key) {
+                names.push(name.to_vec());
+            }
+            Scan::Continue
+        })?;
+        Ok(names)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.stats().count(Op::Xattr);
+        check_xattr_name(name).map_err(|error| match error {
+            FsError::XattrNotSupported => FsError::NoXattr,
+            other => other,
+        })?;
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        let key = keys::xattr_key(ino, name);
+        if txn.get(Space::Meta, &key)?.is_none() {
+            return Err(FsError::NoXattr);
+        }
+        txn.delete(Space::Meta, key);
+        inode.ctime = txn.now;
+        txn.put_inode(&inode);
+        txn.commit()
+    }
+}
