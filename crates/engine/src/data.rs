@@ -46,7 +46,7 @@ impl Engine {
             FileKind::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid("read of a special file")),
         }
-        if offset >= inode.size {
+        if offset >= inode.size || size == 0 {
             return Ok(Vec::new());
         }
         let end = inode.size.min(offset.saturating_add(u64::from(size)));
@@ -96,6 +96,10 @@ impl Engine {
     /// Writes `data` at `offset`; returns the bytes written (all of them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.stats().count(Op::Write);
+        if data.is_empty() {
+            // POSIX: a zero-length write changes nothing (not even the size).
+            return Ok(0);
+        }
         let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooBig)?;
         if end > MAX_FILE_BYTES {
             return Err(FsError::FileTooBig);

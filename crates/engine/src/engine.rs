@@ -106,8 +106,16 @@ pub struct Engine {
     open_files: Mutex<OpenFiles>,
     committer: Committer,
     stats: Stats,
-    commit_stop: (Mutex<bool>, Condvar),
+    commit_stop: Arc<CommitStop>,
     _lock: Option<StoreLock>,
+}
+
+/// Wakes the commit thread early when the engine goes away. Lives outside the engine so the
+/// waiting thread holds no reference that would keep the engine (and its lock) alive.
+#[derive(Default)]
+struct CommitStop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
 }
 
 /// Filesystem-wide numbers for `statfs`.
@@ -169,14 +177,14 @@ impl Engine {
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
             stats: Stats::default(),
-            commit_stop: (Mutex::new(false), Condvar::new()),
+            commit_stop: Arc::new(CommitStop::default()),
             _lock: lock,
         });
         if !engine.read_only {
             engine.purge_orphans()?;
         }
         if let Some(interval) = config.commit_interval {
-            spawn_commit_thread(Arc::downgrade(&engine), interval);
+            spawn_commit_thread(Arc::downgrade(&engine), engine.commit_stop.clone(), interval);
         }
         Ok(engine)
     }
@@ -247,6 +255,7 @@ impl Engine {
             state: self.writer.lock(),
             batch: Batch::default(),
             usage_delta: HashMap::new(),
+            new_orphans: Vec::new(),
             now: Timestamp::now(),
         })
     }
@@ -338,11 +347,8 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        {
-            let (stop, wake) = &self.commit_stop;
-            *stop.lock() = true;
-            wake.notify_all();
-        }
+        *self.commit_stop.stopped.lock() = true;
+        self.commit_stop.wake.notify_all();
         if !self.read_only {
             if let Err(error) = self.sync() {
                 tracing::error!("final sync failed: {error}");
@@ -406,21 +412,20 @@ fn load_usage(store: &dyn Store, owner: UsageOwner) -> FsResult<Usage> {
 }
 
 /// Group-commits on the interval until the engine is dropped.
-fn spawn_commit_thread(engine: Weak<Engine>, interval: Duration) {
+fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
     let spawned = std::thread::Builder::new().name("shoal-commit".into()).spawn(move || loop {
-        let Some(strong) = engine.upgrade() else { return };
         {
-            let (stop, wake) = &strong.commit_stop;
-            let mut stopped = stop.lock();
+            let mut stopped = stop.stopped.lock();
             if !*stopped {
-                wake.wait_for(&mut stopped, interval);
+                stop.wake.wait_for(&mut stopped, interval);
             }
             if *stopped {
                 return;
             }
         }
-        if strong.has_unsynced_batches() {
-            if let Err(error) = strong.sync() {
+        let Some(engine) = engine.upgrade() else { return };
+        if engine.has_unsynced_batches() {
+            if let Err(error) = engine.sync() {
                 tracing::error!("interval commit failed: {error}");
             }
         }
@@ -436,6 +441,8 @@ pub(crate) struct Txn<'a> {
     state: MutexGuard<'a, WriteState>,
     batch: Batch,
     usage_delta: HashMap<UsageOwner, (i64, i64)>,
+    /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
+    new_orphans: Vec<u64>,
     pub(crate) now: Timestamp,
 }
 
@@ -575,6 +582,7 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         if inode.kind == FileKind::Regular && self.engine.keep_as_orphan(inode.ino) {
+            self.new_orphans.push(inode.ino);
             self.put_inode(&inode);
             self.put(Space::Meta, keys::orphan_key(inode.ino), Vec::new());
             return Ok(());
@@ -615,9 +623,23 @@ impl<'a> Txn<'a> {
         for (owner, usage) in new_usage {
             self.state.usage.insert(owner, usage);
         }
+        self.new_orphans.clear();
         self.engine.committer.written_batches.fetch_add(1, Ordering::AcqRel);
         self.engine.stats.record_batch(batch_bytes);
         Ok(())
+    }
+}
+
+impl Drop for Txn<'_> {
+    /// An operation that failed or never committed must not leave inodes in the orphan set
+    /// that the store still shows as linked.
+    fn drop(&mut self) {
+        if !self.new_orphans.is_empty() {
+            let mut open = self.engine.open_files.lock();
+            for ino in &self.new_orphans {
+                open.orphans.remove(ino);
+            }
+        }
     }
 }
 

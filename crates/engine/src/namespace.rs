@@ -46,6 +46,9 @@ impl Engine {
     /// Up to `limit` entries of `dir` in name order, starting after `after`.
     pub fn readdir(&self, dir: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
         self.stats().count(Op::Readdir);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let (start, end) = match after {
             Some(name) => keys::entry_range_after(dir, name),
             None => keys::entry_range(dir),
@@ -219,7 +222,11 @@ impl Txn<'_> {
         let gid = if setgid_parent { parent_inode.gid } else { caller.gid };
         let perm = if setgid_parent && is_dir { new.perm | S_ISGID } else { new.perm };
         let ino = self.alloc_ino(parent);
-        let content = Content::Inline(new.target.to_vec());
+        // Only a symlink carries bytes at creation: its target.
+        let content = match new.kind {
+            FileKind::Symlink => Content::Inline(new.target.to_vec()),
+            _ => Content::Inline(Vec::new()),
+        };
         let inode = Inode {
             ino,
             kind: new.kind,

@@ -1,1 +1,71 @@
+//! shoal's FUSE adapter: kernel requests in, engine calls out. It owns the caching policy
+//! (timeouts, writeback cache, readdirplus) and the kernel's lookup counts; it never sees a
+//! store key.
 
+mod attr;
+mod dir_cursor;
+mod errno;
+mod filesystem;
+mod lookup_counts;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use shoal_engine::Engine;
+
+pub use errno::errno;
+pub use filesystem::ShoalFs;
+
+/// How a filesystem is presented to the kernel.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Threads reading `/dev/fuse` (each with its own cloned fd).
+    pub threads: usize,
+    pub read_only: bool,
+    pub allow_other: bool,
+    /// Shown as the mount's source in /proc/mounts.
+    pub fsname: String,
+    /// Where `statfs` reads capacity from (the store's directory); `None`: RAM.
+    pub capacity_path: Option<PathBuf>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        Self {
+            threads: 2,
+            read_only: false,
+            allow_other: false,
+            fsname: "shoal".into(),
+            capacity_path: None,
+        }
+    }
+}
+
+/// Mounts `engine` at `mountpoint`. The mount is live (the kernel handshake is done) when
+/// this returns; `run` then serves requests until unmount.
+pub fn mount(engine: Arc<Engine>, mountpoint: &Path, config: &MountConfig) -> io::Result<fuser::Session<ShoalFs>> {
+    let mut options = vec![
+        fuser::MountOption::FSName(config.fsname.clone()),
+        fuser::MountOption::Subtype("shoal".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoAtime,
+    ];
+    if config.read_only {
+        options.push(fuser::MountOption::RO);
+    }
+    let mut fuse_config = fuser::Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.n_threads = Some(config.threads.max(1));
+    fuse_config.clone_fd = true;
+    if config.allow_other {
+        fuse_config.acl = fuser::SessionACL::All;
+    }
+    let filesystem = ShoalFs::new(engine, config.capacity_path.clone());
+    fuser::Session::new(filesystem, mountpoint, &fuse_config)
+}
+
+/// Serves requests until the filesystem is unmounted; the engine is synced on the way out.
+pub fn run(session: fuser::Session<ShoalFs>) -> io::Result<()> {
+    session.run()
+}

@@ -1,0 +1,236 @@
+//! `shoal mount`: checks, then (unless --foreground) a daemon that reports back through a
+//! pipe once the mount is live, so the command returns only when the filesystem is usable.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shoal_engine::store_dir::{self, StoreDirError};
+use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
+use shoal_fuse::MountConfig;
+
+use crate::mount_options::{self, MountOptions};
+use crate::mounts;
+
+/// How long a mount waits for a previous daemon of the same store to let go of it (a plain
+/// `umount` returns before the daemon has finished its final sync).
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+struct MountRequest {
+    store: Option<PathBuf>,
+    mountpoint: PathBuf,
+    options: MountOptions,
+}
+
+pub fn run(paths: &[PathBuf], memory: bool, options: &[String], foreground: bool) -> Result<ExitCode> {
+    let (store, mountpoint) = match (memory, paths) {
+        (true, [mountpoint]) => (None, mountpoint),
+        (false, [store, mountpoint]) => (Some(mounts::absolute(store)), mountpoint),
+        (true, _) => bail!("with --memory give only MOUNTPOINT (usage: shoal mount --memory MOUNTPOINT)"),
+        (false, _) => bail!("missing MOUNTPOINT (usage: shoal mount STORE_DIR MOUNTPOINT)"),
+    };
+    let request = MountRequest {
+        store,
+        mountpoint: mounts::absolute(mountpoint),
+        options: mount_options::parse(options)?,
+    };
+    check_mountpoint(&request.mountpoint)?;
+    if let Some(store) = &request.store {
+        store_dir::read_format(store)?;
+    }
+    if foreground {
+        init_logging(None);
+        serve(&request, &mut None)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    daemonize(&request)
+}
+
+fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    match std::fs::metadata(mountpoint) {
+        Err(error) if error.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{}: a dead FUSE mount is there (its daemon died); run `shoal umount {}` first",
+            mountpoint.display(),
+            mountpoint.display()
+        ),
+        Err(error) => return Err(error).with_context(|| format!("mountpoint {}", mountpoint.display())),
+        Ok(meta) if !meta.is_dir() => bail!("mountpoint {} is not a directory", mountpoint.display()),
+        Ok(_) => {}
+    }
+    if let Some(existing) = mounts::mount_at(mountpoint) {
+        bail!(
+            "mountpoint {} is busy: {} ({}) is already mounted there",
+            mountpoint.display(),
+            existing.source,
+            existing.fstype
+        );
+    }
+    Ok(())
+}
+
+fn daemonize(request: &MountRequest) -> Result<ExitCode> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) into a two-element array.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe");
+    }
+    // SAFETY: no other threads exist yet, so the child inherits a consistent process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    // SAFETY: each side owns one end of the pipe from here on.
+    let (mut read_end, write_end) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    if pid > 0 {
+        drop(write_end);
+        let mut answer = String::new();
+        read_end.read_to_string(&mut answer).context("waiting for the daemon")?;
+        return match answer.strip_prefix("ok") {
+            Some(_) => Ok(ExitCode::SUCCESS),
+            None if answer.is_empty() => bail!("the daemon exited before the mount was live"),
+            None => bail!("{}", answer.trim_end()),
+        };
+    }
+    drop(read_end);
+    // SAFETY: a new session so the daemon outlives the terminal it was started from.
+    unsafe { libc::setsid() };
+    let log = request.store.as_ref().map(|store| store_dir::log_path(store));
+    init_logging(log.as_deref());
+    redirect_stdio_to_null();
+    let mut ready = Some(write_end);
+    let code = match serve(request, &mut ready) {
+        Ok(()) => 0,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            // Still unreported (failed before the mount was live): tell the waiting parent.
+            if let Some(mut pipe) = ready.take() {
+                let _ = writeln!(pipe, "{error:#}");
+            }
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn redirect_stdio_to_null() {
+    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else { return };
+    use std::os::fd::AsRawFd;
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors.
+        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+    }
+}
+
+fn init_logging(file: Option<&Path>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    let log_file = file.and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok());
+    match log_file {
+        Some(log_file) => {
+            let _ = builder.with_writer(std::sync::Mutex::new(log_file)).try_init();
+        }
+        None => {
+            let _ = builder.with_writer(std::io::stderr).try_init();
+        }
+    }
+}
+
+fn engine_config(options: &MountOptions) -> EngineConfig {
+    EngineConfig {
+        read_only: options.read_only,
+        commit_interval: (!options.commit.is_zero()).then_some(options.commit),
+        tuning: FjallTuning {
+            cache_bytes: options.cache_bytes,
+            memtable_bytes: options.memtable_bytes,
+            worker_threads: 2,
+        },
+    }
+}
+
+fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
+    let config = engine_config(&request.options);
+    let Some(store) = &request.store else {
+        return Ok(Engine::open_memory(config)?);
+    };
+    let started = Instant::now();
+    loop {
+        match Engine::open(store, config.clone()) {
+            Ok(engine) => return Ok(engine),
+            Err(OpenError::StoreDir(StoreDirError::Locked(..))) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// Opens the engine, mounts, reports readiness, and serves until unmounted.
+/// `ready` is taken (written and closed) once the mount is live.
+fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
+    let signals = block_termination_signals();
+    let engine = open_engine(request)?;
+    let config = MountConfig {
+        threads: request.options.threads,
+        read_only: request.options.read_only,
+        allow_other: request.options.allow_other,
+        fsname: "shoal".into(),
+        capacity_path: request.store.clone(),
+    };
+    let session = shoal_fuse::mount(engine.clone(), &request.mountpoint, &config)
+        .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
+    spawn_signal_thread(signals, request.mountpoint.clone());
+    tracing::info!(
+        "mounted {} on {} ({:?})",
+        request.store.as_ref().map_or("memory".into(), |store| store.display().to_string()),
+        request.mountpoint.display(),
+        request.options
+    );
+    if let Some(mut pipe) = ready.take() {
+        pipe.write_all(b"ok\n").context("reporting readiness")?;
+    }
+    shoal_fuse::run(session).context("serving FUSE requests")?;
+    engine.sync().context("final sync")?;
+    drop(engine);
+    tracing::info!("unmounted {}; store synced", request.mountpoint.display());
+    Ok(())
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started after it, so
+/// only the signal thread sees them.
+fn block_termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// On a termination signal, unmount: the session then ends and the store is synced, as at
+/// any unmount.
+fn spawn_signal_thread(signals: libc::sigset_t, mountpoint: PathBuf) {
+    let spawned = std::thread::Builder::new().name("shoal-signals".into()).spawn(move || loop {
+        let mut signal = 0;
+        // SAFETY: waits on the blocked set.
+        if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+            return;
+        }
+        tracing::info!("signal {signal}: unmounting {}", mountpoint.display());
+        if let Err(error) = crate::umount_cmd::unmount(&mountpoint, true) {
+            tracing::error!("unmount on signal failed: {error:#}");
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::error!("cannot start the signal thread: {error}");
+    }
+}

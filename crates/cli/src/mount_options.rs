@@ -1,0 +1,84 @@
+//! `-o` options of `shoal mount`, parsed strictly: an unknown or malformed option is an
+//! error, never ignored.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+pub const DEFAULT_COMMIT_SECONDS: u64 = 5;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountOptions {
+    /// Group commit interval; 0 disables the timer (sync on fsync and unmount only).
+    pub commit: Duration,
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub threads: usize,
+    pub cache_bytes: u64,
+    pub memtable_bytes: u64,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        Self {
+            commit: Duration::from_secs(DEFAULT_COMMIT_SECONDS),
+            read_only: false,
+            allow_other: false,
+            threads: 2,
+            cache_bytes: 256 << 20,
+            memtable_bytes: 64 << 20,
+        }
+    }
+}
+
+fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
+    let value = value.with_context(|| format!("option {key} needs a value ({key}=N)"))?;
+    let parsed: u64 = value.parse().with_context(|| format!("option {key}={value}: not a whole number"))?;
+    if parsed < min || parsed > max {
+        bail!("option {key}={value}: must be between {min} and {max}");
+    }
+    Ok(parsed)
+}
+
+pub fn parse(groups: &[String]) -> Result<MountOptions> {
+    let mut options = MountOptions::default();
+    for option in groups.iter().flat_map(|group| group.split(',')).filter(|o| !o.is_empty()) {
+        let (key, value) = match option.split_once('=') {
+            Some((key, value)) => (key, Some(value)),
+            None => (option, None),
+        };
+        match key {
+            "commit" => options.commit = Duration::from_secs(number(key, value, 0, 3600)?),
+            "threads" => options.threads = number(key, value, 1, 64)? as usize,
+            "cache" => options.cache_bytes = number(key, value, 1, 1 << 20)? << 20,
+            "memtable" => options.memtable_bytes = number(key, value, 1, 4096)? << 20,
+            "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
+            "ro" => options.read_only = true,
+            "rw" => options.read_only = false,
+            "allow_other" => options.allow_other = true,
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB)"),
+        }
+    }
+    Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_options() {
+        let options = parse(&["commit=1,ro".into(), "threads=4,allow_other,cache=64".into()]).unwrap();
+        assert_eq!(options.commit, Duration::from_secs(1));
+        assert!(options.read_only && options.allow_other);
+        assert_eq!(options.threads, 4);
+        assert_eq!(options.cache_bytes, 64 << 20);
+    }
+
+    #[test]
+    fn refuses_bad_options() {
+        for bad in ["commit", "commit=-1", "commit=x", "threads=0", "threads=1000", "bogus", "ro=1"] {
+            assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
+        }
+    }
+}

@@ -1,0 +1,599 @@
+//! The `fuser::Filesystem` implementation: argument conversion, replies, caching policy.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use shoal_engine::{
+    Caller, DirEntry, Engine, FileKind, FsError, FsResult, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
+    XattrMode, NAME_MAX_BYTES,
+};
+
+use crate::attr::{file_attr, file_type, BLOCK_BYTES};
+use crate::dir_cursor::{DirCursor, DirCursors, FIRST_ENTRY_OFFSET};
+use crate::errno::errno;
+use crate::lookup_counts::LookupCounts;
+
+/// shoal is the only writer of its store, so the kernel may trust what it caches for long;
+/// every change made through the mount updates or invalidates the kernel's copy itself.
+const ENTRY_TTL: Duration = Duration::from_secs(3600);
+const ATTR_TTL: Duration = Duration::from_secs(3600);
+/// How long the kernel may remember that a name does not exist.
+const NEGATIVE_TTL: Duration = Duration::from_secs(3600);
+const GENERATION: Generation = Generation(0);
+/// Entries fetched from the engine per readdir page.
+const READDIR_PAGE_ENTRIES: usize = 256;
+
+const XATTR_CREATE: i32 = 1;
+const XATTR_REPLACE: i32 = 2;
+
+pub struct ShoalFs {
+    engine: Arc<Engine>,
+    capacity_path: Option<PathBuf>,
+    lookups: LookupCounts,
+    dirs: DirCursors,
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid() }
+}
+
+fn set_time(time: TimeOrNow) -> SetTime {
+    match time {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(at) => SetTime::At(Timestamp::from_system_time(at)),
+    }
+}
+
+impl ShoalFs {
+    pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>) -> Self {
+        Self { engine, capacity_path, lookups: LookupCounts::default(), dirs: DirCursors::default() }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Inodes the kernel holds references to (daemon memory follows this).
+    pub fn referenced_inodes(&self) -> u64 {
+        self.lookups.referenced_inodes()
+    }
+
+    /// Replies with an entry and counts the kernel's new reference to it.
+    fn reply_entry(&self, reply: ReplyEntry, result: FsResult<Inode>) {
+        match result {
+            Ok(inode) => {
+                self.lookups.add(inode.ino);
+                reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
+            }
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn reply_empty(reply: ReplyEmpty, result: FsResult<()>) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    /// Where a directory stream continues: after the returned name, or from the start.
+    fn resume_after(&self, dir: u64, handle: u64, offset: u64) -> FsResult<Option<Vec<u8>>> {
+        if offset <= FIRST_ENTRY_OFFSET {
+            return Ok(None);
+        }
+        if let Some(name) = self.dirs.get(handle).as_ref().and_then(|cursor| cursor.name_at(offset)) {
+            return Ok(Some(name.to_vec()));
+        }
+        // A seek to an offset we no longer remember (seekdir): count from the start.
+        let skip = (offset - FIRST_ENTRY_OFFSET) as usize;
+        let entries = self.engine.readdir(dir, None, skip)?;
+        Ok(entries.last().map(|entry| entry.name.clone()))
+    }
+
+    /// Feeds "." "..", then entries after `offset`, to `add` until it reports a full buffer.
+    /// `add` gets (offset, name, entry or None for the dots) and returns true when full.
+    fn list_dir<T>(
+        &self,
+        dir: u64,
+        handle: u64,
+        offset: u64,
+        fetch: impl Fn(&Engine, Option<&[u8]>) -> FsResult<Vec<T>>,
+        name_of: impl Fn(&T) -> &[u8],
+        mut add: impl FnMut(u64, &[u8], Option<&T>) -> bool,
+    ) -> FsResult<()> {
+        if offset < 1 && add(1, b".", None) {
+            return Ok(());
+        }
+        if offset < 2 && add(2, b"..", None) {
+            return Ok(());
+        }
+        let mut after = self.resume_after(dir, handle, offset)?;
+        let mut next_offset = offset.max(FIRST_ENTRY_OFFSET);
+        let mut cursor = DirCursor::default();
+        'pages: loop {
+            let page = fetch(&self.engine, after.as_deref())?;
+            if page.is_empty() {
+                break;
+            }
+            for item in &page {
+                let name = name_of(item);
+                if add(next_offset + 1, name, Some(item)) {
+                    break 'pages;
+                }
+                next_offset += 1;
+                cursor.page.push((next_offset, name.to_vec()));
+            }
+            after = page.last().map(|item| name_of(item).to_vec());
+        }
+        self.dirs.set(handle, cursor);
+        Ok(())
+    }
+
+    fn statfs_numbers(&self) -> FsResult<(u64, u64, u64, u64)> {
+        let stats = self.engine.fs_stats()?;
+        let (total_bytes, free_bytes) = match &self.capacity_path {
+            Some(path) => disk_capacity(path),
+            None => memory_capacity(),
+        };
+        let blocks = total_bytes / u64::from(BLOCK_BYTES);
+        let free_blocks = free_bytes / u64::from(BLOCK_BYTES);
+        // About one inode per 512 bytes of free space: an empty file costs well under that.
+        let free_inodes = free_bytes / 512;
+        Ok((blocks, free_blocks, stats.used.inodes + free_inodes, free_inodes))
+    }
+}
+
+fn disk_capacity(path: &Path) -> (u64, u64) {
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return (0, 0) };
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and a zeroed out-parameter of the right type.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return (0, 0);
+    }
+    let fragment = stat.f_frsize as u64;
+    (stat.f_blocks as u64 * fragment, stat.f_bavail as u64 * fragment)
+}
+
+fn memory_capacity() -> (u64, u64) {
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: a zeroed out-parameter of the right type.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return (0, 0);
+    }
+    let unit = u64::from(info.mem_unit.max(1));
+    (info.totalram as u64 * unit, (info.freeram as u64 + info.bufferram as u64) * unit)
+}
+
+impl fuser::Filesystem for ShoalFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = [
+            InitFlags::FUSE_WRITEBACK_CACHE,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_ASYNC_READ,
+        ];
+        for flag in wanted {
+            if config.add_capabilities(flag).is_err() {
+                tracing::info!("kernel lacks {flag:?}");
+            }
+        }
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(error) = self.engine.sync() {
+            tracing::error!("sync at unmount failed: {error}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.engine.lookup(parent.0, name.as_bytes()) {
+            Ok(inode) => {
+                self.lookups.add(inode.ino);
+                reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
+            }
+            // Inode 0 with a timeout: the kernel caches the absence.
+            Err(FsError::NotFound) => {
+                let mut absent = file_attr(&negative_inode());
+                absent.ino = INodeNo(0);
+                reply.entry(&NEGATIVE_TTL, &absent, GENERATION);
+            }
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.lookups.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.engine.getattr(ino.0) {
+            Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            perm: mode.map(|mode| (mode & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Timestamp::from_system_time),
+        };
+        match self.engine.setattr(ino.0, &change) {
+            Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.engine.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if kind == FileKind::Directory {
+            return reply.error(Errno::EINVAL);
+        }
+        let new = NewInode { kind, perm: (mode & 0o7777) as u16, rdev, target: b"" };
+        self.reply_entry(reply, self.engine.create(parent.0, name.as_bytes(), &new, caller(req)));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let perm = (mode & 0o7777) as u16;
+        self.reply_entry(reply, self.engine.mkdir(parent.0, name.as_bytes(), perm, caller(req)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.engine.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let result = self.engine.symlink(parent.0, link_name.as_bytes(), target.as_os_str().as_bytes(), caller(req));
+        self.reply_entry(reply, result);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        } else if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
+        } else {
+            RenameMode::Replace
+        };
+        let result = self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode);
+        Self::reply_empty(reply, result);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.reply_entry(reply, self.engine.link(ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.engine.getattr(ino.0) {
+            Ok(inode) => {
+                if inode.kind == FileKind::Regular {
+                    self.engine.open_file(ino.0);
+                }
+                // Nothing changes the file behind the kernel's back: keep its page cache.
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+            }
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.engine.read(ino.0, offset, size) {
+            Ok(bytes) => reply.data(&bytes),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.engine.write(ino.0, offset, data) {
+            Ok(written) => reply.written(written),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::reply_empty(reply, self.engine.release_file(ino.0));
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
+        Self::reply_empty(reply, self.engine.sync());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.engine.getattr(ino.0) {
+            Ok(inode) if inode.kind == FileKind::Directory => {
+                reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty())
+            }
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.list_dir(
+            ino.0,
+            fh.0,
+            offset,
+            |engine, after| engine.readdir(ino.0, after, READDIR_PAGE_ENTRIES),
+            |entry: &DirEntry| entry.name.as_slice(),
+            |entry_offset, name, entry| {
+                let (entry_ino, kind) = match entry {
+                    Some(entry) => (entry.ino, file_type(entry.kind)),
+                    None => (ino.0, FileType::Directory),
+                };
+                reply.add(INodeNo(entry_ino), entry_offset, kind, OsStr::from_bytes(name))
+            },
+        );
+        match result {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let dir_attr = match self.engine.getattr(ino.0) {
+            Ok(inode) => file_attr(&inode),
+            Err(error) => return reply.error(errno(&error)),
+        };
+        let lookups = &self.lookups;
+        let result = self.list_dir(
+            ino.0,
+            fh.0,
+            offset,
+            |engine, after| engine.readdir_plus(ino.0, after, READDIR_PAGE_ENTRIES),
+            |(entry, _): &(DirEntry, Inode)| entry.name.as_slice(),
+            |entry_offset, name, item| match item {
+                // The kernel takes no reference for "." and "..".
+                None => reply.add(INodeNo(ino.0), entry_offset, OsStr::from_bytes(name), &ATTR_TTL, &dir_attr, GENERATION),
+                Some((_, inode)) => {
+                    let full =
+                        reply.add(INodeNo(inode.ino), entry_offset, OsStr::from_bytes(name), &ENTRY_TTL, &file_attr(inode), GENERATION);
+                    if !full {
+                        lookups.add(inode.ino);
+                    }
+                    full
+                }
+            },
+        );
+        match result {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.close(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
+        Self::reply_empty(reply, self.engine.sync());
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.statfs_numbers() {
+            Ok((blocks, free_blocks, files, free_files)) => reply.statfs(
+                blocks,
+                free_blocks,
+                free_blocks,
+                files,
+                free_files,
+                BLOCK_BYTES,
+                NAME_MAX_BYTES as u32,
+                BLOCK_BYTES,
+            ),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => XattrMode::Either,
+            XATTR_CREATE => XattrMode::CreateOnly,
+            XATTR_REPLACE => XattrMode::ReplaceOnly,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        Self::reply_empty(reply, self.engine.setxattr(ino.0, name.as_bytes(), value, mode));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.engine.getxattr(ino.0, name.as_bytes()) {
+            Ok(value) => reply_xattr(reply, &value, size),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.engine.listxattr(ino.0) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for name in names {
+                    list.extend_from_slice(&name);
+                    list.push(0);
+                }
+                reply_xattr(reply, &list, size);
+            }
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.engine.removexattr(ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.engine.getattr(ino.0) {
+            Ok(inode) if may_access(&inode, req.uid(), req.gid(), mask.bits() as u32) => reply.ok(),
+            Ok(_) => reply.error(Errno::EACCES),
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        let new = NewInode { kind: FileKind::Regular, perm: (mode & 0o7777) as u16, rdev: 0, target: b"" };
+        match self.engine.create(parent.0, name.as_bytes(), &new, caller(req)) {
+            Ok(inode) => {
+                self.lookups.add(inode.ino);
+                self.engine.open_file(inode.ino);
+                reply.created(&ENTRY_TTL, &file_attr(&inode), GENERATION, FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+            }
+            Err(error) => reply.error(errno(&error)),
+        }
+    }
+}
+
+/// An attribute block for negative entries (the kernel reads only the inode number 0).
+fn negative_inode() -> Inode {
+    Inode {
+        ino: 0,
+        kind: FileKind::Regular,
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        size: 0,
+        allocated_bytes: 0,
+        atime: Timestamp::default(),
+        mtime: Timestamp::default(),
+        ctime: Timestamp::default(),
+        rdev: 0,
+        parent: 0,
+        project: 0,
+        content: shoal_engine::Content::Inline(Vec::new()),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, value: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+/// access(2) by mode bits, for callers that ask (the kernel checks on its own with
+/// default_permissions).
+fn may_access(inode: &Inode, uid: u32, gid: u32, mask: u32) -> bool {
+    let mask = mask & 0o7;
+    if mask == 0 {
+        return true;
+    }
+    let perm = u32::from(inode.perm);
+    if uid == 0 {
+        // Root may read and write anything, and execute what anyone may execute.
+        return mask & 0o1 == 0 || perm & 0o111 != 0 || inode.kind == FileKind::Directory;
+    }
+    let granted = if uid == inode.uid {
+        perm >> 6
+    } else if gid == inode.gid {
+        perm >> 3
+    } else {
+        perm
+    } & 0o7;
+    granted & mask == mask
+}
