@@ -9,7 +9,11 @@ pub fn run(store_dir: &Path) -> Result<ExitCode> {
     match shoal_engine::fsck::fsck_store_dir(store_dir) {
         Ok(report) => {
             print!("{}: {}", store_dir.display(), report.summary());
-            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Err(error) => {
             eprintln!("shoal: fsck {}: {error}", store_dir.display());

@@ -1,6 +1,7 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
 mod fsck_cmd;
+mod gen_tree_cmd;
 mod mkfs_cmd;
 mod mount_cmd;
 mod mount_options;
@@ -13,7 +14,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "shoal", version, about = "A filesystem for many small files, on an LSM key-value store")]
+#[command(
+    name = "shoal",
+    version,
+    about = "A filesystem for many small files, on an LSM key-value store"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,17 +54,30 @@ enum Command {
     Umount { mountpoint: PathBuf },
     /// Check every invariant of an unmounted store.
     Fsck { store_dir: PathBuf },
+    /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
+    GenTree {
+        dir: PathBuf,
+        /// Regular files to create (hard links, symlinks and directories come on top).
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Mkfs { store_dir, force } => mkfs_cmd::run(&store_dir, force),
-        Command::Mount { paths, memory, options, foreground } => {
-            mount_cmd::run(&paths, memory, &options, foreground)
-        }
+        Command::Mount {
+            paths,
+            memory,
+            options,
+            foreground,
+        } => mount_cmd::run(&paths, memory, &options, foreground),
         Command::Umount { mountpoint } => umount_cmd::run(&mountpoint),
         Command::Fsck { store_dir } => fsck_cmd::run(&store_dir),
+        Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
     };
     match result {
         Ok(code) => code,

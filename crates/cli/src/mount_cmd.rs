@@ -27,11 +27,18 @@ struct MountRequest {
     options: MountOptions,
 }
 
-pub fn run(paths: &[PathBuf], memory: bool, options: &[String], foreground: bool) -> Result<ExitCode> {
+pub fn run(
+    paths: &[PathBuf],
+    memory: bool,
+    options: &[String],
+    foreground: bool,
+) -> Result<ExitCode> {
     let (store, mountpoint) = match (memory, paths) {
         (true, [mountpoint]) => (None, mountpoint),
         (false, [store, mountpoint]) => (Some(mounts::absolute(store)), mountpoint),
-        (true, _) => bail!("with --memory give only MOUNTPOINT (usage: shoal mount --memory MOUNTPOINT)"),
+        (true, _) => {
+            bail!("with --memory give only MOUNTPOINT (usage: shoal mount --memory MOUNTPOINT)")
+        }
         (false, _) => bail!("missing MOUNTPOINT (usage: shoal mount STORE_DIR MOUNTPOINT)"),
     };
     let request = MountRequest {
@@ -58,8 +65,12 @@ fn check_mountpoint(mountpoint: &Path) -> Result<()> {
             mountpoint.display(),
             mountpoint.display()
         ),
-        Err(error) => return Err(error).with_context(|| format!("mountpoint {}", mountpoint.display())),
-        Ok(meta) if !meta.is_dir() => bail!("mountpoint {} is not a directory", mountpoint.display()),
+        Err(error) => {
+            return Err(error).with_context(|| format!("mountpoint {}", mountpoint.display()))
+        }
+        Ok(meta) if !meta.is_dir() => {
+            bail!("mountpoint {} is not a directory", mountpoint.display())
+        }
         Ok(_) => {}
     }
     if let Some(existing) = mounts::mount_at(mountpoint) {
@@ -85,11 +96,14 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     // SAFETY: each side owns one end of the pipe from here on.
-    let (mut read_end, write_end) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    let (mut read_end, write_end) =
+        unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     if pid > 0 {
         drop(write_end);
         let mut answer = String::new();
-        read_end.read_to_string(&mut answer).context("waiting for the daemon")?;
+        read_end
+            .read_to_string(&mut answer)
+            .context("waiting for the daemon")?;
         return match answer.strip_prefix("ok") {
             Some(_) => Ok(ExitCode::SUCCESS),
             None if answer.is_empty() => bail!("the daemon exited before the mount was live"),
@@ -99,7 +113,10 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
     drop(read_end);
     // SAFETY: a new session so the daemon outlives the terminal it was started from.
     unsafe { libc::setsid() };
-    let log = request.store.as_ref().map(|store| store_dir::log_path(store));
+    let log = request
+        .store
+        .as_ref()
+        .map(|store| store_dir::log_path(store));
     init_logging(log.as_deref());
     redirect_stdio_to_null();
     let mut ready = Some(write_end);
@@ -118,7 +135,13 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
 }
 
 fn redirect_stdio_to_null() {
-    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else { return };
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return;
+    };
     use std::os::fd::AsRawFd;
     for fd in 0..3 {
         // SAFETY: dup2 onto the standard descriptors.
@@ -129,11 +152,21 @@ fn redirect_stdio_to_null() {
 fn init_logging(file: Option<&Path>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
-    let log_file = file.and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    let log_file = file.and_then(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
     match log_file {
         Some(log_file) => {
-            let _ = builder.with_writer(std::sync::Mutex::new(log_file)).try_init();
+            let _ = builder
+                .with_writer(std::sync::Mutex::new(log_file))
+                .try_init();
         }
         None => {
             let _ = builder.with_writer(std::io::stderr).try_init();
@@ -162,7 +195,9 @@ fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
     loop {
         match Engine::open(store, config.clone()) {
             Ok(engine) => return Ok(engine),
-            Err(OpenError::StoreDir(StoreDirError::Locked(..))) if started.elapsed() < LOCK_WAIT => {
+            Err(OpenError::StoreDir(StoreDirError::Locked(..)))
+                if started.elapsed() < LOCK_WAIT =>
+            {
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(error) => return Err(error.into()),
@@ -187,7 +222,10 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} ({:?})",
-        request.store.as_ref().map_or("memory".into(), |store| store.display().to_string()),
+        request
+            .store
+            .as_ref()
+            .map_or("memory".into(), |store| store.display().to_string()),
         request.mountpoint.display(),
         request.options
     );
@@ -219,17 +257,19 @@ fn block_termination_signals() -> libc::sigset_t {
 /// On a termination signal, unmount: the session then ends and the store is synced, as at
 /// any unmount.
 fn spawn_signal_thread(signals: libc::sigset_t, mountpoint: PathBuf) {
-    let spawned = std::thread::Builder::new().name("shoal-signals".into()).spawn(move || loop {
-        let mut signal = 0;
-        // SAFETY: waits on the blocked set.
-        if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
-            return;
-        }
-        tracing::info!("signal {signal}: unmounting {}", mountpoint.display());
-        if let Err(error) = crate::umount_cmd::unmount(&mountpoint, true) {
-            tracing::error!("unmount on signal failed: {error:#}");
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("shoal-signals".into())
+        .spawn(move || loop {
+            let mut signal = 0;
+            // SAFETY: waits on the blocked set.
+            if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+                return;
+            }
+            tracing::info!("signal {signal}: unmounting {}", mountpoint.display());
+            if let Err(error) = crate::umount_cmd::unmount(&mountpoint, true) {
+                tracing::error!("unmount on signal failed: {error:#}");
+            }
+        });
     if let Err(error) = spawned {
         tracing::error!("cannot start the signal thread: {error}");
     }

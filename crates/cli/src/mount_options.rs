@@ -33,7 +33,9 @@ impl Default for MountOptions {
 
 fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
     let value = value.with_context(|| format!("option {key} needs a value ({key}=N)"))?;
-    let parsed: u64 = value.parse().with_context(|| format!("option {key}={value}: not a whole number"))?;
+    let parsed: u64 = value
+        .parse()
+        .with_context(|| format!("option {key}={value}: not a whole number"))?;
     if parsed < min || parsed > max {
         bail!("option {key}={value}: must be between {min} and {max}");
     }
@@ -42,7 +44,11 @@ fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
 
 pub fn parse(groups: &[String]) -> Result<MountOptions> {
     let mut options = MountOptions::default();
-    for option in groups.iter().flat_map(|group| group.split(',')).filter(|o| !o.is_empty()) {
+    for option in groups
+        .iter()
+        .flat_map(|group| group.split(','))
+        .filter(|o| !o.is_empty())
+    {
         let (key, value) = match option.split_once('=') {
             Some((key, value)) => (key, Some(value)),
             None => (option, None),
@@ -68,7 +74,11 @@ mod tests {
 
     #[test]
     fn parses_known_options() {
-        let options = parse(&["commit=1,ro".into(), "threads=4,allow_other,cache=64".into()]).unwrap();
+        let options = parse(&[
+            "commit=1,ro".into(),
+            "threads=4,allow_other,cache=64".into(),
+        ])
+        .unwrap();
         assert_eq!(options.commit, Duration::from_secs(1));
         assert!(options.read_only && options.allow_other);
         assert_eq!(options.threads, 4);
@@ -77,7 +87,15 @@ mod tests {
 
     #[test]
     fn refuses_bad_options() {
-        for bad in ["commit", "commit=-1", "commit=x", "threads=0", "threads=1000", "bogus", "ro=1"] {
+        for bad in [
+            "commit",
+            "commit=-1",
+            "commit=x",
+            "threads=0",
+            "threads=1000",
+            "bogus",
+            "ro=1",
+        ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }
     }

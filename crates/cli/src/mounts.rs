@@ -19,8 +19,14 @@ fn unescape(field: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let value = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value =
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(value);
             i += 4;
         } else {
@@ -32,7 +38,9 @@ fn unescape(field: &str) -> Vec<u8> {
 }
 
 pub fn mount_table() -> Vec<MountEntry> {
-    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     text.lines().filter_map(parse_mountinfo_line).collect()
 }
 
@@ -42,13 +50,21 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let mut rest = after.split(' ');
     let fstype = rest.next()?.to_string();
     let source = rest.next()?.to_string();
-    Some(MountEntry { mountpoint: PathBuf::from(OsStr::from_bytes(&unescape(mountpoint))), fstype, source })
+    Some(MountEntry {
+        mountpoint: PathBuf::from(OsStr::from_bytes(&unescape(mountpoint))),
+        fstype,
+        source,
+    })
 }
 
 /// Makes a path absolute and drops `.` and `..` without touching the filesystem (a dead
 /// FUSE mountpoint cannot be stat'ed).
 pub fn lexical_absolute(path: &Path, cwd: &Path) -> PathBuf {
-    let joined = if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) };
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
     let mut out = PathBuf::from("/");
     for component in joined.components() {
         match component {
@@ -70,7 +86,10 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// The mount at exactly `path`, if any (the last one when stacked).
 pub fn mount_at(path: &Path) -> Option<MountEntry> {
     let path = absolute(path);
-    mount_table().into_iter().filter(|entry| entry.mountpoint == path).last()
+    mount_table()
+        .into_iter()
+        .filter(|entry| entry.mountpoint == path)
+        .last()
 }
 
 /// Mounted by root, FUSE mounts are of type plain `fuse` (the subtype is dropped), so the
@@ -84,16 +103,31 @@ pub fn is_shoal(entry: &MountEntry) -> bool {
 pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
     let target = absolute(mountpoint);
     let me = std::process::id();
-    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     let mut pids = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
-        let is_shoal_mount = args.first().is_some_and(|arg0| Path::new(OsStr::from_bytes(arg0)).ends_with("shoal"))
+        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .collect();
+        let is_shoal_mount = args
+            .first()
+            .is_some_and(|arg0| Path::new(OsStr::from_bytes(arg0)).ends_with("shoal"))
             && args.iter().any(|arg| *arg == b"mount");
         if !is_shoal_mount {
             continue;
@@ -125,7 +159,13 @@ mod tests {
 
     #[test]
     fn lexical_paths() {
-        assert_eq!(lexical_absolute(Path::new("a/../b/./c"), Path::new("/x")), PathBuf::from("/x/b/c"));
-        assert_eq!(lexical_absolute(Path::new("/a/b/.."), Path::new("/x")), PathBuf::from("/a"));
+        assert_eq!(
+            lexical_absolute(Path::new("a/../b/./c"), Path::new("/x")),
+            PathBuf::from("/x/b/c")
+        );
+        assert_eq!(
+            lexical_absolute(Path::new("/a/b/.."), Path::new("/x")),
+            PathBuf::from("/a")
+        );
     }
 }

@@ -18,7 +18,12 @@ pub fn run(mountpoint: &Path) -> Result<ExitCode> {
         bail!("{} is not mounted", mountpoint.display());
     };
     if !mounts::is_shoal(&entry) {
-        bail!("{} is not a shoal mount ({} {})", mountpoint.display(), entry.fstype, entry.source);
+        bail!(
+            "{} is not a shoal mount ({} {})",
+            mountpoint.display(),
+            entry.fstype,
+            entry.source
+        );
     }
     let daemons = mounts::daemon_pids(&mountpoint);
     let dead = matches!(std::fs::metadata(&mountpoint), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
@@ -32,7 +37,8 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if root {
-        let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).context("mountpoint path")?;
+        let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+            .context("mountpoint path")?;
         let flags = if lazy { libc::MNT_DETACH } else { 0 };
         // SAFETY: a valid C string.
         if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
@@ -40,12 +46,19 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
         }
         let error = std::io::Error::last_os_error();
         if error.raw_os_error() == Some(libc::EBUSY) {
-            bail!("{} is busy (files are open or a process has its cwd there)", mountpoint.display());
+            bail!(
+                "{} is busy (files are open or a process has its cwd there)",
+                mountpoint.display()
+            );
         }
         return Err(error).with_context(|| format!("umount {}", mountpoint.display()));
     }
     let flag = if lazy { "-uz" } else { "-u" };
-    let status = Command::new("fusermount3").arg(flag).arg(mountpoint).status().context("running fusermount3")?;
+    let status = Command::new("fusermount3")
+        .arg(flag)
+        .arg(mountpoint)
+        .status()
+        .context("running fusermount3")?;
     if !status.success() {
         bail!("fusermount3 {flag} {} failed", mountpoint.display());
     }
@@ -57,7 +70,10 @@ fn wait_for_exit(pids: &[u32]) -> Result<()> {
     for pid in pids {
         while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid) {
             if started.elapsed() > DAEMON_EXIT_WAIT {
-                bail!("unmounted, but daemon {pid} has not exited after {:?}", DAEMON_EXIT_WAIT);
+                bail!(
+                    "unmounted, but daemon {pid} has not exited after {:?}",
+                    DAEMON_EXIT_WAIT
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -67,6 +83,9 @@ fn wait_for_exit(pids: &[u32]) -> Result<()> {
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(false)
 }

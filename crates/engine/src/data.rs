@@ -53,8 +53,14 @@ impl Engine {
         match &inode.content {
             Content::Inline(bytes) => {
                 let (start, end) = (offset as usize, end as usize);
-                debug_assert!(bytes.len() as u64 == inode.size, "inline length != size for ino {ino}");
-                Ok(bytes.get(start..end.min(bytes.len())).unwrap_or(&[]).to_vec())
+                debug_assert!(
+                    bytes.len() as u64 == inode.size,
+                    "inline length != size for ino {ino}"
+                );
+                Ok(bytes
+                    .get(start..end.min(bytes.len()))
+                    .unwrap_or(&[])
+                    .to_vec())
             }
             Content::Chunked => self.read_chunks(ino, offset, end),
         }
@@ -69,24 +75,26 @@ impl Engine {
         let start_key = keys::chunk_key(ino, first);
         let end_key = keys::chunk_key(ino, last + 1);
         let mut decode_error = None;
-        self.store().scan(Space::Data, &start_key, &end_key, &mut |key, value| {
-            let chunk = match keys::decode_chunk_key(key) {
-                Ok((_, chunk)) => chunk,
-                Err(error) => {
-                    decode_error = Some(error);
-                    return Scan::Stop;
+        self.store()
+            .scan(Space::Data, &start_key, &end_key, &mut |key, value| {
+                let chunk = match keys::decode_chunk_key(key) {
+                    Ok((_, chunk)) => chunk,
+                    Err(error) => {
+                        decode_error = Some(error);
+                        return Scan::Stop;
+                    }
+                };
+                let chunk_start = chunk * chunk_bytes;
+                let copy_start = offset.max(chunk_start);
+                let copy_end = end.min(chunk_start + value.len() as u64);
+                if copy_start < copy_end {
+                    let src = &value
+                        [(copy_start - chunk_start) as usize..(copy_end - chunk_start) as usize];
+                    let dst_start = (copy_start - offset) as usize;
+                    out[dst_start..dst_start + src.len()].copy_from_slice(src);
                 }
-            };
-            let chunk_start = chunk * chunk_bytes;
-            let copy_start = offset.max(chunk_start);
-            let copy_end = end.min(chunk_start + value.len() as u64);
-            if copy_start < copy_end {
-                let src = &value[(copy_start - chunk_start) as usize..(copy_end - chunk_start) as usize];
-                let dst_start = (copy_start - offset) as usize;
-                out[dst_start..dst_start + src.len()].copy_from_slice(src);
-            }
-            Scan::Continue
-        })?;
+                Scan::Continue
+            })?;
         match decode_error {
             Some(error) => Err(error),
             None => Ok(out),
@@ -100,7 +108,9 @@ impl Engine {
             // POSIX: a zero-length write changes nothing (not even the size).
             return Ok(0);
         }
-        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooBig)?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::FileTooBig)?;
         if end > MAX_FILE_BYTES {
             return Err(FsError::FileTooBig);
         }
@@ -121,7 +131,11 @@ impl Engine {
         }
         inode.mtime = txn.now;
         inode.ctime = txn.now;
-        txn.charge(&inode, 0, inode.allocated_bytes as i64 - allocated_before as i64);
+        txn.charge(
+            &inode,
+            0,
+            inode.allocated_bytes as i64 - allocated_before as i64,
+        );
         txn.put_inode(&inode);
         txn.commit()?;
         Ok(data.len() as u32)
@@ -143,10 +157,16 @@ impl Engine {
             }
             let allocated_before = inode.allocated_bytes;
             txn.truncate(&mut inode, size)?;
-            txn.charge(&inode, 0, inode.allocated_bytes as i64 - allocated_before as i64);
+            txn.charge(
+                &inode,
+                0,
+                inode.allocated_bytes as i64 - allocated_before as i64,
+            );
             inode.mtime = now;
         }
-        if change.uid.is_some_and(|uid| uid != inode.uid) || change.gid.is_some_and(|gid| gid != inode.gid) {
+        if change.uid.is_some_and(|uid| uid != inode.uid)
+            || change.gid.is_some_and(|gid| gid != inode.gid)
+        {
             // Usage moves with ownership, in this same batch.
             txn.charge(&inode, -1, -(inode.allocated_bytes as i64));
             inode.uid = change.uid.unwrap_or(inode.uid);
@@ -281,7 +301,8 @@ impl Txn<'_> {
             let chunk_start = chunk * self.engine.chunk_bytes();
             if chunk_start < inode.size {
                 let take = value.len().min((inode.size - chunk_start) as usize);
-                bytes[chunk_start as usize..chunk_start as usize + take].copy_from_slice(&value[..take]);
+                bytes[chunk_start as usize..chunk_start as usize + take]
+                    .copy_from_slice(&value[..take]);
             }
             self.delete(Space::Data, key);
         }

@@ -153,7 +153,11 @@ impl Engine {
         Self::start(Box::new(store), config, None)
     }
 
-    fn start(store: Box<dyn Store>, config: EngineConfig, lock: Option<StoreLock>) -> Result<Arc<Engine>, OpenError> {
+    fn start(
+        store: Box<dyn Store>,
+        config: EngineConfig,
+        lock: Option<StoreLock>,
+    ) -> Result<Arc<Engine>, OpenError> {
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
             None => return Err(OpenError::Damaged("no superblock".into())),
@@ -173,7 +177,11 @@ impl Engine {
             store,
             superblock,
             read_only: config.read_only,
-            writer: Mutex::new(WriteState { next_ino, ino_runs: HashMap::new(), usage: HashMap::new() }),
+            writer: Mutex::new(WriteState {
+                next_ino,
+                ino_runs: HashMap::new(),
+                usage: HashMap::new(),
+            }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
             stats: Stats::default(),
@@ -184,7 +192,11 @@ impl Engine {
             engine.purge_orphans()?;
         }
         if let Some(interval) = config.commit_interval {
-            spawn_commit_thread(Arc::downgrade(&engine), engine.commit_stop.clone(), interval);
+            spawn_commit_thread(
+                Arc::downgrade(&engine),
+                engine.commit_stop.clone(),
+                interval,
+            );
         }
         Ok(engine)
     }
@@ -230,7 +242,10 @@ impl Engine {
     /// Total usage and store size, for `statfs`.
     pub fn fs_stats(&self) -> FsResult<FsStats> {
         let used = self.usage(UsageOwner::Total)?;
-        Ok(FsStats { used, store_disk_bytes: self.store.disk_bytes() })
+        Ok(FsStats {
+            used,
+            store_disk_bytes: self.store.disk_bytes(),
+        })
     }
 
     /// The current usage of one owner, exact at all times.
@@ -275,7 +290,8 @@ impl Engine {
     }
 
     fn has_unsynced_batches(&self) -> bool {
-        *self.committer.synced_batches.lock() < self.committer.written_batches.load(Ordering::Acquire)
+        *self.committer.synced_batches.lock()
+            < self.committer.written_batches.load(Ordering::Acquire)
     }
 
     // ---- open files and orphans ----
@@ -311,16 +327,21 @@ impl Engine {
         let mut orphans = Vec::new();
         let (start, end) = keys::all_orphans_range();
         let mut decode_error = None;
-        self.store.scan(Space::Meta, &start, &end, &mut |key, _| match keys::decode_orphan_key(key) {
-            Ok(ino) => {
-                orphans.push(ino);
-                Scan::Continue
-            }
-            Err(error) => {
-                decode_error = Some(error);
-                Scan::Stop
-            }
-        })?;
+        self.store.scan(
+            Space::Meta,
+            &start,
+            &end,
+            &mut |key, _| match keys::decode_orphan_key(key) {
+                Ok(ino) => {
+                    orphans.push(ino);
+                    Scan::Continue
+                }
+                Err(error) => {
+                    decode_error = Some(error);
+                    Scan::Stop
+                }
+            },
+        )?;
         if let Some(error) = decode_error {
             return Err(error);
         }
@@ -382,12 +403,32 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
         project: 0,
         content: Content::Inline(Vec::new()),
     };
-    let one_inode = Usage { inodes: 1, bytes: 0 };
+    let one_inode = Usage {
+        inodes: 1,
+        bytes: 0,
+    };
     let mut batch = Batch::default();
-    batch.put(Space::Meta, keys::superblock_key(), keys::encode_superblock(&superblock));
-    batch.put(Space::Meta, keys::inode_key(ROOT_INO), keys::encode_inode(&root));
-    for owner in [UsageOwner::Total, UsageOwner::User(0), UsageOwner::Group(0), UsageOwner::Project(0)] {
-        batch.put(Space::Meta, keys::counter_key(owner), keys::encode_usage(one_inode));
+    batch.put(
+        Space::Meta,
+        keys::superblock_key(),
+        keys::encode_superblock(&superblock),
+    );
+    batch.put(
+        Space::Meta,
+        keys::inode_key(ROOT_INO),
+        keys::encode_inode(&root),
+    );
+    for owner in [
+        UsageOwner::Total,
+        UsageOwner::User(0),
+        UsageOwner::Group(0),
+        UsageOwner::Project(0),
+    ] {
+        batch.put(
+            Space::Meta,
+            keys::counter_key(owner),
+            keys::encode_usage(one_inode),
+        );
     }
     store.write(batch)?;
     Ok(())
@@ -413,23 +454,27 @@ fn load_usage(store: &dyn Store, owner: UsageOwner) -> FsResult<Usage> {
 
 /// Group-commits on the interval until the engine is dropped.
 fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
-    let spawned = std::thread::Builder::new().name("shoal-commit".into()).spawn(move || loop {
-        {
-            let mut stopped = stop.stopped.lock();
-            if !*stopped {
-                stop.wake.wait_for(&mut stopped, interval);
+    let spawned = std::thread::Builder::new()
+        .name("shoal-commit".into())
+        .spawn(move || loop {
+            {
+                let mut stopped = stop.stopped.lock();
+                if !*stopped {
+                    stop.wake.wait_for(&mut stopped, interval);
+                }
+                if *stopped {
+                    return;
+                }
             }
-            if *stopped {
+            let Some(engine) = engine.upgrade() else {
                 return;
+            };
+            if engine.has_unsynced_batches() {
+                if let Err(error) = engine.sync() {
+                    tracing::error!("interval commit failed: {error}");
+                }
             }
-        }
-        let Some(engine) = engine.upgrade() else { return };
-        if engine.has_unsynced_batches() {
-            if let Err(error) = engine.sync() {
-                tracing::error!("interval commit failed: {error}");
-            }
-        }
-    });
+        });
     if let Err(error) = spawned {
         tracing::error!("cannot start the commit thread: {error}; syncing only on request");
     }
@@ -479,7 +524,11 @@ impl<'a> Txn<'a> {
     }
 
     pub(crate) fn put_inode(&mut self, inode: &Inode) {
-        self.batch.put(Space::Meta, keys::inode_key(inode.ino), keys::encode_inode(inode));
+        self.batch.put(
+            Space::Meta,
+            keys::inode_key(inode.ino),
+            keys::encode_inode(inode),
+        );
     }
 
     pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, FileKind)>> {
@@ -491,16 +540,26 @@ impl<'a> Txn<'a> {
     }
 
     pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], ino: u64, kind: FileKind) {
-        self.batch.put(Space::Meta, keys::entry_key(parent, name), keys::encode_entry(ino, kind));
+        self.batch.put(
+            Space::Meta,
+            keys::entry_key(parent, name),
+            keys::encode_entry(ino, kind),
+        );
     }
 
     pub(crate) fn delete_entry(&mut self, parent: u64, name: &[u8]) {
-        self.batch.delete(Space::Meta, keys::entry_key(parent, name));
+        self.batch
+            .delete(Space::Meta, keys::entry_key(parent, name));
     }
 
     /// Keys in `[start, end)` as the store has them, ignoring this batch. Callers use it
     /// only for ranges the batch has not touched (an inode's chunks or xattrs).
-    pub(crate) fn scan_keys(&self, space: Space, start: &[u8], end: &[u8]) -> FsResult<Vec<Vec<u8>>> {
+    pub(crate) fn scan_keys(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> FsResult<Vec<Vec<u8>>> {
         let mut found = Vec::new();
         self.engine.store.scan(space, start, end, &mut |key, _| {
             found.push(key.to_vec());
@@ -524,7 +583,9 @@ impl<'a> Txn<'a> {
         }
         let ino = state.next_ino;
         state.next_ino += INO_RUN_LENGTH;
-        state.ino_runs.insert(parent, (ino + 1, ino + INO_RUN_LENGTH));
+        state
+            .ino_runs
+            .insert(parent, (ino + 1, ino + INO_RUN_LENGTH));
         ino
     }
 
@@ -556,7 +617,10 @@ impl<'a> Txn<'a> {
             }
             Err(error) => return Err(error),
         };
-        assert!(inode.nlink == 0 || inode.kind == FileKind::Directory, "purging linked inode {ino}");
+        assert!(
+            inode.nlink == 0 || inode.kind == FileKind::Directory,
+            "purging linked inode {ino}"
+        );
         let (start, end) = keys::chunk_range(ino);
         for key in self.scan_keys(Space::Data, &start, &end)? {
             self.delete(Space::Data, key);
@@ -603,7 +667,11 @@ impl<'a> Txn<'a> {
                 inodes: apply_delta(current.inodes, inodes, owner),
                 bytes: apply_delta(current.bytes, bytes, owner),
             };
-            self.batch.put(Space::Meta, keys::counter_key(owner), keys::encode_usage(updated));
+            self.batch.put(
+                Space::Meta,
+                keys::counter_key(owner),
+                keys::encode_usage(updated),
+            );
             new_usage.push((owner, updated));
         }
         if self.batch.is_empty() {
@@ -624,7 +692,10 @@ impl<'a> Txn<'a> {
             self.state.usage.insert(owner, usage);
         }
         self.new_orphans.clear();
-        self.engine.committer.written_batches.fetch_add(1, Ordering::AcqRel);
+        self.engine
+            .committer
+            .written_batches
+            .fetch_add(1, Ordering::AcqRel);
         self.engine.stats.record_batch(batch_bytes);
         Ok(())
     }
@@ -645,7 +716,10 @@ impl Drop for Txn<'_> {
 
 fn apply_delta(current: u64, delta: i64, owner: UsageOwner) -> u64 {
     let updated = current as i128 + delta as i128;
-    debug_assert!(updated >= 0, "usage of {owner:?} would go negative ({current} {delta:+})");
+    debug_assert!(
+        updated >= 0,
+        "usage of {owner:?} would go negative ({current} {delta:+})"
+    );
     updated.clamp(0, u64::MAX as i128) as u64
 }
 
@@ -654,7 +728,8 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.len() > NAME_MAX_BYTES {
         return Err(FsError::NameTooLong);
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         return Err(FsError::Invalid("bad file name"));
     }
     Ok(())

@@ -65,7 +65,11 @@ impl FsckReport {
                 let _ = writeln!(text, "  - {problem}");
             }
             if self.problem_count as usize > self.problems.len() {
-                let _ = writeln!(text, "  ... and {} more", self.problem_count as usize - self.problems.len());
+                let _ = writeln!(
+                    text,
+                    "  ... and {} more",
+                    self.problem_count as usize - self.problems.len()
+                );
             }
         }
         text
@@ -76,7 +80,10 @@ impl FsckReport {
 pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     store_dir::read_format(dir)?;
     let _lock = StoreLock::acquire(dir)?;
-    let tuning = FjallTuning { worker_threads: 1, ..FjallTuning::default() };
+    let tuning = FjallTuning {
+        worker_threads: 1,
+        ..FjallTuning::default()
+    };
     let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
     Ok(check(&store)?)
 }
@@ -102,15 +109,25 @@ struct LinkFacts {
     named_in: Option<u64>,
 }
 
-fn scan_all(store: &dyn Store, space: Space, range: (Vec<u8>, Vec<u8>), mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>) -> FsResult<()> {
+fn scan_all(
+    store: &dyn Store,
+    space: Space,
+    range: (Vec<u8>, Vec<u8>),
+    mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,
+) -> FsResult<()> {
     let mut failure = None;
-    store.scan(space, &range.0, &range.1, &mut |key, value| match visit(key, value) {
-        Ok(()) => Scan::Continue,
-        Err(error) => {
-            failure = Some(error);
-            Scan::Stop
-        }
-    })?;
+    store.scan(
+        space,
+        &range.0,
+        &range.1,
+        &mut |key, value| match visit(key, value) {
+            Ok(()) => Scan::Continue,
+            Err(error) => {
+                failure = Some(error);
+                Scan::Stop
+            }
+        },
+    )?;
     failure.map_or(Ok(()), Err)
 }
 
@@ -122,72 +139,97 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
         Some(value) => {
             let superblock = keys::decode_superblock(&value)?;
             if superblock.format_version != FORMAT_VERSION {
-                report.problem(format!("superblock format version {}", superblock.format_version));
+                report.problem(format!(
+                    "superblock format version {}",
+                    superblock.format_version
+                ));
             }
         }
         None => report.problem("superblock missing".into()),
     }
 
     let mut inodes: HashMap<u64, InodeFacts> = HashMap::new();
-    scan_all(store, Space::Meta, keys::all_inodes_range(), |key, value| {
-        let ino = keys::decode_inode_key(key)?;
-        let inode = keys::decode_inode(ino, value)?;
-        let (chunked, inline_len) = match &inode.content {
-            Content::Inline(bytes) => (false, bytes.len() as u64),
-            Content::Chunked => (true, 0),
-        };
-        let owners = [
-            UsageOwner::Total,
-            UsageOwner::User(inode.uid),
-            UsageOwner::Group(inode.gid),
-            UsageOwner::Project(inode.project),
-        ];
-        inodes.insert(ino, InodeFacts {
-            kind: inode.kind,
-            nlink: inode.nlink,
-            size: inode.size,
-            allocated: inode.allocated_bytes,
-            parent: inode.parent,
-            chunked,
-            inline_len,
-            owners,
-        });
-        Ok(())
-    })?;
+    scan_all(
+        store,
+        Space::Meta,
+        keys::all_inodes_range(),
+        |key, value| {
+            let ino = keys::decode_inode_key(key)?;
+            let inode = keys::decode_inode(ino, value)?;
+            let (chunked, inline_len) = match &inode.content {
+                Content::Inline(bytes) => (false, bytes.len() as u64),
+                Content::Chunked => (true, 0),
+            };
+            let owners = [
+                UsageOwner::Total,
+                UsageOwner::User(inode.uid),
+                UsageOwner::Group(inode.gid),
+                UsageOwner::Project(inode.project),
+            ];
+            inodes.insert(
+                ino,
+                InodeFacts {
+                    kind: inode.kind,
+                    nlink: inode.nlink,
+                    size: inode.size,
+                    allocated: inode.allocated_bytes,
+                    parent: inode.parent,
+                    chunked,
+                    inline_len,
+                    owners,
+                },
+            );
+            Ok(())
+        },
+    )?;
     report.inodes = inodes.len() as u64;
 
     let mut links: HashMap<u64, LinkFacts> = HashMap::new();
     let mut entry_problems = Vec::new();
-    scan_all(store, Space::Meta, keys::all_entries_range(), |key, value| {
-        let (parent, name) = keys::decode_entry_key(key)?;
-        let (ino, kind) = keys::decode_entry(key, value)?;
-        let name = String::from_utf8_lossy(name);
-        match inodes.get(&parent) {
-            Some(facts) if facts.kind == FileKind::Directory => {}
-            Some(_) => entry_problems.push(format!("entry {parent}/{name:?}: parent is not a directory")),
-            None => entry_problems.push(format!("entry {parent}/{name:?}: parent inode missing")),
-        }
-        match inodes.get(&ino) {
-            None => entry_problems.push(format!("entry {parent}/{name:?} points to missing inode {ino}")),
-            Some(facts) if facts.kind != kind => {
-                entry_problems.push(format!("entry {parent}/{name:?}: kind {kind:?} but inode {ino} is {:?}", facts.kind))
+    scan_all(
+        store,
+        Space::Meta,
+        keys::all_entries_range(),
+        |key, value| {
+            let (parent, name) = keys::decode_entry_key(key)?;
+            let (ino, kind) = keys::decode_entry(key, value)?;
+            let name = String::from_utf8_lossy(name);
+            match inodes.get(&parent) {
+                Some(facts) if facts.kind == FileKind::Directory => {}
+                Some(_) => entry_problems.push(format!(
+                    "entry {parent}/{name:?}: parent is not a directory"
+                )),
+                None => {
+                    entry_problems.push(format!("entry {parent}/{name:?}: parent inode missing"))
+                }
             }
-            Some(_) => {}
-        }
-        let child = links.entry(ino).or_default();
-        child.entries_naming += 1;
-        if kind == FileKind::Directory {
-            if let Some(previous) = child.named_in.replace(parent) {
-                entry_problems.push(format!("directory {ino} has entries in both {previous} and {parent}"));
+            match inodes.get(&ino) {
+                None => entry_problems.push(format!(
+                    "entry {parent}/{name:?} points to missing inode {ino}"
+                )),
+                Some(facts) if facts.kind != kind => entry_problems.push(format!(
+                    "entry {parent}/{name:?}: kind {kind:?} but inode {ino} is {:?}",
+                    facts.kind
+                )),
+                Some(_) => {}
             }
-        }
-        let parent_links = links.entry(parent).or_default();
-        parent_links.children += 1;
-        if kind == FileKind::Directory {
-            parent_links.subdirs += 1;
-        }
-        Ok(())
-    })?;
+            let child = links.entry(ino).or_default();
+            child.entries_naming += 1;
+            if kind == FileKind::Directory {
+                if let Some(previous) = child.named_in.replace(parent) {
+                    entry_problems.push(format!(
+                        "directory {ino} has entries in both {previous} and {parent}"
+                    ));
+                }
+            }
+            let parent_links = links.entry(parent).or_default();
+            parent_links.children += 1;
+            if kind == FileKind::Directory {
+                parent_links.subdirs += 1;
+            }
+            Ok(())
+        },
+    )?;
     for problem in entry_problems {
         report.problem(problem);
     }
@@ -236,10 +278,16 @@ fn check_links_and_tree(
             report.directories += 1;
             let expected_nlink = 2 + link.subdirs;
             if facts.nlink != expected_nlink {
-                report.problem(format!("directory {ino}: nlink {} but {expected_nlink} expected", facts.nlink));
+                report.problem(format!(
+                    "directory {ino}: nlink {} but {expected_nlink} expected",
+                    facts.nlink
+                ));
             }
             if facts.size != link.children {
-                report.problem(format!("directory {ino}: size {} but {} entries", facts.size, link.children));
+                report.problem(format!(
+                    "directory {ino}: size {} but {} entries",
+                    facts.size, link.children
+                ));
             }
             if ino == ROOT_INO {
                 if link.entries_naming != 0 || facts.parent != ROOT_INO {
@@ -248,7 +296,9 @@ fn check_links_and_tree(
                 continue;
             }
             match link.named_in {
-                None => report.problem(format!("directory {ino} is disconnected: no entry names it")),
+                None => report.problem(format!(
+                    "directory {ino} is disconnected: no entry names it"
+                )),
                 Some(parent) if parent != facts.parent => report.problem(format!(
                     "directory {ino}: parent pointer {} but named in {parent}",
                     facts.parent
@@ -257,13 +307,22 @@ fn check_links_and_tree(
             }
         } else {
             if facts.nlink != link.entries_naming {
-                report.problem(format!("inode {ino}: nlink {} but {} entries", facts.nlink, link.entries_naming));
+                report.problem(format!(
+                    "inode {ino}: nlink {} but {} entries",
+                    facts.nlink, link.entries_naming
+                ));
             }
             if link.entries_naming == 0 && !orphans.contains(&ino) {
                 report.problem(format!("inode {ino} is unreachable and not an orphan"));
             }
-            if facts.kind == FileKind::Regular && !facts.chunked && (facts.inline_len != facts.size || facts.allocated != facts.size) {
-                report.problem(format!("inode {ino}: inline length {} / allocated {} != size {}", facts.inline_len, facts.allocated, facts.size));
+            if facts.kind == FileKind::Regular
+                && !facts.chunked
+                && (facts.inline_len != facts.size || facts.allocated != facts.size)
+            {
+                report.problem(format!(
+                    "inode {ino}: inline length {} / allocated {} != size {}",
+                    facts.inline_len, facts.allocated, facts.size
+                ));
             }
         }
     }
@@ -285,36 +344,53 @@ fn check_reaches_root(dir: u64, inodes: &HashMap<u64, InodeFacts>, report: &mut 
         match inodes.get(&current) {
             Some(facts) if facts.kind == FileKind::Directory => current = facts.parent,
             _ => {
-                report.problem(format!("directory {dir}: ancestor {current} is missing or not a directory"));
+                report.problem(format!(
+                    "directory {dir}: ancestor {current} is missing or not a directory"
+                ));
                 return;
             }
         }
     }
-    report.problem(format!("directory {dir} is in a cycle, disconnected from the root"));
+    report.problem(format!(
+        "directory {dir} is in a cycle, disconnected from the root"
+    ));
 }
 
-fn check_chunks(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) -> FsResult<()> {
+fn check_chunks(
+    store: &dyn Store,
+    inodes: &HashMap<u64, InodeFacts>,
+    report: &mut FsckReport,
+) -> FsResult<()> {
     let chunk_bytes = match store.get(Space::Meta, &keys::superblock_key())? {
         Some(value) => u64::from(keys::decode_superblock(&value)?.chunk_bytes),
         None => return Ok(()),
     };
     let mut stored: BTreeMap<u64, u64> = BTreeMap::new();
     let mut problems = Vec::new();
-    scan_all(store, Space::Data, keys::all_chunks_range(), |key, value| {
-        let (ino, chunk) = keys::decode_chunk_key(key)?;
-        report.chunks += 1;
-        report.data_bytes += value.len() as u64;
-        *stored.entry(ino).or_default() += value.len() as u64;
-        match inodes.get(&ino) {
-            None => problems.push(format!("chunk {chunk} of missing inode {ino}")),
-            Some(facts) if !facts.chunked => problems.push(format!("chunk {chunk} of inline inode {ino}")),
-            Some(facts) if chunk * chunk_bytes + value.len() as u64 > facts.size => {
-                problems.push(format!("chunk {chunk} of inode {ino} extends past its size {}", facts.size))
+    scan_all(
+        store,
+        Space::Data,
+        keys::all_chunks_range(),
+        |key, value| {
+            let (ino, chunk) = keys::decode_chunk_key(key)?;
+            report.chunks += 1;
+            report.data_bytes += value.len() as u64;
+            *stored.entry(ino).or_default() += value.len() as u64;
+            match inodes.get(&ino) {
+                None => problems.push(format!("chunk {chunk} of missing inode {ino}")),
+                Some(facts) if !facts.chunked => {
+                    problems.push(format!("chunk {chunk} of inline inode {ino}"))
+                }
+                Some(facts) if chunk * chunk_bytes + value.len() as u64 > facts.size => problems
+                    .push(format!(
+                        "chunk {chunk} of inode {ino} extends past its size {}",
+                        facts.size
+                    )),
+                Some(_) => {}
             }
-            Some(_) => {}
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     for problem in problems {
         report.problem(problem);
     }
@@ -322,14 +398,21 @@ fn check_chunks(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: &m
         if facts.chunked {
             let bytes = stored.get(ino).copied().unwrap_or(0);
             if bytes != facts.allocated {
-                report.problem(format!("inode {ino}: allocated {} but chunks hold {bytes}", facts.allocated));
+                report.problem(format!(
+                    "inode {ino}: allocated {} but chunks hold {bytes}",
+                    facts.allocated
+                ));
             }
         }
     }
     Ok(())
 }
 
-fn check_counters(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) -> FsResult<()> {
+fn check_counters(
+    store: &dyn Store,
+    inodes: &HashMap<u64, InodeFacts>,
+    report: &mut FsckReport,
+) -> FsResult<()> {
     let mut expected: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
     for facts in inodes.values() {
         for owner in facts.owners {
@@ -339,10 +422,18 @@ fn check_counters(store: &dyn Store, inodes: &HashMap<u64, InodeFacts>, report: 
         }
     }
     let mut stored: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
-    scan_all(store, Space::Meta, keys::all_counters_range(), |key, value| {
-        stored.insert(keys::decode_counter_key(key)?, keys::decode_usage(key, value)?);
-        Ok(())
-    })?;
+    scan_all(
+        store,
+        Space::Meta,
+        keys::all_counters_range(),
+        |key, value| {
+            stored.insert(
+                keys::decode_counter_key(key)?,
+                keys::decode_usage(key, value)?,
+            );
+            Ok(())
+        },
+    )?;
     let owners: HashSet<UsageOwner> = expected.keys().chain(stored.keys()).copied().collect();
     let mut owners: Vec<_> = owners.into_iter().collect();
     owners.sort();

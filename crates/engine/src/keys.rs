@@ -378,8 +378,14 @@ mod tests {
             nlink: 3,
             size: 12345,
             allocated_bytes: 4096,
-            atime: Timestamp { secs: -5, nanos: 999_999_999 },
-            mtime: Timestamp { secs: 1_700_000_000, nanos: 1 },
+            atime: Timestamp {
+                secs: -5,
+                nanos: 999_999_999,
+            },
+            mtime: Timestamp {
+                secs: 1_700_000_000,
+                nanos: 1,
+            },
             ctime: Timestamp { secs: 0, nanos: 0 },
             rdev: 0x0801,
             parent: 0,
@@ -390,7 +396,11 @@ mod tests {
 
     #[test]
     fn inode_round_trips() {
-        for content in [Content::Inline(b"hello".to_vec()), Content::Inline(vec![]), Content::Chunked] {
+        for content in [
+            Content::Inline(b"hello".to_vec()),
+            Content::Inline(vec![]),
+            Content::Chunked,
+        ] {
             let inode = sample_inode(content);
             let decoded = decode_inode(inode.ino, &encode_inode(&inode)).unwrap();
             assert_eq!(decoded, inode);
@@ -400,7 +410,10 @@ mod tests {
     #[test]
     fn truncated_inode_is_corrupt() {
         let bytes = encode_inode(&sample_inode(Content::Chunked));
-        assert!(matches!(decode_inode(1, &bytes[..20]), Err(FsError::Corrupt(_))));
+        assert!(matches!(
+            decode_inode(1, &bytes[..20]),
+            Err(FsError::Corrupt(_))
+        ));
         let mut wrong_version = bytes.clone();
         wrong_version[0] = 9;
         assert!(decode_inode(1, &wrong_version).is_err());
@@ -437,20 +450,38 @@ mod tests {
 
     #[test]
     fn counters_and_superblock_round_trip() {
-        for owner in [UsageOwner::Total, UsageOwner::User(7), UsageOwner::Group(8), UsageOwner::Project(9)] {
+        for owner in [
+            UsageOwner::Total,
+            UsageOwner::User(7),
+            UsageOwner::Group(8),
+            UsageOwner::Project(9),
+        ] {
             assert_eq!(decode_counter_key(&counter_key(owner)).unwrap(), owner);
         }
-        let usage = Usage { inodes: 3, bytes: 1 << 40 };
+        let usage = Usage {
+            inodes: 3,
+            bytes: 1 << 40,
+        };
         assert_eq!(decode_usage(b"k", &encode_usage(usage)).unwrap(), usage);
-        let superblock = Superblock { format_version: 1, inline_max_bytes: 4096, chunk_bytes: 65536 };
-        assert_eq!(decode_superblock(&encode_superblock(&superblock)).unwrap(), superblock);
+        let superblock = Superblock {
+            format_version: 1,
+            inline_max_bytes: 4096,
+            chunk_bytes: 65536,
+        };
+        assert_eq!(
+            decode_superblock(&encode_superblock(&superblock)).unwrap(),
+            superblock
+        );
     }
 
     #[test]
     fn id_ranges_at_the_top_of_the_space() {
         let (start, end) = id_range(INODE, u64::MAX);
         assert!(start < end && inode_key(u64::MAX) >= start && inode_key(u64::MAX) < end);
-        assert_eq!(decode_xattr_key(&xattr_key(4, b"user.a")).unwrap(), (4, &b"user.a"[..]));
+        assert_eq!(
+            decode_xattr_key(&xattr_key(4, b"user.a")).unwrap(),
+            (4, &b"user.a"[..])
+        );
         assert_eq!(decode_orphan_key(&orphan_key(4)).unwrap(), 4);
         assert_eq!(decode_inode_key(&inode_key(4)).unwrap(), 4);
     }

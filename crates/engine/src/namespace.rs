@@ -55,24 +55,29 @@ impl Engine {
         };
         let mut entries = Vec::new();
         let mut decode_error = None;
-        self.store().scan(Space::Meta, &start, &end, &mut |key, value| {
-            let decoded = keys::decode_entry_key(key).and_then(|(_, name)| {
-                let (ino, kind) = keys::decode_entry(key, value)?;
-                Ok(DirEntry { name: name.to_vec(), ino, kind })
-            });
-            match decoded {
-                Ok(entry) => entries.push(entry),
-                Err(error) => {
-                    decode_error = Some(error);
-                    return Scan::Stop;
+        self.store()
+            .scan(Space::Meta, &start, &end, &mut |key, value| {
+                let decoded = keys::decode_entry_key(key).and_then(|(_, name)| {
+                    let (ino, kind) = keys::decode_entry(key, value)?;
+                    Ok(DirEntry {
+                        name: name.to_vec(),
+                        ino,
+                        kind,
+                    })
+                });
+                match decoded {
+                    Ok(entry) => entries.push(entry),
+                    Err(error) => {
+                        decode_error = Some(error);
+                        return Scan::Stop;
+                    }
                 }
-            }
-            if entries.len() >= limit {
-                Scan::Stop
-            } else {
-                Scan::Continue
-            }
-        })?;
+                if entries.len() >= limit {
+                    Scan::Stop
+                } else {
+                    Scan::Continue
+                }
+            })?;
         if let Some(error) = decode_error {
             return Err(error);
         }
@@ -88,7 +93,12 @@ impl Engine {
 
     /// `readdir` with each entry's inode. Sibling inodes were allocated next to each other,
     /// so these reads hit the same store blocks.
-    pub fn readdir_plus(&self, dir: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<(DirEntry, Inode)>> {
+    pub fn readdir_plus(
+        &self,
+        dir: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<(DirEntry, Inode)>> {
         let entries = self.readdir(dir, after, limit)?;
         let mut with_inodes = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -111,7 +121,13 @@ impl Engine {
     }
 
     /// Creates a file, fifo, socket, device node or symlink (`mknod`, `create`, `symlink`).
-    pub fn create(&self, parent: u64, name: &[u8], new: &NewInode<'_>, caller: Caller) -> FsResult<Inode> {
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Create);
         if new.kind == FileKind::Directory {
             return Err(FsError::Invalid("use mkdir for directories"));
@@ -125,14 +141,30 @@ impl Engine {
         Ok(inode)
     }
 
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], caller: Caller) -> FsResult<Inode> {
-        let new = NewInode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, target };
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        caller: Caller,
+    ) -> FsResult<Inode> {
+        let new = NewInode {
+            kind: FileKind::Symlink,
+            perm: 0o777,
+            rdev: 0,
+            target,
+        };
         self.create(parent, name, &new, caller)
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, caller: Caller) -> FsResult<Inode> {
         self.stats().count(Op::Mkdir);
-        let new = NewInode { kind: FileKind::Directory, perm, rdev: 0, target: &[] };
+        let new = NewInode {
+            kind: FileKind::Directory,
+            perm,
+            rdev: 0,
+            target: &[],
+        };
         let mut txn = self.begin()?;
         let inode = txn.add_child(parent, name, &new, caller)?;
         txn.commit()?;
@@ -206,7 +238,13 @@ impl Engine {
 
 impl Txn<'_> {
     /// Creates an inode and its entry in `parent`, charging the caller.
-    pub(crate) fn add_child(&mut self, parent: u64, name: &[u8], new: &NewInode<'_>, caller: Caller) -> FsResult<Inode> {
+    pub(crate) fn add_child(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         check_name(name)?;
         let mut parent_inode = self.directory(parent)?;
         if parent_inode.nlink == 0 {
@@ -219,8 +257,16 @@ impl Txn<'_> {
         // BSD group semantics of a setgid directory: children take its group, and new
         // subdirectories stay setgid.
         let setgid_parent = parent_inode.perm & S_ISGID != 0;
-        let gid = if setgid_parent { parent_inode.gid } else { caller.gid };
-        let perm = if setgid_parent && is_dir { new.perm | S_ISGID } else { new.perm };
+        let gid = if setgid_parent {
+            parent_inode.gid
+        } else {
+            caller.gid
+        };
+        let perm = if setgid_parent && is_dir {
+            new.perm | S_ISGID
+        } else {
+            new.perm
+        };
         let ino = self.alloc_ino(parent);
         // Only a symlink carries bytes at creation: its target.
         let content = match new.kind {
@@ -234,7 +280,11 @@ impl Txn<'_> {
             uid: caller.uid,
             gid,
             nlink: if is_dir { 2 } else { 1 },
-            size: if new.kind == FileKind::Symlink { new.target.len() as u64 } else { 0 },
+            size: if new.kind == FileKind::Symlink {
+                new.target.len() as u64
+            } else {
+                0
+            },
             allocated_bytes: 0,
             atime: self.now,
             mtime: self.now,
@@ -256,10 +306,18 @@ impl Txn<'_> {
     pub(crate) fn touch_parent(&mut self, parent: &mut Inode, entries: i64, subdirs: i32) {
         assert!(parent.kind == FileKind::Directory);
         let size = parent.size as i64 + entries;
-        assert!(size >= 0, "directory {} entry count would go negative", parent.ino);
+        assert!(
+            size >= 0,
+            "directory {} entry count would go negative",
+            parent.ino
+        );
         parent.size = size as u64;
         parent.nlink = (parent.nlink as i64 + i64::from(subdirs)) as u32;
-        assert!(parent.nlink >= 2, "directory {} link count below 2", parent.ino);
+        assert!(
+            parent.nlink >= 2,
+            "directory {} link count below 2",
+            parent.ino
+        );
         parent.mtime = self.now;
         parent.ctime = self.now;
         self.put_inode(parent);

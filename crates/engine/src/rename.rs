@@ -26,7 +26,14 @@ struct DirDelta {
 }
 
 impl Engine {
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], mode: RenameMode) -> FsResult<()> {
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        mode: RenameMode,
+    ) -> FsResult<()> {
         self.stats().count(Op::Rename);
         check_name(newname)?;
         let mut txn = self.begin()?;
@@ -92,7 +99,9 @@ impl Txn<'_> {
             }
             current = self.inode(current)?.parent;
         }
-        Err(FsError::Corrupt(format!("directory cycle above inode {new_parent}")))
+        Err(FsError::Corrupt(format!(
+            "directory cycle above inode {new_parent}"
+        )))
     }
 
     /// Sets a moved directory's parent pointer; stamps ctime on any moved inode.
@@ -107,7 +116,13 @@ impl Txn<'_> {
     }
 
     /// Removes the inode a rename replaces, after the type checks rename(2) requires.
-    fn remove_rename_target(&mut self, parent: u64, ino: u64, kind: FileKind, src_kind: FileKind) -> FsResult<()> {
+    fn remove_rename_target(
+        &mut self,
+        parent: u64,
+        ino: u64,
+        kind: FileKind,
+        src_kind: FileKind,
+    ) -> FsResult<()> {
         let target = self.inode(ino)?;
         match (src_kind == FileKind::Directory, kind == FileKind::Directory) {
             (true, false) => Err(FsError::NotDir),
@@ -123,9 +138,18 @@ impl Txn<'_> {
         }
     }
 
-    fn apply_dir_deltas(&mut self, parent: u64, from: DirDelta, newparent: u64, to: DirDelta) -> FsResult<()> {
+    fn apply_dir_deltas(
+        &mut self,
+        parent: u64,
+        from: DirDelta,
+        newparent: u64,
+        to: DirDelta,
+    ) -> FsResult<()> {
         if parent == newparent {
-            let both = DirDelta { entries: from.entries + to.entries, subdirs: from.subdirs + to.subdirs };
+            let both = DirDelta {
+                entries: from.entries + to.entries,
+                subdirs: from.subdirs + to.subdirs,
+            };
             let mut dir = self.inode(parent)?;
             self.touch_parent(&mut dir, both.entries, both.subdirs);
             return Ok(());

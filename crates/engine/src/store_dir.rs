@@ -25,7 +25,9 @@ pub enum StoreDirError {
     NotAStore(PathBuf),
     #[error("{0}: {FORMAT_FILE} does not describe a shoal store ({1:?}); refusing to touch it")]
     Foreign(PathBuf, String),
-    #[error("{0}: store format version {1} is not supported by this shoal (supports {FORMAT_VERSION})")]
+    #[error(
+        "{0}: store format version {1} is not supported by this shoal (supports {FORMAT_VERSION})"
+    )]
     UnsupportedVersion(PathBuf, u32),
     #[error("{0}: directory is not empty; use --force to format it anyway")]
     NotEmpty(PathBuf),
@@ -68,7 +70,11 @@ pub fn prepare_new(dir: &Path, force: bool) -> Result<(), StoreDirError> {
     let _lock = StoreLock::acquire(dir)?;
     for entry in fs::read_dir(dir).map_err(io_error(dir))? {
         let path = entry.map_err(io_error(dir))?.path();
-        let removed = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        let removed = if path.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
         removed.map_err(io_error(&path))?;
     }
     Ok(())
@@ -98,15 +104,25 @@ pub fn read_format(dir: &Path) -> Result<u32, StoreDirError> {
     };
     let first_line = text.lines().next().unwrap_or("").trim().to_string();
     let mut words = first_line.split_whitespace();
-    let version = match (words.next(), words.next().map(str::parse::<u32>), words.next()) {
+    let version = match (
+        words.next(),
+        words.next().map(str::parse::<u32>),
+        words.next(),
+    ) {
         (Some(FORMAT_MAGIC), Some(Ok(version)), None) => version,
         _ => return Err(StoreDirError::Foreign(dir.to_path_buf(), first_line)),
     };
     if version != FORMAT_VERSION {
-        return Err(StoreDirError::UnsupportedVersion(dir.to_path_buf(), version));
+        return Err(StoreDirError::UnsupportedVersion(
+            dir.to_path_buf(),
+            version,
+        ));
     }
     if !kv_path(dir).is_dir() {
-        return Err(StoreDirError::Foreign(dir.to_path_buf(), "missing kv/ directory".into()));
+        return Err(StoreDirError::Foreign(
+            dir.to_path_buf(),
+            "missing kv/ directory".into(),
+        ));
     }
     Ok(version)
 }

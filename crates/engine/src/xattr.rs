@@ -26,7 +26,10 @@ fn check_xattr_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Range);
     }
     let supported = [&b"user."[..], b"trusted.", b"security."];
-    if supported.iter().any(|prefix| name.starts_with(prefix) && name.len() > prefix.len()) {
+    if supported
+        .iter()
+        .any(|prefix| name.starts_with(prefix) && name.len() > prefix.len())
+    {
         Ok(())
     } else {
         Err(FsError::XattrNotSupported)
@@ -76,12 +79,13 @@ impl Engine {
         self.read_inode(ino)?;
         let (start, end) = keys::xattr_range(ino);
         let mut names = Vec::new();
-        self.store().scan(Space::Meta, &start, &end, &mut |key, _| {
-            if let Ok((_, name)) = keys::decode_xattr_key(key) {
-                names.push(name.to_vec());
-            }
-            Scan::Continue
-        })?;
+        self.store()
+            .scan(Space::Meta, &start, &end, &mut |key, _| {
+                if let Ok((_, name)) = keys::decode_xattr_key(key) {
+                    names.push(name.to_vec());
+                }
+                Scan::Continue
+            })?;
         Ok(names)
     }
 

@@ -10,7 +10,14 @@ fn is_inline(inode: &Inode) -> bool {
 }
 
 fn truncate(fs: &Engine, ino: u64, size: u64) -> Inode {
-    fs.setattr(ino, &SetAttr { size: Some(size), ..sattr() }).unwrap()
+    fs.setattr(
+        ino,
+        &SetAttr {
+            size: Some(size),
+            ..sattr()
+        },
+    )
+    .unwrap()
 }
 
 /// Writes into both the engine and the model.
@@ -37,7 +44,13 @@ fn check_against(fs: &Engine, ino: u64, model: &[u8]) {
 
 /// Invariants of the storage layout after every operation.
 fn check_layout(inode: &Inode) {
-    assert_eq!(is_inline(inode), inode.size <= INLINE_MAX, "layout of a {}-byte file: {:?}", inode.size, inode.content);
+    assert_eq!(
+        is_inline(inode),
+        inode.size <= INLINE_MAX,
+        "layout of a {}-byte file: {:?}",
+        inode.size,
+        inode.content
+    );
     if let Content::Inline(bytes) = &inode.content {
         assert_eq!(bytes.len() as u64, inode.size);
         assert_eq!(inode.allocated_bytes, inode.size);
@@ -93,7 +106,11 @@ fn model_test(fs: &Engine, seed: u64, ops: usize) {
                 let got = fs.read(file.ino, offset, size).unwrap();
                 let start = (offset as usize).min(model.len());
                 let end = (offset as usize + size as usize).min(model.len());
-                assert!(got == model[start..end], "step {step}: read({offset}, {size}) of a {}-byte file differs", model.len());
+                assert!(
+                    got == model[start..end],
+                    "step {step}: read({offset}, {size}) of a {}-byte file differs",
+                    model.len()
+                );
                 reads += 1;
             }
         }
@@ -101,13 +118,23 @@ fn model_test(fs: &Engine, seed: u64, ops: usize) {
         assert_eq!(inode.size, model.len() as u64, "step {step}: size");
         check_layout(&inode);
         if step % 100 == 0 {
-            assert_eq!(total(fs).bytes, base_usage.bytes + inode.allocated_bytes, "step {step}: usage bytes");
+            assert_eq!(
+                total(fs).bytes,
+                base_usage.bytes + inode.allocated_bytes,
+                "step {step}: usage bytes"
+            );
         }
     }
     assert!(writes > ops / 3 && truncates > ops / 10 && reads > ops / 5);
     check_against(fs, file.ino, &model);
     let inode = fs.getattr(file.ino).unwrap();
-    assert_eq!(total(fs), Usage { inodes: base_usage.inodes, bytes: base_usage.bytes + inode.allocated_bytes });
+    assert_eq!(
+        total(fs),
+        Usage {
+            inodes: base_usage.inodes,
+            bytes: base_usage.bytes + inode.allocated_bytes
+        }
+    );
     assert_consistent(fs, &[]);
 }
 
@@ -433,4 +460,3 @@ both_backends! {
         }
     }
 }
-

@@ -21,7 +21,12 @@ fn tree_listing(dir: &Path) -> Vec<(String, u64, Option<SystemTime>, bool)> {
         for entry in std::fs::read_dir(&path).unwrap() {
             let entry = entry.unwrap();
             let meta = entry.metadata().unwrap();
-            let rel = entry.path().strip_prefix(dir).unwrap().display().to_string();
+            let rel = entry
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .display()
+                .to_string();
             if meta.is_dir() {
                 stack.push(entry.path());
             }
@@ -51,10 +56,22 @@ fn populate(fs: &Engine, seed: u64) {
     fs.write(sparse.ino, 5 << 20, b"far").unwrap();
     fs.link(big.ino, top.ino, b"big-link").unwrap();
     fs.symlink(top.ino, b"sym", b"sub/big", ME).unwrap();
-    fs.create(top.ino, b"dev", &special(FileKind::CharDevice), ME).unwrap();
-    fs.setxattr(big.ino, b"user.checksum", &rng.bytes(32), XattrMode::Either).unwrap();
-    fs.setxattr(top.ino, b"trusted.dir", b"yes", XattrMode::Either).unwrap();
-    fs.setattr(big.ino, &SetAttr { uid: Some(2000), gid: Some(3000), perm: Some(0o600), ..sattr() }).unwrap();
+    fs.create(top.ino, b"dev", &special(FileKind::CharDevice), ME)
+        .unwrap();
+    fs.setxattr(big.ino, b"user.checksum", &rng.bytes(32), XattrMode::Either)
+        .unwrap();
+    fs.setxattr(top.ino, b"trusted.dir", b"yes", XattrMode::Either)
+        .unwrap();
+    fs.setattr(
+        big.ino,
+        &SetAttr {
+            uid: Some(2000),
+            gid: Some(3000),
+            perm: Some(0o600),
+            ..sattr()
+        },
+    )
+    .unwrap();
     let mut dirs = vec![top.ino, sub.ino];
     for _ in 0..400 {
         random_op(fs, &mut rng, top.ino, &mut dirs, 24);
@@ -87,12 +104,18 @@ fn reopen_right_after_drop_with_default_config() {
 
 #[test]
 fn commit_thread_syncs_on_its_interval() {
-    let fs = disk_with(EngineConfig { commit_interval: Some(Duration::from_millis(20)), ..EngineConfig::default() });
+    let fs = disk_with(EngineConfig {
+        commit_interval: Some(Duration::from_millis(20)),
+        ..EngineConfig::default()
+    });
     let syncs = fs.stats().op_count(Op::StoreSync);
     mkfile(&fs, ROOT_INO, b"f");
     let started = Instant::now();
     while fs.stats().op_count(Op::StoreSync) == syncs {
-        assert!(started.elapsed() < Duration::from_secs(5), "no interval commit within 5 s");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no interval commit within 5 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     // Nothing new to commit: the thread does not sync again.
@@ -109,9 +132,19 @@ fn sync_is_skipped_when_nothing_was_written_and_each_mutation_is_one_batch() {
     assert_eq!(fs.stats().batches(), batches + 1);
     assert_err!(fs.create(ROOT_INO, b"f", &regular(), ME), FsError::Exists);
     assert_err!(fs.unlink(ROOT_INO, b"missing"), FsError::NotFound);
-    assert_eq!(fs.stats().batches(), batches + 1, "failed operations write nothing");
-    fs.rename(ROOT_INO, b"f", ROOT_INO, b"g", RenameMode::Replace).unwrap();
-    fs.write(fs.lookup(ROOT_INO, b"g").unwrap().ino, 0, &vec![1u8; 3 * CHUNK as usize]).unwrap();
+    assert_eq!(
+        fs.stats().batches(),
+        batches + 1,
+        "failed operations write nothing"
+    );
+    fs.rename(ROOT_INO, b"f", ROOT_INO, b"g", RenameMode::Replace)
+        .unwrap();
+    fs.write(
+        fs.lookup(ROOT_INO, b"g").unwrap().ino,
+        0,
+        &vec![1u8; 3 * CHUNK as usize],
+    )
+    .unwrap();
     assert_eq!(fs.stats().batches(), batches + 3);
     assert!(fs.stats().batch_bytes() > 3 * CHUNK);
     assert_eq!(fs.stats().op_count(Op::Create), 2);
@@ -119,14 +152,20 @@ fn sync_is_skipped_when_nothing_was_written_and_each_mutation_is_one_batch() {
     assert_eq!(fs.stats().op_count(Op::StoreSync), syncs + 1);
     fs.sync().unwrap();
     fs.sync().unwrap();
-    assert_eq!(fs.stats().op_count(Op::StoreSync), syncs + 1, "nothing new: no store sync");
+    assert_eq!(
+        fs.stats().op_count(Op::StoreSync),
+        syncs + 1,
+        "nothing new: no store sync"
+    );
     // Concurrent syncs of one write share a store sync or two, not eight.
     mkfile(&fs, ROOT_INO, b"h");
     let fs = std::sync::Arc::clone(&fs.engine);
-    let threads: Vec<_> = (0..8).map(|_| {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.sync().unwrap())
-    }).collect();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.sync().unwrap())
+        })
+        .collect();
     threads.into_iter().for_each(|t| t.join().unwrap());
     let used = fs.stats().op_count(Op::StoreSync) - (syncs + 1);
     assert!((1..=2).contains(&used), "{used} store syncs for one batch");
@@ -150,7 +189,10 @@ fn everything_survives_sync_drop_and_reopen_across_sessions() {
     populate(&fs, 2);
     let before = snapshot(&fs);
     let inos: std::collections::BTreeSet<u64> = before.values().map(|n| n.inode.ino).collect();
-    assert!(before.keys().any(|p| p.starts_with(b"/top1")) && before.keys().any(|p| p.starts_with(b"/top2")));
+    assert!(
+        before.keys().any(|p| p.starts_with(b"/top1"))
+            && before.keys().any(|p| p.starts_with(b"/top2"))
+    );
     // No explicit sync this time: dropping the engine syncs.
     drop(fs);
     assert_fsck_clean(&closed.store);
@@ -158,11 +200,20 @@ fn everything_survives_sync_drop_and_reopen_across_sessions() {
     let fs = closed.open();
     assert_eq!(snapshot(&fs), before);
     let fresh = mkfile(&fs, ROOT_INO, b"fresh");
-    assert!(!inos.contains(&fresh.ino), "inode {} handed out again", fresh.ino);
+    assert!(
+        !inos.contains(&fresh.ino),
+        "inode {} handed out again",
+        fresh.ino
+    );
     assert_consistent(&fs, &[]);
     drop(fs);
     let report = assert_fsck_clean(&closed.store);
-    assert_eq!(report.inodes as usize, inos.len() + 1, "{}", report.summary());
+    assert_eq!(
+        report.inodes as usize,
+        inos.len() + 1,
+        "{}",
+        report.summary()
+    );
 }
 
 both_backends! {
@@ -200,7 +251,11 @@ fn fsck_agrees_with_the_api_after_a_random_mix() {
     assert_eq!(report.directories, walk.directories);
     assert_eq!(report.entries, walk.entries);
     assert_eq!(report.orphans, 0);
-    assert!(report.chunks > 0 && report.xattrs > 0, "{}", report.summary());
+    assert!(
+        report.chunks > 0 && report.xattrs > 0,
+        "{}",
+        report.summary()
+    );
     assert!(report.summary().contains("clean"));
 }
 
@@ -228,7 +283,11 @@ fn tamper(store: &Path, change: impl FnOnce(&mut Batch)) {
 
 fn problems(store: &Path) -> FsckReport {
     let report = fsck_store_dir(store).unwrap();
-    assert!(!report.is_clean(), "fsck missed the corruption:\n{}", report.summary());
+    assert!(
+        !report.is_clean(),
+        "fsck missed the corruption:\n{}",
+        report.summary()
+    );
     assert_eq!(report.problem_count as usize, report.problems.len());
     report
 }
@@ -240,11 +299,28 @@ fn mentions(report: &FsckReport, text: &str) -> bool {
 #[test]
 fn fsck_finds_a_lost_directory_entry() {
     let (closed, dir, file, _) = corruptible();
-    tamper(&closed.store, |b| b.delete(Space::Meta, keys::entry_key(dir, b"f")));
+    tamper(&closed.store, |b| {
+        b.delete(Space::Meta, keys::entry_key(dir, b"f"))
+    });
     let report = problems(&closed.store);
-    assert!(mentions(&report, &format!("directory {dir}: size 2 but 1 entries")), "{}", report.summary());
-    assert!(mentions(&report, &format!("inode {file}: nlink 1 but 0 entries")), "{}", report.summary());
-    assert!(mentions(&report, &format!("inode {file} is unreachable and not an orphan")), "{}", report.summary());
+    assert!(
+        mentions(&report, &format!("directory {dir}: size 2 but 1 entries")),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        mentions(&report, &format!("inode {file}: nlink 1 but 0 entries")),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        mentions(
+            &report,
+            &format!("inode {file} is unreachable and not an orphan")
+        ),
+        "{}",
+        report.summary()
+    );
     assert!(report.summary().contains("problem(s)"));
 }
 
@@ -252,18 +328,48 @@ fn fsck_finds_a_lost_directory_entry() {
 fn fsck_finds_wrong_counters_dangling_entries_and_stray_chunks() {
     let (closed, dir, file, big) = corruptible();
     tamper(&closed.store, |b| {
-        b.put(Space::Meta, keys::counter_key(UsageOwner::User(1000)), keys::encode_usage(Usage { inodes: 99, bytes: 1 }));
-        b.put(Space::Meta, keys::entry_key(dir, b"ghost"), keys::encode_entry(777_777, FileKind::Regular));
+        b.put(
+            Space::Meta,
+            keys::counter_key(UsageOwner::User(1000)),
+            keys::encode_usage(Usage {
+                inodes: 99,
+                bytes: 1,
+            }),
+        );
+        b.put(
+            Space::Meta,
+            keys::entry_key(dir, b"ghost"),
+            keys::encode_entry(777_777, FileKind::Regular),
+        );
         b.put(Space::Data, keys::chunk_key(file, 0), b"stray".to_vec());
         b.delete(Space::Data, keys::chunk_key(big, 1));
-        b.put(Space::Meta, keys::xattr_key(888_888, b"user.lost"), b"v".to_vec());
+        b.put(
+            Space::Meta,
+            keys::xattr_key(888_888, b"user.lost"),
+            b"v".to_vec(),
+        );
     });
     let report = problems(&closed.store);
     let text = report.summary();
     assert!(mentions(&report, "usage of User(1000)"), "{text}");
-    assert!(mentions(&report, "points to missing inode 777777"), "{text}");
-    assert!(mentions(&report, &format!("chunk 0 of inline inode {file}")), "{text}");
-    assert!(mentions(&report, &format!("inode {big}: allocated 100000 but chunks hold {}", 100_000 - CHUNK)) || mentions(&report, &format!("inode {big}: allocated")), "{text}");
+    assert!(
+        mentions(&report, "points to missing inode 777777"),
+        "{text}"
+    );
+    assert!(
+        mentions(&report, &format!("chunk 0 of inline inode {file}")),
+        "{text}"
+    );
+    assert!(
+        mentions(
+            &report,
+            &format!(
+                "inode {big}: allocated 100000 but chunks hold {}",
+                100_000 - CHUNK
+            )
+        ) || mentions(&report, &format!("inode {big}: allocated")),
+        "{text}"
+    );
     assert!(mentions(&report, "xattr of missing inode 888888"), "{text}");
     assert!(report.problem_count >= 5, "{text}");
 }
@@ -277,30 +383,53 @@ fn fsck_finds_a_directory_cycle_and_bad_link_counts() {
     inode.nlink = 7;
     inode.parent = dir;
     let mut batch = Batch::default();
-    batch.put(Space::Meta, keys::inode_key(dir), keys::encode_inode(&inode));
+    batch.put(
+        Space::Meta,
+        keys::inode_key(dir),
+        keys::encode_inode(&inode),
+    );
     kv.write(batch).unwrap();
     kv.sync().unwrap();
     drop(kv);
     let report = problems(&closed.store);
-    assert!(mentions(&report, &format!("directory {dir}: nlink 7 but 2 expected")), "{}", report.summary());
-    assert!(mentions(&report, &format!("directory {dir}: parent pointer {dir} but named in 1")), "{}", report.summary());
+    assert!(
+        mentions(&report, &format!("directory {dir}: nlink 7 but 2 expected")),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        mentions(
+            &report,
+            &format!("directory {dir}: parent pointer {dir} but named in 1")
+        ),
+        "{}",
+        report.summary()
+    );
 }
 
 #[test]
 fn open_refuses_a_store_without_superblock_or_root() {
     let (closed, _, _, _) = corruptible();
-    tamper(&closed.store, |b| b.delete(Space::Meta, keys::inode_key(ROOT_INO)));
+    tamper(&closed.store, |b| {
+        b.delete(Space::Meta, keys::inode_key(ROOT_INO))
+    });
     match open_err(&closed.store, no_thread()) {
         OpenError::Damaged(why) => assert!(why.contains("root"), "{why}"),
         other => panic!("expected Damaged, got {other:?}"),
     }
-    tamper(&closed.store, |b| b.delete(Space::Meta, keys::superblock_key()));
+    tamper(&closed.store, |b| {
+        b.delete(Space::Meta, keys::superblock_key())
+    });
     match open_err(&closed.store, no_thread()) {
         OpenError::Damaged(why) => assert!(why.contains("superblock"), "{why}"),
         other => panic!("expected Damaged, got {other:?}"),
     }
     let report = problems(&closed.store);
-    assert!(mentions(&report, "superblock missing"), "{}", report.summary());
+    assert!(
+        mentions(&report, "superblock missing"),
+        "{}",
+        report.summary()
+    );
     // A refused open left the lock free.
     assert!(fsck_store_dir(&closed.store).is_ok());
 }
@@ -311,23 +440,42 @@ fn open_refuses_a_store_without_superblock_or_root() {
 fn open_and_fsck_refuse_what_is_not_a_store() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("missing");
-    assert!(matches!(store_dir_error(open_err(&missing, no_thread())), StoreDirError::Missing(_)));
+    assert!(matches!(
+        store_dir_error(open_err(&missing, no_thread())),
+        StoreDirError::Missing(_)
+    ));
     assert!(!missing.exists());
 
     let plain = tmp.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
     std::fs::write(plain.join("precious.txt"), b"not yours").unwrap();
     let before = tree_listing(&plain);
-    assert!(matches!(store_dir_error(open_err(&plain, no_thread())), StoreDirError::NotAStore(_)));
-    assert!(matches!(fsck_store_dir(&plain).err().map(store_dir_error), Some(StoreDirError::NotAStore(_))));
-    assert_eq!(tree_listing(&plain), before, "a failed open touched a foreign directory");
+    assert!(matches!(
+        store_dir_error(open_err(&plain, no_thread())),
+        StoreDirError::NotAStore(_)
+    ));
+    assert!(matches!(
+        fsck_store_dir(&plain).err().map(store_dir_error),
+        Some(StoreDirError::NotAStore(_))
+    ));
+    assert_eq!(
+        tree_listing(&plain),
+        before,
+        "a failed open touched a foreign directory"
+    );
 
     std::fs::write(plain.join("FORMAT"), b"something else 1\n").unwrap();
     let before = tree_listing(&plain);
-    assert!(matches!(store_dir_error(open_err(&plain, no_thread())), StoreDirError::Foreign(_, _)));
+    assert!(matches!(
+        store_dir_error(open_err(&plain, no_thread())),
+        StoreDirError::Foreign(_, _)
+    ));
     std::fs::write(plain.join("FORMAT"), b"shoal-store 1\n").unwrap();
     // Right magic and version but no kv/ directory: still foreign.
-    assert!(matches!(store_dir_error(open_err(&plain, no_thread())), StoreDirError::Foreign(_, _)));
+    assert!(matches!(
+        store_dir_error(open_err(&plain, no_thread())),
+        StoreDirError::Foreign(_, _)
+    ));
     assert_eq!(tree_listing(&plain).len(), before.len());
     assert!(!plain.join("lock").exists() && !plain.join("kv").exists());
 }
@@ -344,17 +492,32 @@ fn a_newer_store_version_is_refused_and_left_unchanged() {
         StoreDirError::UnsupportedVersion(path, 99) => assert_eq!(path, closed.store),
         other => panic!("expected UnsupportedVersion(_, 99), got {other:?}"),
     }
-    assert!(matches!(fsck_store_dir(&closed.store).err().map(store_dir_error), Some(StoreDirError::UnsupportedVersion(_, 99))));
     assert!(matches!(
-        Engine::mkfs(&closed.store, false).err().map(store_dir_error),
+        fsck_store_dir(&closed.store).err().map(store_dir_error),
+        Some(StoreDirError::UnsupportedVersion(_, 99))
+    ));
+    assert!(matches!(
+        Engine::mkfs(&closed.store, false)
+            .err()
+            .map(store_dir_error),
         Some(StoreDirError::NotEmpty(_) | StoreDirError::AlreadyAStore(_))
     ));
-    assert_eq!(tree_listing(&closed.store), before, "refusing a newer store must not modify it");
-    assert_eq!(std::fs::read(closed.store.join("FORMAT")).unwrap(), b"shoal-store 99\n");
+    assert_eq!(
+        tree_listing(&closed.store),
+        before,
+        "refusing a newer store must not modify it"
+    );
+    assert_eq!(
+        std::fs::read(closed.store.join("FORMAT")).unwrap(),
+        b"shoal-store 99\n"
+    );
     // Put the version back: the store opens with its data.
     std::fs::write(closed.store.join("FORMAT"), b"shoal-store 1\n").unwrap();
     let fs = closed.open();
-    assert_eq!(read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino), b"v1 data");
+    assert_eq!(
+        read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino),
+        b"v1 data"
+    );
 }
 
 #[test]
@@ -363,20 +526,29 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
     let nested = tmp.path().join("a/b/store");
     Engine::mkfs(&nested, false).unwrap();
     assert!(nested.join("FORMAT").is_file());
-    assert_eq!(std::fs::read_to_string(nested.join("FORMAT")).unwrap(), "shoal-store 1\n");
+    assert_eq!(
+        std::fs::read_to_string(nested.join("FORMAT")).unwrap(),
+        "shoal-store 1\n"
+    );
     assert_fsck_clean(&nested);
 
     let busy = tmp.path().join("busy");
     std::fs::create_dir(&busy).unwrap();
     std::fs::write(busy.join("data"), b"keep").unwrap();
-    assert!(matches!(Engine::mkfs(&busy, false).err().map(store_dir_error), Some(StoreDirError::NotEmpty(_))));
+    assert!(matches!(
+        Engine::mkfs(&busy, false).err().map(store_dir_error),
+        Some(StoreDirError::NotEmpty(_))
+    ));
     assert_eq!(std::fs::read(busy.join("data")).unwrap(), b"keep");
 
     // An existing store: refused without force, with its data intact.
     let fs = Engine::open(&nested, no_thread()).unwrap();
     mkfile_with(&fs, ROOT_INO, b"old", b"old data");
     drop(fs);
-    assert!(matches!(Engine::mkfs(&nested, false).err().map(store_dir_error), Some(StoreDirError::AlreadyAStore(_))));
+    assert!(matches!(
+        Engine::mkfs(&nested, false).err().map(store_dir_error),
+        Some(StoreDirError::AlreadyAStore(_))
+    ));
     let fs = Engine::open(&nested, no_thread()).unwrap();
     assert_eq!(names(&fs, ROOT_INO), vec![b"old".to_vec()]);
     drop(fs);
@@ -384,7 +556,13 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
     Engine::mkfs(&nested, true).unwrap();
     let fs = Engine::open(&nested, no_thread()).unwrap();
     assert!(names(&fs, ROOT_INO).is_empty());
-    assert_eq!(total(&fs), Usage { inodes: 1, bytes: 0 });
+    assert_eq!(
+        total(&fs),
+        Usage {
+            inodes: 1,
+            bytes: 0
+        }
+    );
     drop(fs);
     // Forced over a foreign non-empty directory too.
     Engine::mkfs(&busy, true).unwrap();
@@ -398,7 +576,13 @@ fn a_store_in_use_is_locked() {
     mkfile_with(&fs, ROOT_INO, b"f", b"in use");
     let store = fs.store.clone().unwrap();
     let pid = std::process::id().to_string();
-    for config in [no_thread(), EngineConfig { read_only: true, ..no_thread() }] {
+    for config in [
+        no_thread(),
+        EngineConfig {
+            read_only: true,
+            ..no_thread()
+        },
+    ] {
         match store_dir_error(open_err(&store, config)) {
             StoreDirError::Locked(path, owner) => {
                 assert_eq!(path, store);
@@ -407,12 +591,28 @@ fn a_store_in_use_is_locked() {
             other => panic!("expected Locked, got {other:?}"),
         }
     }
-    assert!(matches!(fsck_store_dir(&store).err().map(store_dir_error), Some(StoreDirError::Locked(_, _))));
-    assert!(matches!(Engine::mkfs(&store, true).err().map(store_dir_error), Some(StoreDirError::Locked(_, _))));
+    assert!(matches!(
+        fsck_store_dir(&store).err().map(store_dir_error),
+        Some(StoreDirError::Locked(_, _))
+    ));
+    assert!(matches!(
+        Engine::mkfs(&store, true).err().map(store_dir_error),
+        Some(StoreDirError::Locked(_, _))
+    ));
     // The refused mkfs --force left the live store alone.
-    assert_eq!(read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino), b"in use");
+    assert_eq!(
+        read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino),
+        b"in use"
+    );
     let closed = fs.close();
-    assert_eq!(std::fs::read(closed.store.join("lock")).unwrap(), b"", "the lock file keeps no stale pid");
+    assert_eq!(
+        std::fs::read(closed.store.join("lock")).unwrap(),
+        b"",
+        "the lock file keeps no stale pid"
+    );
     let fs = closed.open();
-    assert_eq!(read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino), b"in use");
+    assert_eq!(
+        read_all(&fs, fs.lookup(ROOT_INO, b"f").unwrap().ino),
+        b"in use"
+    );
 }

@@ -411,14 +411,30 @@ both_backends! {
 
 #[test]
 fn read_only_memory_engine_refuses_every_mutation() {
-    let fs = Engine::open_memory(EngineConfig { read_only: true, ..EngineConfig::default() }).unwrap();
+    let fs = Engine::open_memory(EngineConfig {
+        read_only: true,
+        ..EngineConfig::default()
+    })
+    .unwrap();
     assert!(fs.is_read_only());
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 2);
     assert_err!(fs.create(ROOT_INO, b"f", &regular(), ME), FsError::ReadOnly);
     assert_err!(fs.mkdir(ROOT_INO, b"d", 0o755, ME), FsError::ReadOnly);
     assert_err!(fs.symlink(ROOT_INO, b"l", b"t", ME), FsError::ReadOnly);
-    assert_err!(fs.setattr(ROOT_INO, &SetAttr { perm: Some(0o700), ..sattr() }), FsError::ReadOnly);
-    assert_err!(fs.setxattr(ROOT_INO, b"user.a", b"v", XattrMode::Either), FsError::ReadOnly);
+    assert_err!(
+        fs.setattr(
+            ROOT_INO,
+            &SetAttr {
+                perm: Some(0o700),
+                ..sattr()
+            }
+        ),
+        FsError::ReadOnly
+    );
+    assert_err!(
+        fs.setxattr(ROOT_INO, b"user.a", b"v", XattrMode::Either),
+        FsError::ReadOnly
+    );
     assert!(fs.readdir(ROOT_INO, None, 10).unwrap().is_empty());
     assert_eq!(fs.getattr(ROOT_INO).unwrap().perm, 0o755);
     fs.sync().unwrap();
@@ -431,35 +447,106 @@ fn read_only_disk_engine_serves_reads_and_refuses_every_mutation() {
     let dir = mkdir(&fs, ROOT_INO, b"d");
     let file = mkfile_with(&fs, dir.ino, b"f", b"hello");
     let big = mkfile_with(&fs, ROOT_INO, b"big", &vec![7u8; 100_000]);
-    fs.setxattr(file.ino, b"user.k", b"v", XattrMode::Either).unwrap();
+    fs.setxattr(file.ino, b"user.k", b"v", XattrMode::Either)
+        .unwrap();
     let before = snapshot(&fs);
     let usage_before = total(&fs);
     let closed = fs.close();
 
-    let ro = Engine::open(&store, EngineConfig { read_only: true, commit_interval: None, ..EngineConfig::default() }).unwrap();
+    let ro = Engine::open(
+        &store,
+        EngineConfig {
+            read_only: true,
+            commit_interval: None,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
     assert!(ro.is_read_only());
     assert_eq!(snapshot(&ro), before);
     assert_eq!(ro.usage(UsageOwner::Total).unwrap(), usage_before);
     let mutations: Vec<(&str, Result<(), FsError>)> = vec![
-        ("create", ro.create(ROOT_INO, b"new", &regular(), ME).map(|_| ())),
-        ("mknod", ro.create(ROOT_INO, b"fifo", &special(FileKind::Fifo), ME).map(|_| ())),
+        (
+            "create",
+            ro.create(ROOT_INO, b"new", &regular(), ME).map(|_| ()),
+        ),
+        (
+            "mknod",
+            ro.create(ROOT_INO, b"fifo", &special(FileKind::Fifo), ME)
+                .map(|_| ()),
+        ),
         ("mkdir", ro.mkdir(ROOT_INO, b"new", 0o755, ME).map(|_| ())),
-        ("symlink", ro.symlink(ROOT_INO, b"new", b"t", ME).map(|_| ())),
+        (
+            "symlink",
+            ro.symlink(ROOT_INO, b"new", b"t", ME).map(|_| ()),
+        ),
         ("link", ro.link(file.ino, ROOT_INO, b"new").map(|_| ())),
         ("unlink", ro.unlink(dir.ino, b"f")),
         ("rmdir", ro.rmdir(ROOT_INO, b"d")),
-        ("rename", ro.rename(ROOT_INO, b"d", ROOT_INO, b"e", RenameMode::Replace)),
-        ("exchange", ro.rename(ROOT_INO, b"d", ROOT_INO, b"big", RenameMode::Exchange)),
+        (
+            "rename",
+            ro.rename(ROOT_INO, b"d", ROOT_INO, b"e", RenameMode::Replace),
+        ),
+        (
+            "exchange",
+            ro.rename(ROOT_INO, b"d", ROOT_INO, b"big", RenameMode::Exchange),
+        ),
         ("write", ro.write(file.ino, 0, b"x").map(|_| ())),
-        ("truncate", ro.setattr(big.ino, &SetAttr { size: Some(1), ..sattr() }).map(|_| ())),
-        ("chmod", ro.setattr(file.ino, &SetAttr { perm: Some(0o600), ..sattr() }).map(|_| ())),
-        ("chown", ro.setattr(file.ino, &SetAttr { uid: Some(0), ..sattr() }).map(|_| ())),
-        ("utimes", ro.setattr(file.ino, &SetAttr { mtime: Some(SetTime::Now), ..sattr() }).map(|_| ())),
-        ("setxattr", ro.setxattr(file.ino, b"user.k2", b"v", XattrMode::Either)),
+        (
+            "truncate",
+            ro.setattr(
+                big.ino,
+                &SetAttr {
+                    size: Some(1),
+                    ..sattr()
+                },
+            )
+            .map(|_| ()),
+        ),
+        (
+            "chmod",
+            ro.setattr(
+                file.ino,
+                &SetAttr {
+                    perm: Some(0o600),
+                    ..sattr()
+                },
+            )
+            .map(|_| ()),
+        ),
+        (
+            "chown",
+            ro.setattr(
+                file.ino,
+                &SetAttr {
+                    uid: Some(0),
+                    ..sattr()
+                },
+            )
+            .map(|_| ()),
+        ),
+        (
+            "utimes",
+            ro.setattr(
+                file.ino,
+                &SetAttr {
+                    mtime: Some(SetTime::Now),
+                    ..sattr()
+                },
+            )
+            .map(|_| ()),
+        ),
+        (
+            "setxattr",
+            ro.setxattr(file.ino, b"user.k2", b"v", XattrMode::Either),
+        ),
         ("removexattr", ro.removexattr(file.ino, b"user.k")),
     ];
     for (what, result) in mutations {
-        assert!(matches!(result, Err(FsError::ReadOnly)), "{what} on a read-only engine: {result:?}");
+        assert!(
+            matches!(result, Err(FsError::ReadOnly)),
+            "{what} on a read-only engine: {result:?}"
+        );
     }
     assert_eq!(read_all(&ro, file.ino), b"hello");
     assert_eq!(snapshot(&ro), before);

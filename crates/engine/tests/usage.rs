@@ -220,7 +220,8 @@ fn orphans_left_at_shutdown_are_purged_at_the_next_open() {
     let baseline = total(&fs);
     let kept = mkfile_with(&fs, ROOT_INO, b"kept", b"kept");
     let orphan = mkfile_with(&fs, ROOT_INO, b"orphan", &vec![5u8; 200_000]);
-    fs.setxattr(orphan.ino, b"user.x", b"y", XattrMode::Either).unwrap();
+    fs.setxattr(orphan.ino, b"user.x", b"y", XattrMode::Either)
+        .unwrap();
     fs.open_file(orphan.ino);
     fs.unlink(ROOT_INO, b"orphan").unwrap();
     assert_eq!(total(&fs), u(baseline.inodes + 2, 200_004));
@@ -228,10 +229,23 @@ fn orphans_left_at_shutdown_are_purged_at_the_next_open() {
     // The daemon stops with the file still open.
     let closed = fs.close();
     let report = assert_fsck_clean(&closed.store);
-    assert_eq!((report.orphans, report.inodes, report.chunks), (1, 3, 4), "{}", report.summary());
+    assert_eq!(
+        (report.orphans, report.inodes, report.chunks),
+        (1, 3, 4),
+        "{}",
+        report.summary()
+    );
 
     // A read-only open cannot purge: the orphan is still there, unreachable.
-    let ro = Engine::open(&closed.store, EngineConfig { read_only: true, commit_interval: None, ..EngineConfig::default() }).unwrap();
+    let ro = Engine::open(
+        &closed.store,
+        EngineConfig {
+            read_only: true,
+            commit_interval: None,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
     assert_eq!(ro.getattr(orphan.ino).unwrap().nlink, 0);
     drop(ro);
 
@@ -242,14 +256,27 @@ fn orphans_left_at_shutdown_are_purged_at_the_next_open() {
     assert_consistent(&fs, &[]);
     drop(fs);
     let report = assert_fsck_clean(&closed.store);
-    assert_eq!((report.orphans, report.inodes, report.chunks, report.xattrs), (0, 2, 0, 0), "{}", report.summary());
+    assert_eq!(
+        (report.orphans, report.inodes, report.chunks, report.xattrs),
+        (0, 2, 0, 0),
+        "{}",
+        report.summary()
+    );
 }
 
 #[test]
 fn counters_survive_a_reopen() {
     let fs = disk_with(no_thread());
     let file = mkfile_with(&fs, ROOT_INO, b"f", &vec![1u8; 90_000]);
-    fs.setattr(file.ino, &SetAttr { uid: Some(2000), gid: Some(3000), ..sattr() }).unwrap();
+    fs.setattr(
+        file.ino,
+        &SetAttr {
+            uid: Some(2000),
+            gid: Some(3000),
+            ..sattr()
+        },
+    )
+    .unwrap();
     mkdir(&fs, ROOT_INO, b"d");
     let owners = [
         UsageOwner::Total,
@@ -261,7 +288,18 @@ fn counters_survive_a_reopen() {
         UsageOwner::Project(0),
     ];
     let before: Vec<Usage> = owners.iter().map(|&o| usage(&fs, o)).collect();
-    assert_eq!(before, vec![u(3, 90_000), u(1, 0), u(1, 0), u(1, 90_000), u(1, 0), u(1, 90_000), u(3, 90_000)]);
+    assert_eq!(
+        before,
+        vec![
+            u(3, 90_000),
+            u(1, 0),
+            u(1, 0),
+            u(1, 90_000),
+            u(1, 0),
+            u(1, 90_000),
+            u(3, 90_000)
+        ]
+    );
     let closed = fs.close();
     let fs = closed.open();
     let after: Vec<Usage> = owners.iter().map(|&o| usage(&fs, o)).collect();

@@ -139,17 +139,29 @@ fn attributes_die_with_their_inode() {
     let orphan = mkfile(&fs, ROOT_INO, b"orphan");
     for ino in [dir.ino, a.ino, b.ino, c.ino, keep.ino, orphan.ino] {
         for i in 0..3 {
-            fs.setxattr(ino, format!("user.{i}").as_bytes(), b"value", XattrMode::Either).unwrap();
+            fs.setxattr(
+                ino,
+                format!("user.{i}").as_bytes(),
+                b"value",
+                XattrMode::Either,
+            )
+            .unwrap();
         }
     }
     fs.unlink(dir.ino, b"a").unwrap();
     fs.rmdir(ROOT_INO, b"d").unwrap();
-    fs.rename(ROOT_INO, b"b", ROOT_INO, b"c", RenameMode::Replace).unwrap();
+    fs.rename(ROOT_INO, b"b", ROOT_INO, b"c", RenameMode::Replace)
+        .unwrap();
     fs.open_file(orphan.ino);
     fs.unlink(ROOT_INO, b"orphan").unwrap();
     assert_eq!(fs.listxattr(orphan.ino).unwrap().len(), 3);
     fs.release_file(orphan.ino).unwrap();
-    assert_eq!(fs.listxattr(fs.lookup(ROOT_INO, b"c").unwrap().ino).unwrap().len(), 3);
+    assert_eq!(
+        fs.listxattr(fs.lookup(ROOT_INO, b"c").unwrap().ino)
+            .unwrap()
+            .len(),
+        3
+    );
     let closed = fs.close();
     let report = assert_fsck_clean(&closed.store);
     // Only `keep` and the renamed `b` (now `c`) still have attributes.

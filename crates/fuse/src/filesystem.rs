@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_engine::{
-    Caller, DirEntry, Engine, FileKind, FsError, FsResult, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
-    XattrMode, NAME_MAX_BYTES,
+    Caller, DirEntry, Engine, FileKind, FsError, FsResult, Inode, NewInode, RenameMode, SetAttr,
+    SetTime, Timestamp, XattrMode, NAME_MAX_BYTES,
 };
 
 use crate::attr::{file_attr, file_type, BLOCK_BYTES};
@@ -42,7 +43,10 @@ pub struct ShoalFs {
 }
 
 fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid() }
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
 }
 
 fn set_time(time: TimeOrNow) -> SetTime {
@@ -54,7 +58,12 @@ fn set_time(time: TimeOrNow) -> SetTime {
 
 impl ShoalFs {
     pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>) -> Self {
-        Self { engine, capacity_path, lookups: LookupCounts::default(), dirs: DirCursors::default() }
+        Self {
+            engine,
+            capacity_path,
+            lookups: LookupCounts::default(),
+            dirs: DirCursors::default(),
+        }
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -89,7 +98,12 @@ impl ShoalFs {
         if offset <= FIRST_ENTRY_OFFSET {
             return Ok(None);
         }
-        if let Some(name) = self.dirs.get(handle).as_ref().and_then(|cursor| cursor.name_at(offset)) {
+        if let Some(name) = self
+            .dirs
+            .get(handle)
+            .as_ref()
+            .and_then(|cursor| cursor.name_at(offset))
+        {
             return Ok(Some(name.to_vec()));
         }
         // A seek to an offset we no longer remember (seekdir): count from the start.
@@ -147,19 +161,29 @@ impl ShoalFs {
         let free_blocks = free_bytes / u64::from(BLOCK_BYTES);
         // About one inode per 512 bytes of free space: an empty file costs well under that.
         let free_inodes = free_bytes / 512;
-        Ok((blocks, free_blocks, stats.used.inodes + free_inodes, free_inodes))
+        Ok((
+            blocks,
+            free_blocks,
+            stats.used.inodes + free_inodes,
+            free_inodes,
+        ))
     }
 }
 
 fn disk_capacity(path: &Path) -> (u64, u64) {
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return (0, 0) };
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return (0, 0);
+    };
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid C string and a zeroed out-parameter of the right type.
     if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
         return (0, 0);
     }
     let fragment = stat.f_frsize as u64;
-    (stat.f_blocks as u64 * fragment, stat.f_bavail as u64 * fragment)
+    (
+        stat.f_blocks as u64 * fragment,
+        stat.f_bavail as u64 * fragment,
+    )
 }
 
 fn memory_capacity() -> (u64, u64) {
@@ -169,7 +193,10 @@ fn memory_capacity() -> (u64, u64) {
         return (0, 0);
     }
     let unit = u64::from(info.mem_unit.max(1));
-    (info.totalram as u64 * unit, (info.freeram as u64 + info.bufferram as u64) * unit)
+    (
+        info.totalram as u64 * unit,
+        (info.freeram as u64 + info.bufferram as u64) * unit,
+    )
 }
 
 impl fuser::Filesystem for ShoalFs {
@@ -266,20 +293,50 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
         if kind == FileKind::Directory {
             return reply.error(Errno::EINVAL);
         }
-        let new = NewInode { kind, perm: (mode & 0o7777) as u16, rdev, target: b"" };
-        self.reply_entry(reply, self.engine.create(parent.0, name.as_bytes(), &new, caller(req)));
+        let new = NewInode {
+            kind,
+            perm: (mode & 0o7777) as u16,
+            rdev,
+            target: b"",
+        };
+        self.reply_entry(
+            reply,
+            self.engine
+                .create(parent.0, name.as_bytes(), &new, caller(req)),
+        );
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
         let perm = (mode & 0o7777) as u16;
-        self.reply_entry(reply, self.engine.mkdir(parent.0, name.as_bytes(), perm, caller(req)));
+        self.reply_entry(
+            reply,
+            self.engine
+                .mkdir(parent.0, name.as_bytes(), perm, caller(req)),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -290,8 +347,20 @@ impl fuser::Filesystem for ShoalFs {
         Self::reply_empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let result = self.engine.symlink(parent.0, link_name.as_bytes(), target.as_os_str().as_bytes(), caller(req));
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self.engine.symlink(
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            caller(req),
+        );
         self.reply_entry(reply, result);
     }
 
@@ -314,12 +383,28 @@ impl fuser::Filesystem for ShoalFs {
         } else {
             RenameMode::Replace
         };
-        let result = self.engine.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), mode);
+        let result = self.engine.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            mode,
+        );
         Self::reply_empty(reply, result);
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.reply_entry(reply, self.engine.link(ino.0, newparent.0, newname.as_bytes()));
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.reply_entry(
+            reply,
+            self.engine.link(ino.0, newparent.0, newname.as_bytes()),
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -370,7 +455,14 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
@@ -387,7 +479,14 @@ impl fuser::Filesystem for ShoalFs {
         Self::reply_empty(reply, self.engine.release_file(ino.0));
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
@@ -402,7 +501,14 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let result = self.list_dir(
             ino.0,
             fh.0,
@@ -414,7 +520,12 @@ impl fuser::Filesystem for ShoalFs {
                     Some(entry) => (entry.ino, file_type(entry.kind)),
                     None => (ino.0, FileType::Directory),
                 };
-                reply.add(INodeNo(entry_ino), entry_offset, kind, OsStr::from_bytes(name))
+                reply.add(
+                    INodeNo(entry_ino),
+                    entry_offset,
+                    kind,
+                    OsStr::from_bytes(name),
+                )
             },
         );
         match result {
@@ -423,7 +534,14 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         let dir_attr = match self.engine.getattr(ino.0) {
             Ok(inode) => file_attr(&inode),
             Err(error) => return reply.error(errno(&error)),
@@ -437,10 +555,23 @@ impl fuser::Filesystem for ShoalFs {
             |(entry, _): &(DirEntry, Inode)| entry.name.as_slice(),
             |entry_offset, name, item| match item {
                 // The kernel takes no reference for "." and "..".
-                None => reply.add(INodeNo(ino.0), entry_offset, OsStr::from_bytes(name), &ATTR_TTL, &dir_attr, GENERATION),
+                None => reply.add(
+                    INodeNo(ino.0),
+                    entry_offset,
+                    OsStr::from_bytes(name),
+                    &ATTR_TTL,
+                    &dir_attr,
+                    GENERATION,
+                ),
                 Some((_, inode)) => {
-                    let full =
-                        reply.add(INodeNo(inode.ino), entry_offset, OsStr::from_bytes(name), &ENTRY_TTL, &file_attr(inode), GENERATION);
+                    let full = reply.add(
+                        INodeNo(inode.ino),
+                        entry_offset,
+                        OsStr::from_bytes(name),
+                        &ENTRY_TTL,
+                        &file_attr(inode),
+                        GENERATION,
+                    );
                     if !full {
                         lookups.add(inode.ino);
                     }
@@ -454,12 +585,26 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.dirs.close(fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
@@ -496,7 +641,10 @@ impl fuser::Filesystem for ShoalFs {
             XATTR_REPLACE => XattrMode::ReplaceOnly,
             _ => return reply.error(Errno::EINVAL),
         };
-        Self::reply_empty(reply, self.engine.setxattr(ino.0, name.as_bytes(), value, mode));
+        Self::reply_empty(
+            reply,
+            self.engine.setxattr(ino.0, name.as_bytes(), value, mode),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -532,13 +680,36 @@ impl fuser::Filesystem for ShoalFs {
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        let new = NewInode { kind: FileKind::Regular, perm: (mode & 0o7777) as u16, rdev: 0, target: b"" };
-        match self.engine.create(parent.0, name.as_bytes(), &new, caller(req)) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let new = NewInode {
+            kind: FileKind::Regular,
+            perm: (mode & 0o7777) as u16,
+            rdev: 0,
+            target: b"",
+        };
+        match self
+            .engine
+            .create(parent.0, name.as_bytes(), &new, caller(req))
+        {
             Ok(inode) => {
                 self.lookups.add(inode.ino);
                 self.engine.open_file(inode.ino);
-                reply.created(&ENTRY_TTL, &file_attr(&inode), GENERATION, FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+                reply.created(
+                    &ENTRY_TTL,
+                    &file_attr(&inode),
+                    GENERATION,
+                    FileHandle(0),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                );
             }
             Err(error) => reply.error(errno(&error)),
         }

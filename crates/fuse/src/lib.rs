@@ -44,7 +44,11 @@ impl Default for MountConfig {
 
 /// Mounts `engine` at `mountpoint`. The mount is live (the kernel handshake is done) when
 /// this returns; `run` then serves requests until unmount.
-pub fn mount(engine: Arc<Engine>, mountpoint: &Path, config: &MountConfig) -> io::Result<fuser::Session<ShoalFs>> {
+pub fn mount(
+    engine: Arc<Engine>,
+    mountpoint: &Path,
+    config: &MountConfig,
+) -> io::Result<fuser::Session<ShoalFs>> {
     let mut options = vec![
         fuser::MountOption::FSName(config.fsname.clone()),
         fuser::MountOption::Subtype("shoal".into()),

@@ -34,7 +34,10 @@ impl LookupCounts {
             tracing::warn!("forget of inode {ino} the kernel never looked up");
             return;
         };
-        debug_assert!(*count >= n, "kernel forgot {n} of {count} references to {ino}");
+        debug_assert!(
+            *count >= n,
+            "kernel forgot {n} of {count} references to {ino}"
+        );
         *count = count.saturating_sub(n);
         if *count == 0 {
             shard.remove(&ino);

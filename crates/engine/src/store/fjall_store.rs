@@ -89,7 +89,12 @@ impl Store for FjallStore {
         Ok(())
     }
 
-    fn last_key(&self, space: Space, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         match self.keyspace(space).range(start..end).next_back() {
             Some(guard) => Ok(Some(guard.key()?.to_vec())),
             None => Ok(None),

@@ -46,9 +46,16 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn last_key(&self, space: Space, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let spaces = self.spaces.read();
-        let last = spaces[index(space)].range(start.to_vec()..end.to_vec()).next_back();
+        let last = spaces[index(space)]
+            .range(start.to_vec()..end.to_vec())
+            .next_back();
         Ok(last.map(|(key, _)| key.clone()))
     }
 

@@ -75,7 +75,9 @@ impl Batch {
     }
 
     pub fn into_items(self) -> impl Iterator<Item = (Space, Vec<u8>, Option<Vec<u8>>)> {
-        self.items.into_iter().map(|((space, key), value)| (space, key, value))
+        self.items
+            .into_iter()
+            .map(|((space, key), value)| (space, key, value))
     }
 }
 
@@ -94,7 +96,12 @@ pub trait Store: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// The greatest key in `[start, end)`, if any.
-    fn last_key(&self, space: Space, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Applies the batch atomically. It reaches the operating system before this returns (so a
     /// killed daemon loses nothing), but is durable against power loss only after `sync`.

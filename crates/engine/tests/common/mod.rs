@@ -12,12 +12,19 @@ use std::sync::Arc;
 pub use shoal_engine::fsck::{fsck_store_dir, FsckReport};
 pub use shoal_engine::store_dir::StoreDirError;
 pub use shoal_engine::{
-    Caller, Content, DirEntry, Engine, EngineConfig, FileKind, FsError, Inode, NewInode, OpenError, RenameMode, SetAttr,
-    SetTime, Timestamp, Usage, UsageOwner, XattrMode, MAX_FILE_BYTES, NAME_MAX_BYTES, ROOT_INO,
+    Caller, Content, DirEntry, Engine, EngineConfig, FileKind, FsError, Inode, NewInode, OpenError,
+    RenameMode, SetAttr, SetTime, Timestamp, Usage, UsageOwner, XattrMode, MAX_FILE_BYTES,
+    NAME_MAX_BYTES, ROOT_INO,
 };
 
-pub const ME: Caller = Caller { uid: 1000, gid: 1000 };
-pub const OTHER: Caller = Caller { uid: 2000, gid: 3000 };
+pub const ME: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+};
+pub const OTHER: Caller = Caller {
+    uid: 2000,
+    gid: 3000,
+};
 pub const INLINE_MAX: u64 = 4096;
 pub const CHUNK: u64 = 64 * 1024;
 
@@ -26,7 +33,12 @@ macro_rules! assert_err {
     ($e:expr, $p:pat) => {
         match $e {
             Err($p) => {}
-            other => panic!("{}: expected Err({}), got {:?}", stringify!($e), stringify!($p), other),
+            other => panic!(
+                "{}: expected Err({}), got {:?}",
+                stringify!($e),
+                stringify!($p),
+                other
+            ),
         }
     };
 }
@@ -77,9 +89,16 @@ impl Fs {
     /// Drops the engine (on-disk backend only); returns the store path and the guard that
     /// keeps its temporary directory alive.
     pub fn close(self) -> Closed {
-        let Fs { engine, store, _tmp } = self;
+        let Fs {
+            engine,
+            store,
+            _tmp,
+        } = self;
         drop(engine);
-        Closed { store: store.expect("close() of a memory engine"), _tmp: _tmp.unwrap() }
+        Closed {
+            store: store.expect("close() of a memory engine"),
+            _tmp: _tmp.unwrap(),
+        }
     }
 }
 
@@ -96,7 +115,11 @@ impl Closed {
 }
 
 pub fn memory() -> Fs {
-    Fs { engine: Engine::open_memory(EngineConfig::default()).expect("open_memory"), store: None, _tmp: None }
+    Fs {
+        engine: Engine::open_memory(EngineConfig::default()).expect("open_memory"),
+        store: None,
+        _tmp: None,
+    }
 }
 
 /// mkfs + open with the default config (commit thread on a 5 s interval).
@@ -109,7 +132,11 @@ pub fn disk_with(config: EngineConfig) -> Fs {
     let store = tmp.path().join("store");
     Engine::mkfs(&store, false).expect("mkfs");
     let engine = Engine::open(&store, config).expect("open");
-    Fs { engine, store: Some(store), _tmp: Some(tmp) }
+    Fs {
+        engine,
+        store: Some(store),
+        _tmp: Some(tmp),
+    }
 }
 
 /// A config without the commit thread. Used by tests that drop an engine and then reopen or
@@ -117,7 +144,10 @@ pub fn disk_with(config: EngineConfig) -> Fs {
 /// while it waits, so dropping the last user handle does not release the store lock until
 /// the interval ends (see `durability::reopen_right_after_drop_with_default_config`).
 pub fn no_thread() -> EngineConfig {
-    EngineConfig { commit_interval: None, ..EngineConfig::default() }
+    EngineConfig {
+        commit_interval: None,
+        ..EngineConfig::default()
+    }
 }
 
 pub fn open_err(dir: &Path, config: EngineConfig) -> OpenError {
@@ -128,15 +158,26 @@ pub fn open_err(dir: &Path, config: EngineConfig) -> OpenError {
 }
 
 pub fn regular() -> NewInode<'static> {
-    NewInode { kind: FileKind::Regular, perm: 0o644, rdev: 0, target: b"" }
+    NewInode {
+        kind: FileKind::Regular,
+        perm: 0o644,
+        rdev: 0,
+        target: b"",
+    }
 }
 
 pub fn special(kind: FileKind) -> NewInode<'static> {
-    NewInode { kind, perm: 0o644, rdev: 0x0801, target: b"" }
+    NewInode {
+        kind,
+        perm: 0o644,
+        rdev: 0x0801,
+        target: b"",
+    }
 }
 
 pub fn mkfile(fs: &Engine, parent: u64, name: &[u8]) -> Inode {
-    fs.create(parent, name, &regular(), ME).unwrap_or_else(|e| panic!("create {:?}: {e}", String::from_utf8_lossy(name)))
+    fs.create(parent, name, &regular(), ME)
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", String::from_utf8_lossy(name)))
 }
 
 pub fn mkfile_with(fs: &Engine, parent: u64, name: &[u8], data: &[u8]) -> Inode {
@@ -148,7 +189,8 @@ pub fn mkfile_with(fs: &Engine, parent: u64, name: &[u8], data: &[u8]) -> Inode 
 }
 
 pub fn mkdir(fs: &Engine, parent: u64, name: &[u8]) -> Inode {
-    fs.mkdir(parent, name, 0o755, ME).unwrap_or_else(|e| panic!("mkdir {:?}: {e}", String::from_utf8_lossy(name)))
+    fs.mkdir(parent, name, 0o755, ME)
+        .unwrap_or_else(|e| panic!("mkdir {:?}: {e}", String::from_utf8_lossy(name)))
 }
 
 pub fn read_all(fs: &Engine, ino: u64) -> Vec<u8> {
@@ -196,10 +238,15 @@ pub struct Lcg(u64);
 
 impl Lcg {
     pub fn new(seed: u64) -> Self {
-        Lcg(seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407))
+        Lcg(seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let x = self.0;
         (x >> 32) ^ (x << 32 >> 32).rotate_left(17)
     }
@@ -265,21 +312,34 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
             let child = match fs.getattr(entry.ino) {
                 Ok(child) => child,
                 Err(e) => {
-                    problems.push(format!("entry {dir}/{:?} -> {}: {e}", String::from_utf8_lossy(&entry.name), entry.ino));
+                    problems.push(format!(
+                        "entry {dir}/{:?} -> {}: {e}",
+                        String::from_utf8_lossy(&entry.name),
+                        entry.ino
+                    ));
                     continue;
                 }
             };
             if child.kind != entry.kind {
-                problems.push(format!("entry {dir}/{:?}: kind {:?} vs inode {:?}", entry.name, entry.kind, child.kind));
+                problems.push(format!(
+                    "entry {dir}/{:?}: kind {:?} vs inode {:?}",
+                    entry.name, entry.kind, child.kind
+                ));
             }
             match fs.lookup(dir, &entry.name) {
                 Ok(found) if found.ino == entry.ino => {}
-                other => problems.push(format!("lookup {dir}/{:?} disagrees with readdir: {other:?}", entry.name)),
+                other => problems.push(format!(
+                    "lookup {dir}/{:?} disagrees with readdir: {other:?}",
+                    entry.name
+                )),
             }
             if child.kind == FileKind::Directory {
                 subdirs += 1;
                 if child.parent != dir {
-                    problems.push(format!("directory {} parent {} but named in {dir}", child.ino, child.parent));
+                    problems.push(format!(
+                        "directory {} parent {} but named in {dir}",
+                        child.ino, child.parent
+                    ));
                 }
                 stack.push(child.ino);
             }
@@ -287,14 +347,23 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
             seen.insert(child.ino, child);
         }
         if dir_inode.size != entries.len() as u64 {
-            problems.push(format!("directory {dir}: size {} but {} entries", dir_inode.size, entries.len()));
+            problems.push(format!(
+                "directory {dir}: size {} but {} entries",
+                dir_inode.size,
+                entries.len()
+            ));
         }
         if dir_inode.nlink != 2 + subdirs {
-            problems.push(format!("directory {dir}: nlink {} but {} subdirectories", dir_inode.nlink, subdirs));
+            problems.push(format!(
+                "directory {dir}: nlink {} but {} subdirectories",
+                dir_inode.nlink, subdirs
+            ));
         }
     }
     for &ino in orphans {
-        let inode = fs.getattr(ino).unwrap_or_else(|e| panic!("orphan {ino}: {e}"));
+        let inode = fs
+            .getattr(ino)
+            .unwrap_or_else(|e| panic!("orphan {ino}: {e}"));
         if inode.nlink != 0 {
             problems.push(format!("orphan {ino} has nlink {}", inode.nlink));
         }
@@ -306,7 +375,10 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
         if inode.kind != FileKind::Directory {
             let named = names_of.get(ino).copied().unwrap_or(0);
             if inode.nlink != named {
-                problems.push(format!("inode {ino}: nlink {} but {named} names", inode.nlink));
+                problems.push(format!(
+                    "inode {ino}: nlink {} but {named} names",
+                    inode.nlink
+                ));
             }
         }
         if inode.kind == FileKind::Regular {
@@ -323,7 +395,10 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
                 }
                 Content::Chunked => {
                     if inode.allocated_bytes > inode.size {
-                        problems.push(format!("inode {ino}: allocated {} > size {}", inode.allocated_bytes, inode.size));
+                        problems.push(format!(
+                            "inode {ino}: allocated {} > size {}",
+                            inode.allocated_bytes, inode.size
+                        ));
                     }
                 }
             }
@@ -342,7 +417,11 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
         }
     }
     for id in [0, 1000, 1001, 2000, 3000, 4000] {
-        for owner in [UsageOwner::User(id), UsageOwner::Group(id), UsageOwner::Project(id)] {
+        for owner in [
+            UsageOwner::User(id),
+            UsageOwner::Group(id),
+            UsageOwner::Project(id),
+        ] {
             expected.entry(owner).or_default();
         }
     }
@@ -352,14 +431,22 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
             problems.push(format!("usage {owner:?}: counter {have:?}, walk {want:?}"));
         }
     }
-    assert!(problems.is_empty(), "inconsistent engine:\n  {}", problems.join("\n  "));
+    assert!(
+        problems.is_empty(),
+        "inconsistent engine:\n  {}",
+        problems.join("\n  ")
+    );
     walk
 }
 
 /// Runs fsck on a store directory (engine must be gone) and asserts it is clean.
 pub fn assert_fsck_clean(store: &Path) -> FsckReport {
     let report = fsck_store_dir(store).unwrap_or_else(|e| panic!("fsck_store_dir: {e}"));
-    assert!(report.is_clean(), "fsck found problems:\n{}", report.summary());
+    assert!(
+        report.is_clean(),
+        "fsck found problems:\n{}",
+        report.summary()
+    );
     report
 }
 
@@ -401,7 +488,14 @@ pub fn snapshot(fs: &Engine) -> BTreeMap<Vec<u8>, Node> {
                 stack.push((child, entry.ino));
             }
         }
-        out.insert(path, Node { inode, data, xattrs });
+        out.insert(
+            path,
+            Node {
+                inode,
+                data,
+                xattrs,
+            },
+        );
     }
     out
 }
@@ -409,13 +503,22 @@ pub fn snapshot(fs: &Engine) -> BTreeMap<Vec<u8>, Node> {
 /// Applies one random namespace/data operation to a tree kept under `top`, for mixed
 /// workloads. Errors the random choice can legitimately cause are accepted; anything else
 /// panics. Returns a short label of what happened.
-pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, names: usize) -> &'static str {
+pub fn random_op(
+    fs: &Engine,
+    rng: &mut Lcg,
+    top: u64,
+    dirs: &mut Vec<u64>,
+    names: usize,
+) -> &'static str {
     let dir = dirs[rng.below(dirs.len() as u64) as usize];
     let name = format!("n{}", rng.below(names as u64)).into_bytes();
     // Operations on an existing object mostly pick one that is there.
     let entries = fs.readdir(dir, None, 64).unwrap_or_default();
     let pick = |rng: &mut Lcg, want_dir: bool| -> Vec<u8> {
-        let pool: Vec<&DirEntry> = entries.iter().filter(|e| !want_dir || e.kind == FileKind::Directory).collect();
+        let pool: Vec<&DirEntry> = entries
+            .iter()
+            .filter(|e| !want_dir || e.kind == FileKind::Directory)
+            .collect();
         if !pool.is_empty() && rng.chance(85) {
             pool[rng.below(pool.len() as u64) as usize].name.clone()
         } else {
@@ -426,22 +529,37 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
     let ok = |label: &'static str, result: Result<(), FsError>| -> &'static str {
         match result {
             Ok(()) => label,
-            Err(FsError::NotFound | FsError::Exists | FsError::NotEmpty | FsError::IsDir | FsError::NotDir) => "refused",
+            Err(
+                FsError::NotFound
+                | FsError::Exists
+                | FsError::NotEmpty
+                | FsError::IsDir
+                | FsError::NotDir,
+            ) => "refused",
             Err(FsError::Invalid(why)) if why.contains("itself") => "refused",
             Err(FsError::NotPermitted(_)) => "refused",
             Err(e) => panic!("{label}: unexpected error {e:?}"),
         }
     };
     match rng.below(100) {
-        0..=19 => ok("create", fs.create(dir, &name, &regular(), caller).map(|_| ())),
-        20..=27 if dirs.len() >= 40 => ok("create", fs.create(dir, &name, &regular(), caller).map(|_| ())),
+        0..=19 => ok(
+            "create",
+            fs.create(dir, &name, &regular(), caller).map(|_| ()),
+        ),
+        20..=27 if dirs.len() >= 40 => ok(
+            "create",
+            fs.create(dir, &name, &regular(), caller).map(|_| ()),
+        ),
         20..=27 => ok(
             "mkdir",
             fs.mkdir(dir, &name, 0o755, caller).map(|inode| {
                 dirs.push(inode.ino);
             }),
         ),
-        28..=29 => ok("symlink", fs.symlink(dir, &name, b"../some/where", caller).map(|_| ())),
+        28..=29 => ok(
+            "symlink",
+            fs.symlink(dir, &name, b"../some/where", caller).map(|_| ()),
+        ),
         30..=44 => {
             let name = pick(rng, false);
             let result = fs.lookup(dir, &name).and_then(|inode| {
@@ -453,7 +571,11 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
                     1 => rng.below(3 * CHUNK),
                     _ => (CHUNK * (rng.below(3) + 1)).saturating_sub(rng.below(100)),
                 };
-                let len = if rng.chance(50) { rng.below(300) + 1 } else { rng.below(CHUNK + 5000) + 1 };
+                let len = if rng.chance(50) {
+                    rng.below(300) + 1
+                } else {
+                    rng.below(CHUNK + 5000) + 1
+                };
                 let data = rng.bytes(len as usize);
                 fs.write(inode.ino, offset, &data).map(|_| ())
             });
@@ -466,7 +588,14 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
                     return Err(FsError::IsDir);
                 }
                 let size = rng.below(3 * CHUNK);
-                fs.setattr(inode.ino, &SetAttr { size: Some(size), ..SetAttr::default() }).map(|_| ())
+                fs.setattr(
+                    inode.ino,
+                    &SetAttr {
+                        size: Some(size),
+                        ..SetAttr::default()
+                    },
+                )
+                .map(|_| ())
             });
             ok("truncate", result)
         }
@@ -474,7 +603,9 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
         62..=66 => {
             let empty: Vec<&DirEntry> = entries
                 .iter()
-                .filter(|e| e.kind == FileKind::Directory && fs.getattr(e.ino).is_ok_and(|d| d.size == 0))
+                .filter(|e| {
+                    e.kind == FileKind::Directory && fs.getattr(e.ino).is_ok_and(|d| d.size == 0)
+                })
                 .collect();
             let name = if !empty.is_empty() && rng.chance(70) {
                 empty[rng.below(empty.len() as u64) as usize].name.clone()
@@ -507,7 +638,9 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
             let name = pick(rng, false);
             let to_dir = dirs[rng.below(dirs.len() as u64) as usize];
             let to_name = format!("n{}", rng.below(names as u64)).into_bytes();
-            let result = fs.lookup(dir, &name).and_then(|inode| fs.link(inode.ino, to_dir, &to_name).map(|_| ()));
+            let result = fs
+                .lookup(dir, &name)
+                .and_then(|inode| fs.link(inode.ino, to_dir, &to_name).map(|_| ()));
             ok("link", result)
         }
         88..=92 => {
@@ -515,7 +648,12 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
             let result = fs.lookup(dir, &name).and_then(|inode| {
                 let len = rng.below(200) as usize;
                 let value = rng.bytes(len);
-                fs.setxattr(inode.ino, format!("user.k{}", rng.below(3)).as_bytes(), &value, XattrMode::Either)
+                fs.setxattr(
+                    inode.ino,
+                    format!("user.k{}", rng.below(3)).as_bytes(),
+                    &value,
+                    XattrMode::Either,
+                )
             });
             ok("setxattr", result)
         }
@@ -523,7 +661,11 @@ pub fn random_op(fs: &Engine, rng: &mut Lcg, top: u64, dirs: &mut Vec<u64>, name
             let name = pick(rng, false);
             let result = fs.lookup(dir, &name).and_then(|inode| {
                 let who = [ME, OTHER][rng.below(2) as usize];
-                let change = SetAttr { uid: Some(who.uid), gid: Some(who.gid), ..SetAttr::default() };
+                let change = SetAttr {
+                    uid: Some(who.uid),
+                    gid: Some(who.gid),
+                    ..SetAttr::default()
+                };
                 fs.setattr(inode.ino, &change).map(|_| ())
             });
             ok("chown", result)
