@@ -86,10 +86,7 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// The mount at exactly `path`, if any (the last one when stacked).
 pub fn mount_at(path: &Path) -> Option<MountEntry> {
     let path = absolute(path);
-    mount_table()
-        .into_iter()
-        .filter(|entry| entry.mountpoint == path)
-        .last()
+    mount_table().into_iter().rev().find(|entry| entry.mountpoint == path)
 }
 
 /// Mounted by root, FUSE mounts are of type plain `fuse` (the subtype is dropped), so the
