@@ -86,8 +86,9 @@ fn check_mountpoint(mountpoint: &Path) -> Result<()> {
 
 fn daemonize(request: &MountRequest) -> Result<ExitCode> {
     let mut fds = [0i32; 2];
-    // SAFETY: pipe(2) into a two-element array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+    // SAFETY: pipe2(2) into a two-element array. CLOEXEC: a helper the daemon runs
+    // (fusermount3) must not hold the write end and keep the parent waiting.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error()).context("pipe");
     }
     // SAFETY: no other threads exist yet, so the child inherits a consistent process.

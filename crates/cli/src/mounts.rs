@@ -86,7 +86,10 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// The mount at exactly `path`, if any (the last one when stacked).
 pub fn mount_at(path: &Path) -> Option<MountEntry> {
     let path = absolute(path);
-    mount_table().into_iter().rev().find(|entry| entry.mountpoint == path)
+    mount_table()
+        .into_iter()
+        .rev()
+        .find(|entry| entry.mountpoint == path)
 }
 
 /// Mounted by root, FUSE mounts are of type plain `fuse` (the subtype is dropped), so the
@@ -130,15 +133,32 @@ pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
             continue;
         }
         let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
-        let serves = args
-            .last()
-            .map(|last| lexical_absolute(Path::new(OsStr::from_bytes(last)), &cwd) == target)
-            .unwrap_or(false);
+        let serves = mountpoint_argument(&args).is_some_and(|mountpoint| {
+            lexical_absolute(Path::new(OsStr::from_bytes(mountpoint)), &cwd) == target
+        });
         if serves {
             pids.push(pid);
         }
     }
     pids
+}
+
+/// The MOUNTPOINT of a `shoal mount` command line: its last positional argument, skipping
+/// flags and the values of `-o` (as `-o OPTS`, `-oOPTS` or `--o=OPTS`).
+fn mountpoint_argument<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let after_mount = args.iter().position(|arg| *arg == b"mount")? + 1;
+    let mut positionals = Vec::new();
+    let mut rest = args[after_mount..].iter();
+    while let Some(arg) = rest.next() {
+        if *arg == b"-o" {
+            rest.next();
+        } else if *arg == b"--" {
+            positionals.extend(rest.by_ref());
+        } else if !arg.starts_with(b"-") {
+            positionals.push(*arg);
+        }
+    }
+    positionals.last().copied()
 }
 
 #[cfg(test)]
@@ -152,6 +172,24 @@ mod tests {
         assert_eq!(entry.mountpoint, PathBuf::from("/mnt/my dir"));
         assert_eq!(entry.fstype, "fuse.shoal");
         assert!(is_shoal(&entry));
+    }
+
+    #[test]
+    fn finds_the_mountpoint_among_options() {
+        let line: Vec<&[u8]> = vec![
+            b"shoal",
+            b"mount",
+            b"/s",
+            b"/m",
+            b"-o",
+            b"ro,threads=4",
+            b"--foreground",
+        ];
+        assert_eq!(mountpoint_argument(&line), Some(&b"/m"[..]));
+        let line: Vec<&[u8]> = vec![b"/bin/shoal", b"mount", b"-oro", b"--memory", b"m"];
+        assert_eq!(mountpoint_argument(&line), Some(&b"m"[..]));
+        let line: Vec<&[u8]> = vec![b"shoal", b"mkfs", b"/s"];
+        assert_eq!(mountpoint_argument(&line), None);
     }
 
     #[test]

@@ -10,7 +10,11 @@ use shoal_engine::{Caller, Engine, EngineConfig, FileKind, NewInode, ROOT_INO};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let target = args.next().unwrap_or_else(|| "--memory".into());
-    let files: u64 = args.next().map(|n| n.parse()).transpose()?.unwrap_or(100_000);
+    let files: u64 = args
+        .next()
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(100_000);
     let engine = if target == "--memory" {
         Engine::open_memory(EngineConfig::default())?
     } else {
@@ -19,7 +23,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Engine::open(&dir, EngineConfig::default())?
     };
     let dir = engine.mkdir(ROOT_INO, b"d", 0o755, Caller::ROOT)?.ino;
-    let file = NewInode { kind: FileKind::Regular, perm: 0o644, rdev: 0, target: b"" };
+    let file = NewInode {
+        kind: FileKind::Regular,
+        perm: 0o644,
+        rdev: 0,
+        target: b"",
+    };
     let payload = [7u8; 100];
 
     let started = Instant::now();

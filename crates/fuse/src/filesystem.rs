@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -52,7 +52,19 @@ fn caller(req: &Request) -> Caller {
 fn set_time(time: TimeOrNow) -> SetTime {
     match time {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(at) => SetTime::At(Timestamp::from_system_time(at)),
+        TimeOrNow::SpecificTime(at) => SetTime::At(kernel_timestamp(at)),
+    }
+}
+
+/// fuser 0.18 turns a kernel time (secs < 0, nsecs) into `EPOCH - (|secs| + nsecs)` instead of
+/// `EPOCH - |secs| + nsecs`; undo that for times before 1970.
+fn kernel_timestamp(at: SystemTime) -> Timestamp {
+    match UNIX_EPOCH.duration_since(at) {
+        Ok(before) if before.subsec_nanos() != 0 => Timestamp {
+            secs: -(before.as_secs() as i64),
+            nanos: before.subsec_nanos(),
+        },
+        _ => Timestamp::from_system_time(at),
     }
 }
 
@@ -278,7 +290,7 @@ impl fuser::Filesystem for ShoalFs {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
-            ctime: ctime.map(Timestamp::from_system_time),
+            ctime: ctime.map(kernel_timestamp),
         };
         match self.engine.setattr(ino.0, &change) {
             Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
@@ -407,7 +419,18 @@ impl fuser::Filesystem for ShoalFs {
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less
+        // than a separate setattr).
+        if flags.0 & libc::O_TRUNC != 0 {
+            let truncate = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            if let Err(error) = self.engine.setattr(ino.0, &truncate) {
+                return reply.error(errno(&error));
+            }
+        }
         // Only regular files reach open (the kernel serves fifos and devices itself), so
         // there is nothing to look up: count the open for unlink-while-open.
         self.engine.open_file(ino.0);

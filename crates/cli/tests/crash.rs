@@ -1,0 +1,368 @@
+//! kill -9 durability. Each round runs a deterministic sequence of operations in its own
+//! directory and SIGKILLs the daemon somewhere in the middle. Every operation reaches the OS
+//! before its reply, so after the crash the store must be fsck-clean and hold the state after
+//! exactly the acknowledged operations, or that plus the one in flight; files written with
+//! fsync must have their exact content. Rounds share one store, so each recovery must also
+//! keep everything the earlier rounds left.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::{errno, errno_name, poll, read_tree, renamed_path, Mounted, TreeNode};
+use shoal_bench::SplitMix64;
+
+const ROUNDS: u64 = 20;
+const OPS_PER_ROUND: usize = 1_500;
+/// The kill lands after this many acknowledged operations (seeded per round)...
+const KILL_AFTER_OPS: (u64, u64) = (5, 400);
+/// ...which a healthy mount reaches in well under a second.
+const WORKER_PROGRESS_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Clone, Debug)]
+enum Op {
+    Mkdir(PathBuf),
+    /// Create and write, without fsync: the name must survive, the bytes may not.
+    Create(PathBuf, Vec<u8>),
+    /// Create, write and fsync: the bytes must survive too.
+    CreateSynced(PathBuf, Vec<u8>),
+    Rename(PathBuf, PathBuf),
+    Unlink(PathBuf),
+    Rmdir(PathBuf),
+}
+
+impl Op {
+    fn describe(&self) -> String {
+        match self {
+            Op::Create(path, data) => format!("Create({path:?}, {} bytes)", data.len()),
+            Op::CreateSynced(path, data) => format!("CreateSynced({path:?}, {} bytes)", data.len()),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    /// `synced`: the content is known to be durable.
+    File {
+        content: Vec<u8>,
+        synced: bool,
+    },
+}
+
+/// Paths relative to the mount root.
+type Model = BTreeMap<PathBuf, Node>;
+
+fn apply(model: &mut Model, op: &Op) {
+    match op {
+        Op::Mkdir(path) => {
+            model.insert(path.clone(), Node::Dir);
+        }
+        Op::Create(path, content) => {
+            model.insert(
+                path.clone(),
+                Node::File {
+                    content: content.clone(),
+                    synced: false,
+                },
+            );
+        }
+        Op::CreateSynced(path, content) => {
+            model.insert(
+                path.clone(),
+                Node::File {
+                    content: content.clone(),
+                    synced: true,
+                },
+            );
+        }
+        Op::Rename(from, to) => {
+            let moved: Vec<PathBuf> = model
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for old in moved {
+                let node = model.remove(&old).unwrap();
+                model.insert(renamed_path(&old, from, to), node);
+            }
+        }
+        Op::Unlink(path) | Op::Rmdir(path) => {
+            model.remove(path);
+        }
+    }
+}
+
+fn is_empty_dir(model: &Model, dir: &Path) -> bool {
+    matches!(model.get(dir), Some(Node::Dir))
+        && !model.keys().any(|p| p != dir && p.starts_with(dir))
+}
+
+/// The round's operation sequence, generated against a model so every operation is valid:
+/// mkdir d{i}; create d{i}/f; move d{i-1}/f to d{i}/g; now and then an fsync'ed file, an
+/// unlink, an rmdir, a directory moved into another.
+fn plan(round: u64) -> Vec<Op> {
+    let mut rng = SplitMix64::new(0xC4A5_0000 + round);
+    let base = PathBuf::from(format!("round{round}"));
+    let mut ops = vec![Op::Mkdir(base.clone())];
+    let mut model = Model::new();
+    apply(&mut model, &ops[0]);
+    let push = |model: &mut Model, ops: &mut Vec<Op>, op: Op| {
+        apply(model, &op);
+        ops.push(op);
+    };
+    let dir = |i: u64| base.join(format!("d{i}"));
+    let mut i = 0;
+    while ops.len() < OPS_PER_ROUND {
+        i += 1;
+        push(&mut model, &mut ops, Op::Mkdir(dir(i)));
+        let content = text(&mut rng, round, i);
+        push(&mut model, &mut ops, Op::Create(dir(i).join("f"), content));
+        if model.contains_key(&dir(i - 1).join("f")) {
+            push(
+                &mut model,
+                &mut ops,
+                Op::Rename(dir(i - 1).join("f"), dir(i).join("g")),
+            );
+        }
+        if i % 3 == 0 {
+            let mut content = vec![0u8; rng.range(1, 70_000) as usize];
+            rng.fill_bytes(&mut content);
+            push(
+                &mut model,
+                &mut ops,
+                Op::CreateSynced(dir(i).join(format!("s{i}")), content),
+            );
+        }
+        if rng.one_in(4) {
+            let files: Vec<PathBuf> = model
+                .iter()
+                .filter(|(_, n)| matches!(n, Node::File { .. }))
+                .map(|(p, _)| p.clone())
+                .collect();
+            if !files.is_empty() {
+                let victim = rng.pick(&files).clone();
+                push(&mut model, &mut ops, Op::Unlink(victim));
+            }
+        }
+        if rng.one_in(4) {
+            let empty: Vec<PathBuf> = model
+                .keys()
+                .filter(|p| **p != base && is_empty_dir(&model, p))
+                .cloned()
+                .collect();
+            if !empty.is_empty() {
+                let victim = rng.pick(&empty).clone();
+                push(&mut model, &mut ops, Op::Rmdir(victim));
+            }
+        }
+        if i >= 3 && rng.one_in(6) && model.contains_key(&dir(i - 2)) {
+            push(
+                &mut model,
+                &mut ops,
+                Op::Rename(dir(i - 2), dir(i).join(format!("moved{}", i - 2))),
+            );
+        }
+    }
+    ops
+}
+
+fn text(rng: &mut SplitMix64, round: u64, i: u64) -> Vec<u8> {
+    let lines = rng.below(100) as usize;
+    format!("round {round} dir {i}\n")
+        .repeat(lines)
+        .into_bytes()
+}
+
+fn execute(root: &Path, op: &Op) -> io::Result<()> {
+    match op {
+        Op::Mkdir(path) => fs::create_dir(root.join(path)),
+        Op::Create(path, content) => {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(root.join(path))?;
+            file.write_all(content)
+        }
+        Op::CreateSynced(path, content) => {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(root.join(path))?;
+            file.write_all(content)?;
+            file.sync_all()
+        }
+        Op::Rename(from, to) => fs::rename(root.join(from), root.join(to)),
+        Op::Unlink(path) => fs::remove_file(root.join(path)),
+        Op::Rmdir(path) => fs::remove_dir(root.join(path)),
+    }
+}
+
+/// How the worker stopped early.
+struct WorkerFailure {
+    error: io::Error,
+    /// Whether the kill had been sent when the error came back.
+    after_kill: bool,
+}
+
+/// Runs `ops` until one fails; `completed` counts the acknowledged ones as they finish.
+fn run_worker(
+    root: PathBuf,
+    ops: Arc<Vec<Op>>,
+    completed: Arc<AtomicUsize>,
+    killing: Arc<AtomicBool>,
+) -> Option<WorkerFailure> {
+    for (index, op) in ops.iter().enumerate() {
+        if let Err(error) = execute(&root, op) {
+            let after_kill = killing.load(Ordering::SeqCst);
+            return Some(WorkerFailure { error, after_kill });
+        }
+        completed.store(index + 1, Ordering::SeqCst);
+    }
+    None
+}
+
+/// Checks the tree against `accepted` (earlier rounds) plus the model after `done` or
+/// `done + 1` operations of this round; returns this round's model and which one matched.
+fn verify_round(root: &Path, accepted: &Model, ops: &[Op], done: usize) -> (Model, &'static str) {
+    let actual = read_tree(root).expect("read the recovered tree");
+    let mut after_done = Model::new();
+    ops[..done].iter().for_each(|op| apply(&mut after_done, op));
+    let mut candidates = vec![("acknowledged ops", after_done.clone())];
+    if let Some(in_flight) = ops.get(done) {
+        let mut after_in_flight = after_done.clone();
+        apply(&mut after_in_flight, in_flight);
+        // The in-flight write was never acknowledged: its name may exist, its bytes are unknown.
+        if let Op::CreateSynced(path, content) = in_flight {
+            after_in_flight.insert(
+                path.clone(),
+                Node::File {
+                    content: content.clone(),
+                    synced: false,
+                },
+            );
+        }
+        candidates.push(("acknowledged ops + the one in flight", after_in_flight));
+    }
+    let mut reports = Vec::new();
+    for (label, round_model) in candidates {
+        let mut expected = accepted.clone();
+        expected.extend(round_model.clone());
+        let problems = compare(&actual, &expected);
+        if problems.is_empty() {
+            return (round_model, label);
+        }
+        reports.push(format!(
+            "against {label}: {}",
+            problems
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let in_flight = ops
+        .get(done)
+        .map(Op::describe)
+        .unwrap_or_else(|| "none".to_string());
+    panic!("recovered tree matches no allowed state ({done} ops acknowledged, in flight: {in_flight}):\n{}", reports.join("\n"));
+}
+
+/// Names and types must match exactly; contents only where they were fsync'ed.
+fn compare(actual: &BTreeMap<PathBuf, TreeNode>, expected: &Model) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (path, node) in expected {
+        match (node, actual.get(path)) {
+            (_, None) => problems.push(format!("missing {path:?}")),
+            (Node::Dir, Some(TreeNode::Dir)) => {}
+            (Node::File { content, synced }, Some(TreeNode::File(found))) => {
+                if *synced && found != content {
+                    problems.push(format!(
+                        "fsync'ed {path:?} has {} bytes, wrote {} (or other bytes)",
+                        found.len(),
+                        content.len()
+                    ));
+                }
+            }
+            (_, Some(found)) => problems.push(format!("{path:?} has the wrong type: {found:?}")),
+        }
+    }
+    for path in actual.keys().filter(|p| !expected.contains_key(*p)) {
+        problems.push(format!("unexpected {path:?}"));
+    }
+    problems
+}
+
+#[test]
+fn kill_dash_nine_loses_nothing_acknowledged() {
+    let mut m = Mounted::new();
+    let mut accepted = Model::new();
+    let mut kills_mid_sequence = 0;
+    for round in 0..ROUNDS {
+        let ops = Arc::new(plan(round));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let killing = Arc::new(AtomicBool::new(false));
+        let kill_after = SplitMix64::new(round).range(KILL_AFTER_OPS.0, KILL_AFTER_OPS.1) as usize;
+        let worker = {
+            let (root, ops, completed, killing) = (
+                m.mnt.clone(),
+                ops.clone(),
+                completed.clone(),
+                killing.clone(),
+            );
+            thread::spawn(move || run_worker(root, ops, completed, killing))
+        };
+        let reached = poll(WORKER_PROGRESS_TIMEOUT, || {
+            completed.load(Ordering::SeqCst) >= kill_after || worker.is_finished()
+        });
+        assert!(reached, "round {round}: the worker did not reach op {kill_after} in {WORKER_PROGRESS_TIMEOUT:?}");
+        m.kill_daemon(|| killing.store(true, Ordering::SeqCst));
+        let failure = worker.join().expect("worker thread panicked");
+        m.detach_dead_mount();
+        let done = completed.load(Ordering::SeqCst);
+        if let Some(WorkerFailure { error, after_kill }) = &failure {
+            let code = errno(error);
+            assert!(
+                *after_kill,
+                "round {round}: op {done} ({}) failed with {error} ({}) while the daemon was alive",
+                ops[done].describe(),
+                errno_name(code)
+            );
+            // An aborted connection fails new requests with ENOTCONN and the one in flight
+            // with ECONNABORTED.
+            assert!(
+                code == libc::ENOTCONN || code == libc::ECONNABORTED,
+                "round {round}: op {done} ({}) failed with {error} ({}) instead of a dead connection",
+                ops[done].describe(),
+                errno_name(code)
+            );
+            kills_mid_sequence += 1;
+        }
+
+        m.fsck_clean();
+        m.mount();
+        let (round_model, matched) = verify_round(&m.mnt, &accepted, &ops, done);
+        println!(
+            "round {round}: killed after {done} acknowledged ops; recovered state = {matched}"
+        );
+        // Contents not known to be durable stay unchecked in later rounds too.
+        accepted.extend(round_model);
+    }
+    assert!(
+        kills_mid_sequence >= ROUNDS / 2,
+        "only {kills_mid_sequence} of {ROUNDS} kills landed before the worker finished: the test lost its teeth"
+    );
+    // And a clean unmount after all those recoveries.
+    m.remount();
+    verify_round(&m.mnt, &accepted, &[], 0);
+    m.finish();
+}
