@@ -10,7 +10,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{FsError, FsResult};
-use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageOwner, ROOT_INO};
+use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::stats::{Op, Stats};
 use crate::store::{Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, Store};
@@ -80,8 +80,9 @@ struct WriteState {
     next_ino: u64,
     /// Per-directory runs of reserved inode numbers: parent -> (next, end).
     ino_runs: HashMap<u64, (u64, u64)>,
-    /// Cached absolute counter values (loaded on first use).
-    usage: HashMap<UsageOwner, Usage>,
+    /// Every usage counter, loaded at open (one per owner combination in use), so a
+    /// commit writes absolute values without reading the store.
+    usage: HashMap<UsageKey, Usage>,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -173,6 +174,7 @@ impl Engine {
             return Err(OpenError::Damaged("root directory inode is missing".into()));
         }
         let next_ino = next_free_ino(store.as_ref())?;
+        let usage = load_all_usage(store.as_ref())?;
         let engine = Arc::new(Engine {
             store,
             superblock,
@@ -180,7 +182,7 @@ impl Engine {
             writer: Mutex::new(WriteState {
                 next_ino,
                 ino_runs: HashMap::new(),
-                usage: HashMap::new(),
+                usage,
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -248,14 +250,16 @@ impl Engine {
         })
     }
 
-    /// The current usage of one owner, exact at all times.
+    /// The current usage of one owner, exact at all times: a sum over the in-memory
+    /// counters of the owner combinations it is part of.
     pub fn usage(&self, owner: UsageOwner) -> FsResult<Usage> {
         let state = self.writer.lock();
-        if let Some(usage) = state.usage.get(&owner) {
-            return Ok(*usage);
+        let mut total = Usage::default();
+        for (_, usage) in state.usage.iter().filter(|(key, _)| key.counts_for(owner)) {
+            total.inodes += usage.inodes;
+            total.bytes += usage.bytes;
         }
-        drop(state);
-        load_usage(self.store.as_ref(), owner)
+        Ok(total)
     }
 
     // ---- writes ----
@@ -418,18 +422,11 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
         keys::inode_key(ROOT_INO),
         keys::encode_inode(&root),
     );
-    for owner in [
-        UsageOwner::Total,
-        UsageOwner::User(0),
-        UsageOwner::Group(0),
-        UsageOwner::Project(0),
-    ] {
-        batch.put(
-            Space::Meta,
-            keys::counter_key(owner),
-            keys::encode_usage(one_inode),
-        );
-    }
+    batch.put(
+        Space::Meta,
+        keys::counter_key(UsageKey::of(&root)),
+        keys::encode_usage(one_inode),
+    );
     store.write(batch)?;
     Ok(())
 }
@@ -444,11 +441,30 @@ fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
     Ok((last + 1).next_multiple_of(INO_RUN_LENGTH))
 }
 
-fn load_usage(store: &dyn Store, owner: UsageOwner) -> FsResult<Usage> {
-    let key = keys::counter_key(owner);
-    match store.get(Space::Meta, &key)? {
-        Some(value) => keys::decode_usage(&key, &value),
-        None => Ok(Usage::default()),
+fn load_all_usage(store: &dyn Store) -> FsResult<HashMap<UsageKey, Usage>> {
+    let mut usage = HashMap::new();
+    let mut decode_error = None;
+    let (start, end) = keys::all_counters_range();
+    store.scan(
+        Space::Meta,
+        &start,
+        &end,
+        &mut |key, value| match keys::decode_counter_key(key)
+            .and_then(|owners| Ok((owners, keys::decode_usage(key, value)?)))
+        {
+            Ok((owners, counted)) => {
+                usage.insert(owners, counted);
+                Scan::Continue
+            }
+            Err(error) => {
+                decode_error = Some(error);
+                Scan::Stop
+            }
+        },
+    )?;
+    match decode_error {
+        Some(error) => Err(error),
+        None => Ok(usage),
     }
 }
 
@@ -485,7 +501,7 @@ pub(crate) struct Txn<'a> {
     pub(crate) engine: &'a Engine,
     state: MutexGuard<'a, WriteState>,
     batch: Batch,
-    usage_delta: HashMap<UsageOwner, (i64, i64)>,
+    usage_delta: HashMap<UsageKey, (i64, i64)>,
     /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
     new_orphans: Vec<u64>,
     pub(crate) now: Timestamp,
@@ -594,17 +610,12 @@ impl<'a> Txn<'a> {
         if inodes == 0 && bytes == 0 {
             return;
         }
-        let owners = [
-            UsageOwner::Total,
-            UsageOwner::User(inode.uid),
-            UsageOwner::Group(inode.gid),
-            UsageOwner::Project(inode.project),
-        ];
-        for owner in owners {
-            let delta = self.usage_delta.entry(owner).or_insert((0, 0));
-            delta.0 += inodes;
-            delta.1 += bytes;
-        }
+        let delta = self
+            .usage_delta
+            .entry(UsageKey::of(inode))
+            .or_insert((0, 0));
+        delta.0 += inodes;
+        delta.1 += bytes;
     }
 
     /// Deletes an inode with its data and xattrs, crediting its usage.
@@ -658,21 +669,23 @@ impl<'a> Txn<'a> {
     /// Writes the batch, with the new absolute counter values, as one atomic store write.
     pub(crate) fn commit(mut self) -> FsResult<()> {
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
-        for (&owner, &(inodes, bytes)) in &self.usage_delta {
-            let current = match self.state.usage.get(&owner) {
-                Some(usage) => *usage,
-                None => load_usage(self.engine.store.as_ref(), owner)?,
-            };
+        for (&owners, &(inodes, bytes)) in &self.usage_delta {
+            let current = self.state.usage.get(&owners).copied().unwrap_or_default();
             let updated = Usage {
-                inodes: apply_delta(current.inodes, inodes, owner),
-                bytes: apply_delta(current.bytes, bytes, owner),
+                inodes: apply_delta(current.inodes, inodes, owners),
+                bytes: apply_delta(current.bytes, bytes, owners),
             };
-            self.batch.put(
-                Space::Meta,
-                keys::counter_key(owner),
-                keys::encode_usage(updated),
-            );
-            new_usage.push((owner, updated));
+            // A combination nobody uses any more leaves no key behind.
+            if updated == Usage::default() {
+                self.batch.delete(Space::Meta, keys::counter_key(owners));
+            } else {
+                self.batch.put(
+                    Space::Meta,
+                    keys::counter_key(owners),
+                    keys::encode_usage(updated),
+                );
+            }
+            new_usage.push((owners, updated));
         }
         if self.batch.is_empty() {
             return Ok(());
@@ -688,8 +701,12 @@ impl<'a> Txn<'a> {
                 other => FsError::Store(other),
             });
         }
-        for (owner, usage) in new_usage {
-            self.state.usage.insert(owner, usage);
+        for (owners, usage) in new_usage {
+            if usage == Usage::default() {
+                self.state.usage.remove(&owners);
+            } else {
+                self.state.usage.insert(owners, usage);
+            }
         }
         self.new_orphans.clear();
         self.engine
@@ -714,7 +731,7 @@ impl Drop for Txn<'_> {
     }
 }
 
-fn apply_delta(current: u64, delta: i64, owner: UsageOwner) -> u64 {
+fn apply_delta(current: u64, delta: i64, owner: UsageKey) -> u64 {
     let updated = current as i128 + delta as i128;
     debug_assert!(
         updated >= 0,

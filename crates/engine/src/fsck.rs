@@ -1,13 +1,13 @@
 //! Offline consistency check: every invariant the engine keeps, proven from a full scan.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::engine::OpenError;
 use crate::error::FsResult;
-use crate::inode::{Content, FileKind, Usage, UsageOwner, ROOT_INO};
+use crate::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::keys::{self, FORMAT_VERSION};
 use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
 use crate::store_dir::{self, StoreLock};
@@ -97,7 +97,7 @@ struct InodeFacts {
     parent: u64,
     chunked: bool,
     inline_len: u64,
-    owners: [UsageOwner; 4],
+    owners: UsageKey,
 }
 
 #[derive(Default)]
@@ -160,12 +160,7 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
                 Content::Inline(bytes) => (false, bytes.len() as u64),
                 Content::Chunked => (true, 0),
             };
-            let owners = [
-                UsageOwner::Total,
-                UsageOwner::User(inode.uid),
-                UsageOwner::Group(inode.gid),
-                UsageOwner::Project(inode.project),
-            ];
+            let owners = UsageKey::of(&inode);
             inodes.insert(
                 ino,
                 InodeFacts {
@@ -413,15 +408,13 @@ fn check_counters(
     inodes: &HashMap<u64, InodeFacts>,
     report: &mut FsckReport,
 ) -> FsResult<()> {
-    let mut expected: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
+    let mut expected: BTreeMap<UsageKey, Usage> = BTreeMap::new();
     for facts in inodes.values() {
-        for owner in facts.owners {
-            let usage = expected.entry(owner).or_default();
-            usage.inodes += 1;
-            usage.bytes += facts.allocated;
-        }
+        let usage = expected.entry(facts.owners).or_default();
+        usage.inodes += 1;
+        usage.bytes += facts.allocated;
     }
-    let mut stored: BTreeMap<UsageOwner, Usage> = BTreeMap::new();
+    let mut stored: BTreeMap<UsageKey, Usage> = BTreeMap::new();
     scan_all(
         store,
         Space::Meta,
@@ -434,16 +427,14 @@ fn check_counters(
             Ok(())
         },
     )?;
-    let owners: HashSet<UsageOwner> = expected.keys().chain(stored.keys()).copied().collect();
-    let mut owners: Vec<_> = owners.into_iter().collect();
-    owners.sort();
+    let owners: BTreeSet<UsageKey> = expected.keys().chain(stored.keys()).copied().collect();
     for owner in owners {
         let want = expected.get(&owner).copied().unwrap_or_default();
         let have = stored.get(&owner).copied().unwrap_or_default();
         if want != have {
             report.problem(format!(
-                "usage of {owner:?}: counter says {} inodes / {} bytes, scan finds {} / {}",
-                have.inodes, have.bytes, want.inodes, want.bytes
+                "usage of uid {} gid {} project {}: counter says {} inodes / {} bytes, scan finds {} / {}",
+                owner.uid, owner.gid, owner.project, have.inodes, have.bytes, want.inodes, want.bytes
             ));
         }
     }

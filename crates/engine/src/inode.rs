@@ -151,7 +151,38 @@ pub struct Usage {
     pub bytes: u64,
 }
 
-/// Whose usage a counter holds.
+/// What one usage counter key holds: the inodes and bytes of one (uid, gid, project)
+/// combination. Each operation then changes exactly one counter key (two for chown), and the
+/// per-user, per-group, per-project and total figures are sums over these keys, of which
+/// there are only as many as owner combinations in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UsageKey {
+    pub uid: u32,
+    pub gid: u32,
+    pub project: u32,
+}
+
+impl UsageKey {
+    pub fn of(inode: &Inode) -> Self {
+        UsageKey {
+            uid: inode.uid,
+            gid: inode.gid,
+            project: inode.project,
+        }
+    }
+
+    /// Whether this combination's usage counts towards `owner`.
+    pub fn counts_for(&self, owner: UsageOwner) -> bool {
+        match owner {
+            UsageOwner::Total => true,
+            UsageOwner::User(uid) => self.uid == uid,
+            UsageOwner::Group(gid) => self.gid == gid,
+            UsageOwner::Project(project) => self.project == project,
+        }
+    }
+}
+
+/// Whose usage is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UsageOwner {
     Total,

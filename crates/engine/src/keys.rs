@@ -7,7 +7,7 @@
 //! - `I` ino:u64                  inode record (attributes + inline data)
 //! - `X` ino:u64 name             extended attribute value
 //! - `O` ino:u64                  orphan: unlinked while open; purged at release or mount
-//! - `C` class:u8 id:u32          usage counter -> inodes:u64 bytes:u64
+//! - `C` uid:u32 gid:u32 project:u32  usage counter -> inodes:u64 bytes:u64
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -17,7 +17,7 @@
 //! next to each other.
 
 use crate::error::FsError;
-use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageOwner};
+use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey};
 
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -269,15 +269,12 @@ pub fn decode_orphan_key(key: &[u8]) -> Result<u64, FsError> {
 
 // ---- usage counters ----
 
-pub fn counter_key(owner: UsageOwner) -> Vec<u8> {
-    let (class, id) = match owner {
-        UsageOwner::Total => (0u8, 0u32),
-        UsageOwner::User(uid) => (1, uid),
-        UsageOwner::Group(gid) => (2, gid),
-        UsageOwner::Project(project) => (3, project),
-    };
-    let mut key = vec![COUNTER, class];
-    key.extend_from_slice(&id.to_be_bytes());
+pub fn counter_key(owners: UsageKey) -> Vec<u8> {
+    let mut key = Vec::with_capacity(13);
+    key.push(COUNTER);
+    key.extend_from_slice(&owners.uid.to_be_bytes());
+    key.extend_from_slice(&owners.gid.to_be_bytes());
+    key.extend_from_slice(&owners.project.to_be_bytes());
     key
 }
 
@@ -285,13 +282,17 @@ pub fn all_counters_range() -> (Vec<u8>, Vec<u8>) {
     tag_range(COUNTER)
 }
 
-pub fn decode_counter_key(key: &[u8]) -> Result<UsageOwner, FsError> {
-    let id = read_u32(key, 2).filter(|_| key.len() == 6 && key[0] == COUNTER);
-    match (key.get(1), id) {
-        (Some(0), Some(0)) => Ok(UsageOwner::Total),
-        (Some(1), Some(id)) => Ok(UsageOwner::User(id)),
-        (Some(2), Some(id)) => Ok(UsageOwner::Group(id)),
-        (Some(3), Some(id)) => Ok(UsageOwner::Project(id)),
+pub fn decode_counter_key(key: &[u8]) -> Result<UsageKey, FsError> {
+    match (
+        key.first(),
+        read_u32(key, 1),
+        read_u32(key, 5),
+        read_u32(key, 9),
+        key.len(),
+    ) {
+        (Some(&COUNTER), Some(uid), Some(gid), Some(project), 13) => {
+            Ok(UsageKey { uid, gid, project })
+        }
         _ => Err(corrupt("counter key", key)),
     }
 }
@@ -450,14 +451,13 @@ mod tests {
 
     #[test]
     fn counters_and_superblock_round_trip() {
-        for owner in [
-            UsageOwner::Total,
-            UsageOwner::User(7),
-            UsageOwner::Group(8),
-            UsageOwner::Project(9),
-        ] {
-            assert_eq!(decode_counter_key(&counter_key(owner)).unwrap(), owner);
-        }
+        let owners = UsageKey {
+            uid: 7,
+            gid: 8,
+            project: u32::MAX,
+        };
+        assert_eq!(decode_counter_key(&counter_key(owners)).unwrap(), owners);
+        assert!(decode_counter_key(&counter_key(owners)[..12]).is_err());
         let usage = Usage {
             inodes: 3,
             bytes: 1 << 40,

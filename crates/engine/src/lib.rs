@@ -41,7 +41,9 @@ mod xattr;
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
-pub use inode::{Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageOwner, ROOT_INO};
+pub use inode::{
+    Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
+};
 pub use namespace::NewInode;
 pub use rename::RenameMode;
 pub use store::FjallTuning;

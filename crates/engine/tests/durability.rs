@@ -330,7 +330,11 @@ fn fsck_finds_wrong_counters_dangling_entries_and_stray_chunks() {
     tamper(&closed.store, |b| {
         b.put(
             Space::Meta,
-            keys::counter_key(UsageOwner::User(1000)),
+            keys::counter_key(UsageKey {
+                uid: 1000,
+                gid: 1000,
+                project: 0,
+            }),
             keys::encode_usage(Usage {
                 inodes: 99,
                 bytes: 1,
@@ -351,7 +355,10 @@ fn fsck_finds_wrong_counters_dangling_entries_and_stray_chunks() {
     });
     let report = problems(&closed.store);
     let text = report.summary();
-    assert!(mentions(&report, "usage of User(1000)"), "{text}");
+    assert!(
+        mentions(&report, "usage of uid 1000 gid 1000 project 0"),
+        "{text}"
+    );
     assert!(
         mentions(&report, "points to missing inode 777777"),
         "{text}"

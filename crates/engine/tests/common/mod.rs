@@ -13,8 +13,8 @@ pub use shoal_engine::fsck::{fsck_store_dir, FsckReport};
 pub use shoal_engine::store_dir::StoreDirError;
 pub use shoal_engine::{
     Caller, Content, DirEntry, Engine, EngineConfig, FileKind, FsError, Inode, NewInode, OpenError,
-    RenameMode, SetAttr, SetTime, Timestamp, Usage, UsageOwner, XattrMode, MAX_FILE_BYTES,
-    NAME_MAX_BYTES, ROOT_INO,
+    RenameMode, SetAttr, SetTime, Timestamp, Usage, UsageKey, UsageOwner, XattrMode,
+    MAX_FILE_BYTES, NAME_MAX_BYTES, ROOT_INO,
 };
 
 pub const ME: Caller = Caller {
