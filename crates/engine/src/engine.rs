@@ -406,6 +406,7 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
         parent: ROOT_INO,
         project: 0,
         content: Content::Inline(Vec::new()),
+        may_have_xattrs: false,
     };
     let one_inode = Usage {
         inodes: 1,
@@ -632,13 +633,18 @@ impl<'a> Txn<'a> {
             inode.nlink == 0 || inode.kind == FileKind::Directory,
             "purging linked inode {ino}"
         );
-        let (start, end) = keys::chunk_range(ino);
-        for key in self.scan_keys(Space::Data, &start, &end)? {
-            self.delete(Space::Data, key);
+        // Range scans cost far more than point writes; most small files have neither.
+        if inode.content == Content::Chunked {
+            let (start, end) = keys::chunk_range(ino);
+            for key in self.scan_keys(Space::Data, &start, &end)? {
+                self.delete(Space::Data, key);
+            }
         }
-        let (start, end) = keys::xattr_range(ino);
-        for key in self.scan_keys(Space::Meta, &start, &end)? {
-            self.delete(Space::Meta, key);
+        if inode.may_have_xattrs {
+            let (start, end) = keys::xattr_range(ino);
+            for key in self.scan_keys(Space::Meta, &start, &end)? {
+                self.delete(Space::Meta, key);
+            }
         }
         self.delete(Space::Meta, keys::inode_key(ino));
         self.delete(Space::Meta, keys::orphan_key(ino));

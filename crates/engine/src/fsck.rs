@@ -98,6 +98,7 @@ struct InodeFacts {
     chunked: bool,
     inline_len: u64,
     owners: UsageKey,
+    may_have_xattrs: bool,
 }
 
 #[derive(Default)]
@@ -172,6 +173,7 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
                     chunked,
                     inline_len,
                     owners,
+                    may_have_xattrs: inode.may_have_xattrs,
                 },
             );
             Ok(())
@@ -244,8 +246,13 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     scan_all(store, Space::Meta, keys::all_xattrs_range(), |key, _| {
         let (ino, _) = keys::decode_xattr_key(key)?;
         report.xattrs += 1;
-        if !inodes.contains_key(&ino) {
-            xattr_problems.push(format!("xattr of missing inode {ino}"));
+        match inodes.get(&ino) {
+            None => xattr_problems.push(format!("xattr of missing inode {ino}")),
+            // Deleting the inode would skip the scan and leave the xattr behind.
+            Some(facts) if !facts.may_have_xattrs => xattr_problems.push(format!(
+                "inode {ino} has xattrs but is not marked as having any"
+            )),
+            Some(_) => {}
         }
         Ok(())
     })?;

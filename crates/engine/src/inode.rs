@@ -116,6 +116,8 @@ pub struct Inode {
     /// Project id, inherited from the parent directory at creation.
     pub project: u32,
     pub content: Content,
+    /// Set once an xattr was stored, so deleting an inode without any skips the scan.
+    pub may_have_xattrs: bool,
 }
 
 impl Inode {

@@ -30,6 +30,9 @@ const COUNTER: u8 = b'C';
 const CHUNK: u8 = b'D';
 
 const INODE_RECORD_VERSION: u8 = 1;
+/// Bits of the inode record's last header byte.
+const INODE_CHUNKED: u8 = 1;
+const INODE_MAY_HAVE_XATTRS: u8 = 2;
 
 pub fn superblock_key() -> Vec<u8> {
     vec![SUPERBLOCK]
@@ -185,12 +188,17 @@ pub fn encode_inode(inode: &Inode) -> Vec<u8> {
     out.extend_from_slice(&inode.rdev.to_be_bytes());
     out.extend_from_slice(&inode.parent.to_be_bytes());
     out.extend_from_slice(&inode.project.to_be_bytes());
+    let xattr_bit = if inode.may_have_xattrs {
+        INODE_MAY_HAVE_XATTRS
+    } else {
+        0
+    };
     match &inode.content {
         Content::Inline(bytes) => {
-            out.push(0);
+            out.push(xattr_bit);
             out.extend_from_slice(bytes);
         }
-        Content::Chunked => out.push(1),
+        Content::Chunked => out.push(INODE_CHUNKED | xattr_bit),
     }
     debug_assert!(out.len() == INODE_HEADER_BYTES + inline.len());
     out
@@ -204,10 +212,14 @@ fn decode_inode_fields(ino: u64, v: &[u8]) -> Option<Inode> {
     if *v.first()? != INODE_RECORD_VERSION || v.len() < INODE_HEADER_BYTES {
         return None;
     }
-    let content = match v[INODE_HEADER_BYTES - 1] {
-        0 => Content::Inline(v[INODE_HEADER_BYTES..].to_vec()),
-        1 => Content::Chunked,
-        _ => return None,
+    let flags = v[INODE_HEADER_BYTES - 1];
+    if flags & !(INODE_CHUNKED | INODE_MAY_HAVE_XATTRS) != 0 {
+        return None;
+    }
+    let content = if flags & INODE_CHUNKED != 0 {
+        Content::Chunked
+    } else {
+        Content::Inline(v[INODE_HEADER_BYTES..].to_vec())
     };
     Some(Inode {
         ino,
@@ -225,6 +237,7 @@ fn decode_inode_fields(ino: u64, v: &[u8]) -> Option<Inode> {
         parent: read_u64(v, 72)?,
         project: read_u32(v, 80)?,
         content,
+        may_have_xattrs: flags & INODE_MAY_HAVE_XATTRS != 0,
     })
 }
 
@@ -392,6 +405,7 @@ mod tests {
             parent: 0,
             project: 42,
             content,
+            may_have_xattrs: true,
         }
     }
 

@@ -293,6 +293,7 @@ impl Txn<'_> {
             parent: if is_dir { parent } else { 0 },
             project: parent_inode.project,
             content,
+            may_have_xattrs: false,
         };
         self.put_inode(&inode);
         self.put_entry(parent, name, ino, new.kind);

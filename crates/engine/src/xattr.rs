@@ -53,6 +53,7 @@ impl Engine {
             _ => {}
         }
         txn.put(Space::Meta, key, value.to_vec());
+        inode.may_have_xattrs = true;
         inode.ctime = txn.now;
         txn.put_inode(&inode);
         txn.commit()

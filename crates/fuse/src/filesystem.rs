@@ -515,7 +515,10 @@ impl fuser::Filesystem for ShoalFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.engine.getattr(ino.0) {
             Ok(inode) if inode.kind == FileKind::Directory => {
-                reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty())
+                // Let the kernel keep directory listings: every change comes through it,
+                // and it drops its cached listing when it changes the directory.
+                let flags = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+                reply.opened(FileHandle(self.dirs.open()), flags)
             }
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(error) => reply.error(errno(&error)),
@@ -755,6 +758,7 @@ fn negative_inode() -> Inode {
         parent: 0,
         project: 0,
         content: shoal_engine::Content::Inline(Vec::new()),
+        may_have_xattrs: false,
     }
 }
 

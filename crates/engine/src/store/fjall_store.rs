@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode};
 
 use super::{Batch, Scan, Space, Store, StoreError};
 
@@ -54,8 +54,12 @@ impl FjallStore {
         let meta = db.keyspace("meta", || {
             KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
         })?;
+        // File chunks go to blob files (key-value separation): compaction then moves
+        // only their small index entries, not the bytes.
         let data = db.keyspace("data", || {
-            KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+            KeyspaceCreateOptions::default()
+                .max_memtable_size(memtable_bytes)
+                .with_kv_separation(Some(KvSeparationOptions::default()))
         })?;
         Ok(Self { db, meta, data })
     }

@@ -113,3 +113,72 @@ pub trait Store: Send + Sync {
     /// Bytes the store occupies on its device (0 for memory).
     fn disk_bytes(&self) -> u64;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_keeps_the_last_write_per_key_and_reads_its_own_writes() {
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"a".to_vec(), b"1".to_vec());
+        batch.put(Space::Meta, b"a".to_vec(), b"2".to_vec());
+        batch.put(Space::Data, b"a".to_vec(), b"data".to_vec());
+        batch.delete(Space::Meta, b"b".to_vec());
+        assert_eq!(batch.len(), 3, "one item per (space, key)");
+        assert_eq!(batch.lookup(Space::Meta, b"a"), Some(Some(&b"2"[..])));
+        assert_eq!(batch.lookup(Space::Data, b"a"), Some(Some(&b"data"[..])));
+        assert_eq!(batch.lookup(Space::Meta, b"b"), Some(None));
+        assert_eq!(batch.lookup(Space::Meta, b"c"), None);
+        batch.put(Space::Meta, b"b".to_vec(), b"back".to_vec());
+        assert_eq!(batch.lookup(Space::Meta, b"b"), Some(Some(&b"back"[..])));
+    }
+
+    fn exercise(store: &dyn Store) {
+        let mut batch = Batch::default();
+        for key in [&b"k1"[..], b"k2", b"k3", b"z"] {
+            batch.put(Space::Meta, key.to_vec(), key.to_vec());
+        }
+        batch.put(Space::Data, b"k2".to_vec(), b"chunk".to_vec());
+        store.write(batch).unwrap();
+        let mut deletes = Batch::default();
+        deletes.delete(Space::Meta, b"k2".to_vec());
+        store.write(deletes).unwrap();
+
+        assert_eq!(store.get(Space::Meta, b"k1").unwrap(), Some(b"k1".to_vec()));
+        assert_eq!(store.get(Space::Meta, b"k2").unwrap(), None);
+        assert_eq!(
+            store.get(Space::Data, b"k2").unwrap(),
+            Some(b"chunk".to_vec())
+        );
+        let mut seen = Vec::new();
+        store
+            .scan(Space::Meta, b"k", b"l", &mut |key, _| {
+                seen.push(key.to_vec());
+                Scan::Continue
+            })
+            .unwrap();
+        assert_eq!(seen, vec![b"k1".to_vec(), b"k3".to_vec()]);
+        let mut first = Vec::new();
+        store
+            .scan(Space::Meta, b"", b"\xff", &mut |key, _| {
+                first.push(key.to_vec());
+                Scan::Stop
+            })
+            .unwrap();
+        assert_eq!(first, vec![b"k1".to_vec()]);
+        assert_eq!(
+            store.last_key(Space::Meta, b"k", b"l").unwrap(),
+            Some(b"k3".to_vec())
+        );
+        assert_eq!(store.last_key(Space::Meta, b"a", b"b").unwrap(), None);
+        store.sync().unwrap();
+    }
+
+    #[test]
+    fn memory_and_fjall_stores_agree() {
+        exercise(&MemoryStore::new());
+        let dir = tempfile::tempdir().unwrap();
+        exercise(&FjallStore::open(dir.path(), &FjallTuning::default()).unwrap());
+    }
+}
