@@ -22,6 +22,8 @@ pub const DEFAULT_INLINE_MAX_BYTES: u32 = 4096;
 pub const DEFAULT_CHUNK_BYTES: u32 = 64 * 1024;
 /// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
 const INO_RUN_LENGTH: u64 = 64;
+/// Files of up to this many chunks (4 MiB) are deleted without scanning for their chunks.
+const BLIND_DELETE_MAX_CHUNKS: u64 = 64;
 /// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).
 const INO_RUNS_MAX: usize = 4096;
 
@@ -635,9 +637,18 @@ impl<'a> Txn<'a> {
         );
         // Range scans cost far more than point writes; most small files have neither.
         if inode.content == Content::Chunked {
-            let (start, end) = keys::chunk_range(ino);
-            for key in self.scan_keys(Space::Data, &start, &end)? {
-                self.delete(Space::Data, key);
+            let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
+            if chunks <= BLIND_DELETE_MAX_CHUNKS {
+                // Deleting every possible chunk key is cheaper than a range scan; a hole
+                // costs one tombstone.
+                for chunk in 0..chunks {
+                    self.delete(Space::Data, keys::chunk_key(ino, chunk));
+                }
+            } else {
+                let (start, end) = keys::chunk_range(ino);
+                for key in self.scan_keys(Space::Data, &start, &end)? {
+                    self.delete(Space::Data, key);
+                }
             }
         }
         if inode.may_have_xattrs {
