@@ -40,44 +40,68 @@ pub enum Scan {
 /// inode twice (rename within one directory) without a duplicate key reaching the store.
 #[derive(Debug, Default)]
 pub struct Batch {
-    items: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+    /// One map per space, so a read through the batch borrows the key instead of copying it
+    /// (every transaction read passes here).
+    meta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    data: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
+type SpaceItems = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
 impl Batch {
+    fn space(&self, space: Space) -> &SpaceItems {
+        match space {
+            Space::Meta => &self.meta,
+            Space::Data => &self.data,
+        }
+    }
+
+    fn space_mut(&mut self, space: Space) -> &mut SpaceItems {
+        match space {
+            Space::Meta => &mut self.meta,
+            Space::Data => &mut self.data,
+        }
+    }
+
     pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
-        self.items.insert((space, key), Some(value));
+        self.space_mut(space).insert(key, Some(value));
     }
 
     pub fn delete(&mut self, space: Space, key: Vec<u8>) {
-        self.items.insert((space, key), None);
+        self.space_mut(space).insert(key, None);
     }
 
     /// `Some(Some(v))`: written in this batch; `Some(None)`: deleted in it; `None`: untouched.
     pub fn lookup(&self, space: Space, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.items
-            .get(&(space, key.to_vec()))
-            .map(|value| value.as_deref())
+        self.space(space).get(key).map(|value| value.as_deref())
     }
 
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.meta.len() + self.data.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.meta.is_empty() && self.data.is_empty()
     }
 
     pub fn bytes(&self) -> usize {
-        self.items
+        self.meta
             .iter()
-            .map(|((_, k), v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .chain(&self.data)
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
             .sum()
     }
 
     pub fn into_items(self) -> impl Iterator<Item = (Space, Vec<u8>, Option<Vec<u8>>)> {
-        self.items
+        let meta = self
+            .meta
             .into_iter()
-            .map(|((space, key), value)| (space, key, value))
+            .map(|(key, value)| (Space::Meta, key, value));
+        let data = self
+            .data
+            .into_iter()
+            .map(|(key, value)| (Space::Data, key, value));
+        meta.chain(data)
     }
 }
 
