@@ -167,7 +167,8 @@ impl Engine {
         if change.uid.is_some_and(|uid| uid != inode.uid)
             || change.gid.is_some_and(|gid| gid != inode.gid)
         {
-            // Usage moves with ownership, in this same batch.
+            // Usage moves with ownership, in this same batch; never refused (see `quota`).
+            txn.force_quota();
             txn.charge(&inode, -1, -(inode.allocated_bytes as i64));
             inode.uid = change.uid.unwrap_or(inode.uid);
             inode.gid = change.gid.unwrap_or(inode.gid);

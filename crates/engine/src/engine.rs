@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::error::{FsError, FsResult};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
+use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
 use crate::stats::{Op, Stats};
 use crate::store::{Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, Store};
 use crate::store_dir::{self, StoreDirError, StoreLock};
@@ -77,7 +78,7 @@ impl Caller {
 }
 
 /// State only mutations touch, behind the one writer lock.
-struct WriteState {
+pub(crate) struct WriteState {
     /// Next inode number never handed out.
     next_ino: u64,
     /// Per-directory runs of reserved inode numbers: parent -> (next, end).
@@ -85,6 +86,8 @@ struct WriteState {
     /// Every usage counter, loaded at open (one per owner combination in use), so a
     /// commit writes absolute values without reading the store.
     usage: HashMap<UsageKey, Usage>,
+    /// Per-user/group/project totals and limits, checked by every commit.
+    pub(crate) quotas: QuotaState,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -177,6 +180,11 @@ impl Engine {
         }
         let next_ino = next_free_ino(store.as_ref())?;
         let usage = load_all_usage(store.as_ref())?;
+        let quotas = QuotaState::new(
+            &usage,
+            load_quota_records(store.as_ref())?,
+            load_quota_settings(store.as_ref())?,
+        );
         let engine = Arc::new(Engine {
             store,
             superblock,
@@ -185,6 +193,7 @@ impl Engine {
                 next_ino,
                 ino_runs: HashMap::new(),
                 usage,
+                quotas,
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -256,12 +265,17 @@ impl Engine {
     /// counters of the owner combinations it is part of.
     pub fn usage(&self, owner: UsageOwner) -> FsResult<Usage> {
         let state = self.writer.lock();
-        let mut total = Usage::default();
-        for (_, usage) in state.usage.iter().filter(|(key, _)| key.counts_for(owner)) {
-            total.inodes += usage.inodes;
-            total.bytes += usage.bytes;
-        }
-        Ok(total)
+        Ok(match owner {
+            UsageOwner::Total => state.quotas.total(),
+            UsageOwner::User(uid) => state.quotas.usage_of(QuotaKind::User, uid),
+            UsageOwner::Group(gid) => state.quotas.usage_of(QuotaKind::Group, gid),
+            UsageOwner::Project(project) => state.quotas.usage_of(QuotaKind::Project, project),
+        })
+    }
+
+    /// The writer state, for reads that must agree with the counters (quota reports).
+    pub(crate) fn write_state(&self) -> MutexGuard<'_, WriteState> {
+        self.writer.lock()
     }
 
     // ---- writes ----
@@ -276,6 +290,9 @@ impl Engine {
             state: self.writer.lock(),
             batch: Batch::default(),
             usage_delta: HashMap::new(),
+            quota_forced: false,
+            quota_records: Vec::new(),
+            quota_settings: None,
             new_orphans: Vec::new(),
             now: Timestamp::now(),
         })
@@ -444,6 +461,40 @@ fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
     Ok((last + 1).next_multiple_of(INO_RUN_LENGTH))
 }
 
+fn load_quota_records(store: &dyn Store) -> FsResult<HashMap<(QuotaKind, u32), QuotaRecord>> {
+    let mut records = HashMap::new();
+    let mut decode_error = None;
+    let (start, end) = keys::all_quota_records_range();
+    store.scan(
+        Space::Meta,
+        &start,
+        &end,
+        &mut |key, value| match keys::decode_quota_record_key(key)
+            .and_then(|owner| Ok((owner, keys::decode_quota_record(key, value)?)))
+        {
+            Ok((owner, record)) => {
+                records.insert(owner, record);
+                Scan::Continue
+            }
+            Err(error) => {
+                decode_error = Some(error);
+                Scan::Stop
+            }
+        },
+    )?;
+    match decode_error {
+        Some(error) => Err(error),
+        None => Ok(records),
+    }
+}
+
+fn load_quota_settings(store: &dyn Store) -> FsResult<QuotaSettings> {
+    match store.get(Space::Meta, &keys::quota_settings_key())? {
+        Some(value) => keys::decode_quota_settings(&value),
+        None => Ok(QuotaSettings::default()),
+    }
+}
+
 fn load_all_usage(store: &dyn Store) -> FsResult<HashMap<UsageKey, Usage>> {
     let mut usage = HashMap::new();
     let mut decode_error = None;
@@ -505,6 +556,11 @@ pub(crate) struct Txn<'a> {
     state: MutexGuard<'a, WriteState>,
     batch: Batch,
     usage_delta: HashMap<UsageKey, (i64, i64)>,
+    /// Ownership changes move usage without being refused by limits (see `quota`).
+    quota_forced: bool,
+    /// Quota records and settings this transaction writes (administration).
+    quota_records: Vec<((QuotaKind, u32), QuotaRecord)>,
+    quota_settings: Option<QuotaSettings>,
     /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
     new_orphans: Vec<u64>,
     pub(crate) now: Timestamp,
@@ -608,6 +664,36 @@ impl<'a> Txn<'a> {
         ino
     }
 
+    /// Lets this transaction's usage moves pass the limits: it changes ownership.
+    pub(crate) fn force_quota(&mut self) {
+        self.quota_forced = true;
+    }
+
+    pub(crate) fn quotas(&self) -> &QuotaState {
+        &self.state.quotas
+    }
+
+    /// Writes one id's limits and timers (none: deletes the record).
+    pub(crate) fn put_quota_record(&mut self, kind: QuotaKind, id: u32, record: QuotaRecord) {
+        let key = keys::quota_record_key(kind, id);
+        if record.limits.is_unlimited() {
+            self.batch.delete(Space::Meta, key);
+        } else {
+            self.batch
+                .put(Space::Meta, key, keys::encode_quota_record(&record));
+        }
+        self.quota_records.push(((kind, id), record));
+    }
+
+    pub(crate) fn put_quota_settings(&mut self, settings: QuotaSettings) {
+        self.batch.put(
+            Space::Meta,
+            keys::quota_settings_key(),
+            keys::encode_quota_settings(&settings),
+        );
+        self.quota_settings = Some(settings);
+    }
+
     /// Charges (or credits, when negative) an inode's owners in this same batch.
     pub(crate) fn charge(&mut self, inode: &Inode, inodes: i64, bytes: i64) {
         if inodes == 0 && bytes == 0 {
@@ -685,6 +771,17 @@ impl<'a> Txn<'a> {
 
     /// Writes the batch, with the new absolute counter values, as one atomic store write.
     pub(crate) fn commit(mut self) -> FsResult<()> {
+        let mut changed_quotas =
+            self.state
+                .quotas
+                .check(&self.usage_delta, self.now, self.quota_forced)?;
+        for &((kind, id), record) in &changed_quotas {
+            self.batch.put(
+                Space::Meta,
+                keys::quota_record_key(kind, id),
+                keys::encode_quota_record(&record),
+            );
+        }
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
         for (&owners, &(inodes, bytes)) in &self.usage_delta {
             let current = self.state.usage.get(&owners).copied().unwrap_or_default();
@@ -717,6 +814,12 @@ impl<'a> Txn<'a> {
                 crate::store::StoreError::NoSpace => FsError::NoSpace,
                 other => FsError::Store(other),
             });
+        }
+        let usage_delta = std::mem::take(&mut self.usage_delta);
+        changed_quotas.append(&mut self.quota_records);
+        self.state.quotas.apply(&usage_delta, changed_quotas);
+        if let Some(settings) = self.quota_settings.take() {
+            self.state.quotas.settings = settings;
         }
         for (owners, usage) in new_usage {
             if usage == Usage::default() {

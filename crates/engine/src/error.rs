@@ -32,6 +32,12 @@ pub enum FsError {
     ReadOnly,
     #[error("no space left on device")]
     NoSpace,
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
+    /// Moving or linking into a directory tagged with another project (as XFS: EXDEV, so
+    /// `mv` falls back to copy and delete, which accounts the copy to the new project).
+    #[error("cannot move or link across project quota boundaries")]
+    CrossProject,
     #[error("store error: {0}")]
     Store(#[from] StoreError),
     #[error("corrupt store: {0}")]

@@ -8,6 +8,9 @@
 //! - `X` ino:u64 name             extended attribute value
 //! - `O` ino:u64                  orphan: unlinked while open; purged at release or mount
 //! - `C` uid:u32 gid:u32 project:u32  usage counter -> inodes:u64 bytes:u64
+//! - `L` kind:u8 id:u32           quota record of a user (0), group (1) or project (2):
+//!                                4 limits:u64, 2 grace ends:i64 (i64::MIN = not running)
+//! - `Q`                          quota settings: 2 grace periods:u64, enforce_root:u8
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -18,6 +21,7 @@
 
 use crate::error::FsError;
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -27,6 +31,8 @@ const INODE: u8 = b'I';
 const XATTR: u8 = b'X';
 const ORPHAN: u8 = b'O';
 const COUNTER: u8 = b'C';
+const QUOTA_RECORD: u8 = b'L';
+const QUOTA_SETTINGS: u8 = b'Q';
 const CHUNK: u8 = b'D';
 
 const INODE_RECORD_VERSION: u8 = 1;
@@ -323,6 +329,122 @@ pub fn decode_usage(key: &[u8], value: &[u8]) -> Result<Usage, FsError> {
     }
 }
 
+/// Owners and allocated bytes of an inode record, read from its header only (the usage
+/// verifier reads millions of records and needs nothing else).
+pub fn decode_inode_usage(ino: u64, v: &[u8]) -> Result<(UsageKey, u64), FsError> {
+    let fields = (|| {
+        if *v.first()? != INODE_RECORD_VERSION || v.len() < INODE_HEADER_BYTES {
+            return None;
+        }
+        let owners = UsageKey {
+            uid: read_u32(v, 4)?,
+            gid: read_u32(v, 8)?,
+            project: read_u32(v, 80)?,
+        };
+        Some((owners, read_u64(v, 24)?))
+    })();
+    fields.ok_or_else(|| corrupt("inode", &inode_key(ino)))
+}
+
+// ---- quotas ----
+
+fn quota_kind_code(kind: QuotaKind) -> u8 {
+    match kind {
+        QuotaKind::User => 0,
+        QuotaKind::Group => 1,
+        QuotaKind::Project => 2,
+    }
+}
+
+pub fn quota_record_key(kind: QuotaKind, id: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(6);
+    key.push(QUOTA_RECORD);
+    key.push(quota_kind_code(kind));
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+pub fn all_quota_records_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(QUOTA_RECORD)
+}
+
+pub fn decode_quota_record_key(key: &[u8]) -> Result<(QuotaKind, u32), FsError> {
+    let kind = match key.get(1) {
+        Some(0) => QuotaKind::User,
+        Some(1) => QuotaKind::Group,
+        Some(2) => QuotaKind::Project,
+        _ => return Err(corrupt("quota record key", key)),
+    };
+    match (key.first(), read_u32(key, 2), key.len()) {
+        (Some(&QUOTA_RECORD), Some(id), 6) => Ok((kind, id)),
+        _ => Err(corrupt("quota record key", key)),
+    }
+}
+
+const GRACE_NOT_RUNNING: i64 = i64::MIN;
+
+pub fn encode_quota_record(record: &QuotaRecord) -> Vec<u8> {
+    let limits = &record.limits;
+    let mut value = Vec::with_capacity(48);
+    for limit in [
+        limits.bytes_soft,
+        limits.bytes_hard,
+        limits.inodes_soft,
+        limits.inodes_hard,
+    ] {
+        value.extend_from_slice(&limit.to_be_bytes());
+    }
+    for ends in [record.bytes_grace_ends, record.inodes_grace_ends] {
+        value.extend_from_slice(&ends.unwrap_or(GRACE_NOT_RUNNING).to_be_bytes());
+    }
+    value
+}
+
+pub fn decode_quota_record(key: &[u8], v: &[u8]) -> Result<QuotaRecord, FsError> {
+    let grace =
+        |at| read_u64(v, at).map(|raw| Some(raw as i64).filter(|&ends| ends != GRACE_NOT_RUNNING));
+    let fields = (|| {
+        if v.len() != 48 {
+            return None;
+        }
+        Some(QuotaRecord {
+            limits: QuotaLimits {
+                bytes_soft: read_u64(v, 0)?,
+                bytes_hard: read_u64(v, 8)?,
+                inodes_soft: read_u64(v, 16)?,
+                inodes_hard: read_u64(v, 24)?,
+            },
+            bytes_grace_ends: grace(32)?,
+            inodes_grace_ends: grace(40)?,
+        })
+    })();
+    fields.ok_or_else(|| corrupt("quota record", key))
+}
+
+pub fn quota_settings_key() -> Vec<u8> {
+    vec![QUOTA_SETTINGS]
+}
+
+pub fn encode_quota_settings(settings: &QuotaSettings) -> Vec<u8> {
+    let mut value = settings.bytes_grace_secs.to_be_bytes().to_vec();
+    value.extend_from_slice(&settings.inodes_grace_secs.to_be_bytes());
+    value.push(u8::from(settings.enforce_root));
+    value
+}
+
+pub fn decode_quota_settings(v: &[u8]) -> Result<QuotaSettings, FsError> {
+    match (read_u64(v, 0), read_u64(v, 8), v.get(16), v.len()) {
+        (Some(bytes_grace_secs), Some(inodes_grace_secs), Some(&root @ (0 | 1)), 17) => {
+            Ok(QuotaSettings {
+                bytes_grace_secs,
+                inodes_grace_secs,
+                enforce_root: root == 1,
+            })
+        }
+        _ => Err(corrupt("quota settings", &quota_settings_key())),
+    }
+}
+
 // ---- file chunks (data space) ----
 
 pub fn chunk_key(ino: u64, chunk: u64) -> Vec<u8> {
@@ -407,6 +529,52 @@ mod tests {
             content,
             may_have_xattrs: true,
         }
+    }
+
+    #[test]
+    fn inode_usage_reads_the_header_fields() {
+        let inode = sample_inode(Content::Inline(b"abc".to_vec()));
+        let (owners, allocated) = decode_inode_usage(inode.ino, &encode_inode(&inode)).unwrap();
+        assert_eq!(owners, UsageKey::of(&inode));
+        assert_eq!(allocated, inode.allocated_bytes);
+        assert!(decode_inode_usage(1, &[INODE_RECORD_VERSION, 1]).is_err());
+    }
+
+    #[test]
+    fn quota_records_and_settings_round_trip() {
+        let record = QuotaRecord {
+            limits: QuotaLimits {
+                bytes_soft: 1,
+                bytes_hard: 2,
+                inodes_soft: 3,
+                inodes_hard: u64::MAX,
+            },
+            bytes_grace_ends: Some(-7),
+            inodes_grace_ends: None,
+        };
+        let key = quota_record_key(QuotaKind::Project, 42);
+        assert_eq!(
+            decode_quota_record_key(&key).unwrap(),
+            (QuotaKind::Project, 42)
+        );
+        assert_eq!(
+            decode_quota_record(&key, &encode_quota_record(&record)).unwrap(),
+            record
+        );
+        assert!(decode_quota_record(&key, &[0; 47]).is_err());
+        assert!(decode_quota_record_key(&[QUOTA_RECORD, 3, 0, 0, 0, 1]).is_err());
+        let settings = QuotaSettings {
+            bytes_grace_secs: 5,
+            inodes_grace_secs: 6,
+            enforce_root: true,
+        };
+        assert_eq!(
+            decode_quota_settings(&encode_quota_settings(&settings)).unwrap(),
+            settings
+        );
+        assert!(decode_quota_settings(&[0; 16]).is_err());
+        let (start, end) = all_quota_records_range();
+        assert!(start <= key && key < end);
     }
 
     #[test]

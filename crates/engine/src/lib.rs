@@ -25,6 +25,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod counters_check;
 mod data;
 mod engine;
 mod error;
@@ -32,12 +33,15 @@ pub mod fsck;
 mod inode;
 pub mod keys;
 mod namespace;
+pub mod quota;
+mod quota_ops;
 mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
 mod xattr;
 
+pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
@@ -45,6 +49,8 @@ pub use inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
 pub use namespace::NewInode;
+pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
+pub use quota_ops::ProjectQuota;
 pub use rename::RenameMode;
 pub use store::FjallTuning;
 pub use xattr::XattrMode;

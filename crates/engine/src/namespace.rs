@@ -4,6 +4,7 @@ use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
 use crate::error::{FsError, FsResult};
 use crate::inode::{Content, DirEntry, FileKind, Inode};
 use crate::keys;
+use crate::rename::check_project_move;
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 
@@ -184,6 +185,7 @@ impl Engine {
             return Err(FsError::NotFound);
         }
         let mut parent = txn.directory(newparent)?;
+        check_project_move(inode.project, parent.project)?;
         if txn.entry(newparent, newname)?.is_some() {
             return Err(FsError::Exists);
         }

@@ -37,8 +37,8 @@ impl Engine {
         self.stats().count(Op::Rename);
         check_name(newname)?;
         let mut txn = self.begin()?;
-        txn.directory(parent)?;
-        txn.directory(newparent)?;
+        let from_project = txn.directory(parent)?.project;
+        let to_project = txn.directory(newparent)?.project;
         let (src_ino, src_kind) = txn.entry(parent, name)?.ok_or(FsError::NotFound)?;
         let dst = txn.entry(newparent, newname)?;
         if src_kind == FileKind::Directory {
@@ -55,8 +55,9 @@ impl Engine {
                 let dst_dir = i32::from(dst_kind == FileKind::Directory);
                 txn.put_entry(parent, name, dst_ino, dst_kind);
                 txn.put_entry(newparent, newname, src_ino, src_kind);
-                txn.reparent(dst_ino, parent)?;
-                txn.reparent(src_ino, newparent)?;
+                let crosses = parent != newparent;
+                txn.reparent(dst_ino, parent, crosses.then_some(from_project))?;
+                txn.reparent(src_ino, newparent, crosses.then_some(to_project))?;
                 from.subdirs += dst_dir - src_dir;
                 to.subdirs += src_dir - dst_dir;
             }
@@ -73,7 +74,8 @@ impl Engine {
                 }
                 txn.delete_entry(parent, name);
                 txn.put_entry(newparent, newname, src_ino, src_kind);
-                txn.reparent(src_ino, newparent)?;
+                let crosses = parent != newparent;
+                txn.reparent(src_ino, newparent, crosses.then_some(to_project))?;
                 let src_dir = i32::from(src_kind == FileKind::Directory);
                 from.entries -= 1;
                 from.subdirs -= src_dir;
@@ -84,6 +86,16 @@ impl Engine {
         txn.apply_dir_deltas(parent, from, newparent, to)?;
         txn.commit()
     }
+}
+
+/// XFS's rule: a directory tagged with a project (inheriting it to new children) admits
+/// only inodes of that project; anything else must be copied in (EXDEV), so that usage is
+/// accounted to the project it ends up in.
+pub(crate) fn check_project_move(inode_project: u32, dir_project: u32) -> FsResult<()> {
+    if dir_project != 0 && inode_project != dir_project {
+        return Err(FsError::CrossProject);
+    }
+    Ok(())
 }
 
 impl Txn<'_> {
@@ -104,9 +116,13 @@ impl Txn<'_> {
         )))
     }
 
-    /// Sets a moved directory's parent pointer; stamps ctime on any moved inode.
-    fn reparent(&mut self, ino: u64, new_parent: u64) -> FsResult<()> {
+    /// Sets a moved directory's parent pointer; stamps ctime on any moved inode. When it
+    /// moves to another directory, that directory's project must admit it.
+    fn reparent(&mut self, ino: u64, new_parent: u64, new_project: Option<u32>) -> FsResult<()> {
         let mut inode = self.inode(ino)?;
+        if let Some(project) = new_project {
+            check_project_move(inode.project, project)?;
+        }
         if inode.kind == FileKind::Directory {
             inode.parent = new_parent;
         }

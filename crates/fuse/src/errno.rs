@@ -18,6 +18,8 @@ pub fn errno(error: &FsError) -> Errno {
         FsError::FileTooBig => Errno::EFBIG,
         FsError::ReadOnly => Errno::EROFS,
         FsError::NoSpace => Errno::ENOSPC,
+        FsError::QuotaExceeded => Errno::EDQUOT,
+        FsError::CrossProject => Errno::EXDEV,
         FsError::Store(_) | FsError::Corrupt(_) => {
             tracing::error!("{error}");
             Errno::EIO

@@ -1,8 +1,10 @@
 use std::path::Path;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode};
+use fjall::{
+    Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode, Readable,
+};
 
-use super::{Batch, Scan, Space, Store, StoreError};
+use super::{Batch, Scan, Space, Store, StoreError, StoreView};
 
 /// Sizes handed to fjall; mount options set them.
 #[derive(Clone, Debug)]
@@ -127,5 +129,63 @@ impl Store for FjallStore {
 
     fn disk_bytes(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
+    }
+
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        Box::new(FjallSnapshot {
+            snapshot: self.db.snapshot(),
+            meta: self.meta.clone(),
+            data: self.data.clone(),
+        })
+    }
+}
+
+/// A fjall cross-keyspace snapshot (MVCC: it pins a sequence number, copies nothing).
+struct FjallSnapshot {
+    snapshot: fjall::Snapshot,
+    meta: Keyspace,
+    data: Keyspace,
+}
+
+impl FjallSnapshot {
+    fn keyspace(&self, space: Space) -> &Keyspace {
+        match space {
+            Space::Meta => &self.meta,
+            Space::Data => &self.data,
+        }
+    }
+}
+
+impl StoreView for FjallSnapshot {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        for guard in self.snapshot.range(self.keyspace(space), start..end) {
+            let (key, value) = guard.into_inner()?;
+            if visit(&key, &value) == Scan::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        match self
+            .snapshot
+            .range(self.keyspace(space), start..end)
+            .next_back()
+        {
+            Some(guard) => Ok(Some(guard.key()?.to_vec())),
+            None => Ok(None),
+        }
     }
 }

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use parking_lot::RwLock;
 
-use super::{Batch, Scan, Space, Store, StoreError};
+use super::{Batch, Scan, Space, Store, StoreError, StoreView};
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -77,5 +77,45 @@ impl Store for MemoryStore {
 
     fn disk_bytes(&self) -> u64 {
         0
+    }
+
+    /// A copy: the memory store serves benchmarks and tests, where a snapshot is rare.
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        Box::new(MemorySnapshot {
+            spaces: self.spaces.read().clone(),
+        })
+    }
+}
+
+struct MemorySnapshot {
+    spaces: [Tree; 2],
+}
+
+impl StoreView for MemorySnapshot {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        for (key, value) in self.spaces[index(space)].range(start.to_vec()..end.to_vec()) {
+            if visit(key, value) == Scan::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let last = self.spaces[index(space)]
+            .range(start.to_vec()..end.to_vec())
+            .next_back();
+        Ok(last.map(|(key, _)| key.clone()))
     }
 }

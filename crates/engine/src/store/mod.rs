@@ -136,6 +136,30 @@ pub trait Store: Send + Sync {
 
     /// Bytes the store occupies on its device (0 for memory).
     fn disk_bytes(&self) -> u64;
+
+    /// A consistent view of everything written so far; later writes stay invisible to it.
+    fn snapshot(&self) -> Box<dyn StoreView>;
+}
+
+/// A read-only, point-in-time view of a store, shareable by threads scanning it in
+/// parallel (online checks run on one while writes go on).
+pub trait StoreView: Send + Sync {
+    /// Visits keys in `[start, end)` in ascending order until `visit` says stop.
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError>;
+
+    /// The greatest key in `[start, end)`, if any.
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 #[cfg(test)]
