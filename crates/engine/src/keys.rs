@@ -8,8 +8,8 @@
 //! - `X` ino:u64 name             extended attribute value
 //! - `O` ino:u64                  orphan: unlinked while open; purged at release or mount
 //! - `C` uid:u32 gid:u32 project:u32  usage counter -> inodes:u64 bytes:u64
-//! - `L` kind:u8 id:u32           quota record of a user (0), group (1) or project (2):
-//!                                4 limits:u64, 2 grace ends:i64 (i64::MIN = not running)
+//! - `L` kind:u8 id:u32           quota record of a user (0), group (1) or project (2)
+//!   -> 4 limits:u64, 2 grace ends:i64 (i64::MIN = not running)
 //! - `Q`                          quota settings: 2 grace periods:u64, enforce_root:u8
 //!
 //! Data space:
