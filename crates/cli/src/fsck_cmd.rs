@@ -21,3 +21,35 @@ pub fn run(store_dir: &Path) -> Result<ExitCode> {
         }
     }
 }
+
+/// `fsck --counters`: on a mountpoint the daemon checks a snapshot while writes go on; on a
+/// store directory this process does. Same exit codes as a full fsck.
+pub fn run_counters(target: &Path, threads: Option<usize>) -> Result<ExitCode> {
+    let threads = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|cores| cores.get())
+            .unwrap_or(1)
+    });
+    let quota_target = match crate::quota_cmd::QuotaTarget::resolve(target) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            eprintln!("shoal: fsck {}: {error:#}", target.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let request = crate::quota_protocol::QuotaRequest::VerifyCounters { threads };
+    let answer = match quota_target.request(&request) {
+        Ok(answer) => answer,
+        Err(error) => {
+            eprintln!("shoal: fsck {}: {error:#}", target.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let report: crate::quota_protocol::CountersLine = serde_json::from_value(answer)?;
+    print!("{}: {}", target.display(), report.summary);
+    Ok(if report.clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -6,6 +6,9 @@ mod mkfs_cmd;
 mod mount_cmd;
 mod mount_options;
 mod mounts;
+mod owner_names;
+mod quota_cmd;
+mod quota_protocol;
 mod umount_cmd;
 
 use std::path::PathBuf;
@@ -52,8 +55,22 @@ enum Command {
     },
     /// Make everything durable, unmount, and wait for the daemon to finish.
     Umount { mountpoint: PathBuf },
-    /// Check every invariant of an unmounted store.
-    Fsck { store_dir: PathBuf },
+    /// Check every invariant of an unmounted store; with --counters, only the usage
+    /// counters, fast and in parallel, also on a live mount (against a snapshot).
+    Fsck {
+        /// A store directory (unmounted), or with --counters also a mountpoint.
+        target: PathBuf,
+        /// Verify only the usage counters against a parallel scan of a snapshot.
+        #[arg(long)]
+        counters: bool,
+        /// Scan threads for --counters (default: one per core).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+    },
+    /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
+    /// a mountpoint (the daemon answers) or an unmounted store directory.
+    #[command(subcommand)]
+    Quota(QuotaCommand),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         dir: PathBuf,
@@ -63,6 +80,138 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Usage, limits and grace of every id with usage or limits (default: users).
+    Report {
+        #[arg(short = 'u', long = "user")]
+        user: bool,
+        #[arg(short = 'g', long = "group")]
+        group: bool,
+        #[arg(short = 'p', long = "project")]
+        project: bool,
+        #[arg(long)]
+        json: bool,
+        target: PathBuf,
+    },
+    /// Set limits of one user, group or project; 0 removes a limit. Sizes take k/m/g/t
+    /// (binary) suffixes.
+    Set {
+        #[arg(short = 'u', long = "user", value_name = "USER", group = "owner")]
+        user: Option<String>,
+        #[arg(short = 'g', long = "group", value_name = "GROUP", group = "owner")]
+        group: Option<String>,
+        #[arg(short = 'p', long = "project", value_name = "PROJECT", group = "owner")]
+        project: Option<String>,
+        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
+        bsoft: Option<u64>,
+        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
+        bhard: Option<u64>,
+        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
+        isoft: Option<u64>,
+        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
+        ihard: Option<u64>,
+        #[arg(long)]
+        json: bool,
+        target: PathBuf,
+    },
+    /// Show or change grace periods (default 7d) and whether id 0 is limited (default off).
+    Config {
+        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
+        bytes_grace: Option<u64>,
+        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
+        inodes_grace: Option<u64>,
+        #[arg(long, value_name = "on|off", value_parser = quota_cmd::parse_on_off)]
+        enforce_root: Option<bool>,
+        #[arg(long)]
+        json: bool,
+        target: PathBuf,
+    },
+    /// Tag a directory tree in a mount with a project (children inherit it), or clear it.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+}
+
+#[derive(Subcommand)]
+enum ProjectCommand {
+    /// Tag DIR and everything below it with project ID (a number or a name from /etc/projid).
+    Set { dir: PathBuf, project: String },
+    /// Move DIR and everything below it back to project 0.
+    Clear { dir: PathBuf },
+}
+
+fn run_quota(command: QuotaCommand) -> anyhow::Result<ExitCode> {
+    use quota_protocol::{LimitsChange, QuotaKindArg, SettingsChange};
+    match command {
+        QuotaCommand::Report {
+            user,
+            group,
+            project,
+            json,
+            target,
+        } => {
+            let kinds = [
+                (user, QuotaKindArg::User),
+                (group, QuotaKindArg::Group),
+                (project, QuotaKindArg::Project),
+            ]
+            .into_iter()
+            .filter_map(|(wanted, kind)| wanted.then_some(kind))
+            .collect();
+            quota_cmd::report(&quota_cmd::ReportArgs { kinds, json, target })
+        }
+        QuotaCommand::Set {
+            user,
+            group,
+            project,
+            bsoft,
+            bhard,
+            isoft,
+            ihard,
+            json,
+            target,
+        } => {
+            let (kind, name) = match (user, group, project) {
+                (Some(name), None, None) => (QuotaKindArg::User, name),
+                (None, Some(name), None) => (QuotaKindArg::Group, name),
+                (None, None, Some(name)) => (QuotaKindArg::Project, name),
+                _ => anyhow::bail!("say whose limits: one of -u USER, -g GROUP, -p PROJECT"),
+            };
+            let change = LimitsChange {
+                bytes_soft: bsoft,
+                bytes_hard: bhard,
+                inodes_soft: isoft,
+                inodes_hard: ihard,
+            };
+            quota_cmd::set(&quota_cmd::SetArgs {
+                kind,
+                name,
+                change,
+                json,
+                target,
+            })
+        }
+        QuotaCommand::Config {
+            bytes_grace,
+            inodes_grace,
+            enforce_root,
+            json,
+            target,
+        } => {
+            let change = SettingsChange {
+                bytes_grace_secs: bytes_grace,
+                inodes_grace_secs: inodes_grace,
+                enforce_root,
+            };
+            quota_cmd::config(change, json, &target)
+        }
+        QuotaCommand::Project(ProjectCommand::Set { dir, project }) => {
+            quota_cmd::project(&dir, Some(&project))
+        }
+        QuotaCommand::Project(ProjectCommand::Clear { dir }) => quota_cmd::project(&dir, None),
+    }
 }
 
 fn main() -> ExitCode {
@@ -76,7 +225,18 @@ fn main() -> ExitCode {
             foreground,
         } => mount_cmd::run(&paths, memory, &options, foreground),
         Command::Umount { mountpoint } => umount_cmd::run(&mountpoint),
-        Command::Fsck { store_dir } => fsck_cmd::run(&store_dir),
+        Command::Fsck {
+            target,
+            counters,
+            threads,
+        } => {
+            if counters {
+                fsck_cmd::run_counters(&target, threads)
+            } else {
+                fsck_cmd::run(&target)
+            }
+        }
+        Command::Quota(command) => run_quota(command),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
     };
     match result {

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -113,6 +113,8 @@ pub struct Engine {
     committer: Committer,
     stats: Stats,
     commit_stop: Arc<CommitStop>,
+    /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
+    quota_records_exist: AtomicBool,
     _lock: Option<StoreLock>,
 }
 
@@ -185,6 +187,7 @@ impl Engine {
             load_quota_records(store.as_ref())?,
             load_quota_settings(store.as_ref())?,
         );
+        let quota_records_exist = AtomicBool::new(quotas.has_records());
         let engine = Arc::new(Engine {
             store,
             superblock,
@@ -199,6 +202,7 @@ impl Engine {
             committer: Committer::default(),
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
+            quota_records_exist,
             _lock: lock,
         });
         if !engine.read_only {
@@ -274,6 +278,10 @@ impl Engine {
     }
 
     /// The writer state, for reads that must agree with the counters (quota reports).
+    pub(crate) fn quota_records_exist(&self) -> bool {
+        self.quota_records_exist.load(Ordering::Acquire)
+    }
+
     pub(crate) fn write_state(&self) -> MutexGuard<'_, WriteState> {
         self.writer.lock()
     }
@@ -821,6 +829,9 @@ impl<'a> Txn<'a> {
         if let Some(settings) = self.quota_settings.take() {
             self.state.quotas.settings = settings;
         }
+        self.engine
+            .quota_records_exist
+            .store(self.state.quotas.has_records(), Ordering::Release);
         for (owners, usage) in new_usage {
             if usage == Usage::default() {
                 self.state.usage.remove(&owners);

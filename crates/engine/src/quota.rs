@@ -179,6 +179,21 @@ impl QuotaState {
             .collect()
     }
 
+    pub(crate) fn has_records(&self) -> bool {
+        !self.records.is_empty()
+    }
+
+    /// Whether any byte limit applies to usage charged to `owners`.
+    pub(crate) fn bytes_limited(&self, owners: UsageKey) -> bool {
+        QuotaKind::ALL.into_iter().any(|kind| {
+            let id = kind.id_of(owners);
+            self.limits_apply(id)
+                && self.records.get(&(kind, id)).is_some_and(|record| {
+                    record.limits.bytes_soft > 0 || record.limits.bytes_hard > 0
+                })
+        })
+    }
+
     fn limits_apply(&self, id: u32) -> bool {
         id != 0 || self.settings.enforce_root
     }

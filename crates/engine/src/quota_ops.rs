@@ -2,7 +2,7 @@
 
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
-use crate::inode::{FileKind, Usage};
+use crate::inode::{FileKind, Usage, UsageKey};
 use crate::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
 /// Inodes re-tagged per transaction by `set_project_tree`: each batch is atomic and keeps
@@ -56,6 +56,17 @@ impl Engine {
             usage,
             record,
         })
+    }
+
+    /// Whether writes to `ino` may hit a byte limit. The FUSE adapter then bypasses the
+    /// kernel's writeback cache for the file, so EDQUOT reaches the `write` that causes it
+    /// instead of a later, asynchronous writeback.
+    pub fn bytes_limited(&self, ino: u64) -> FsResult<bool> {
+        if !self.quota_records_exist() {
+            return Ok(false);
+        }
+        let owners = UsageKey::of(&self.read_inode(ino)?);
+        Ok(self.write_state().quotas.bytes_limited(owners))
     }
 
     pub fn quota_settings(&self) -> QuotaSettings {

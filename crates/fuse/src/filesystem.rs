@@ -163,6 +163,42 @@ impl ShoalFs {
         Ok(())
     }
 
+    /// Nothing changes a file behind the kernel's back, so its page cache is kept. Files
+    /// whose owners have byte limits are written through (direct I/O): the writeback cache
+    /// would report EDQUOT long after the `write` that caused it, or lose it.
+    fn file_open_flags(&self, ino: u64) -> FopenFlags {
+        match self.engine.bytes_limited(ino) {
+            Ok(true) => FopenFlags::FOPEN_DIRECT_IO,
+            Ok(false) => FopenFlags::FOPEN_KEEP_CACHE,
+            Err(error) => {
+                tracing::warn!("quota lookup for inode {ino} at open: {error}");
+                FopenFlags::FOPEN_DIRECT_IO
+            }
+        }
+    }
+
+    /// Inside a directory tagged with a limited project, `df` shows the project's limits
+    /// and usage (as XFS does), so a project behaves like a filesystem of its own.
+    fn statfs_project(&self, ino: u64) -> FsResult<Option<(u64, u64, u64, u64)>> {
+        let Some(project) = self.engine.project_quota(ino)? else {
+            return Ok(None);
+        };
+        let (fs_blocks, fs_free_blocks, fs_files, fs_free_files) = self.statfs_numbers()?;
+        let limits = project.limits;
+        let block_limit = first_nonzero(limits.bytes_hard, limits.bytes_soft)
+            .map(|bytes| bytes.div_ceil(u64::from(BLOCK_BYTES)));
+        let used_blocks = project.usage.bytes.div_ceil(u64::from(BLOCK_BYTES));
+        let (blocks, free_blocks) = match block_limit {
+            Some(limit) => (limit, limit.saturating_sub(used_blocks).min(fs_free_blocks)),
+            None => (fs_blocks, fs_free_blocks),
+        };
+        let (files, free_files) = match first_nonzero(limits.inodes_hard, limits.inodes_soft) {
+            Some(limit) => (limit, limit.saturating_sub(project.usage.inodes).min(fs_free_files)),
+            None => (fs_files, fs_free_files),
+        };
+        Ok(Some((blocks, free_blocks, files, free_files)))
+    }
+
     fn statfs_numbers(&self) -> FsResult<(u64, u64, u64, u64)> {
         let stats = self.engine.fs_stats()?;
         let (total_bytes, free_bytes) = match &self.capacity_path {
@@ -180,6 +216,10 @@ impl ShoalFs {
             free_inodes,
         ))
     }
+}
+
+fn first_nonzero(a: u64, b: u64) -> Option<u64> {
+    [a, b].into_iter().find(|&limit| limit > 0)
 }
 
 fn disk_capacity(path: &Path) -> (u64, u64) {
@@ -434,8 +474,7 @@ impl fuser::Filesystem for ShoalFs {
         // Only regular files reach open (the kernel serves fifos and devices itself), so
         // there is nothing to look up: count the open for unlink-while-open.
         self.engine.open_file(ino.0);
-        // Nothing changes the file behind the kernel's back: keep its page cache.
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+        reply.opened(FileHandle(0), self.file_open_flags(ino.0));
     }
 
     fn read(
@@ -633,8 +672,13 @@ impl fuser::Filesystem for ShoalFs {
         Self::reply_empty(reply, self.engine.sync());
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.statfs_numbers() {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let numbers = match self.statfs_project(ino.0) {
+            Ok(Some(project)) => Ok(project),
+            Ok(None) => self.statfs_numbers(),
+            Err(error) => Err(error),
+        };
+        match numbers {
             Ok((blocks, free_blocks, files, free_files)) => reply.statfs(
                 blocks,
                 free_blocks,
@@ -732,7 +776,7 @@ impl fuser::Filesystem for ShoalFs {
                     &file_attr(&inode),
                     GENERATION,
                     FileHandle(0),
-                    FopenFlags::FOPEN_KEEP_CACHE,
+                    self.file_open_flags(inode.ino),
                 );
             }
             Err(error) => reply.error(errno(&error)),

@@ -1,0 +1,337 @@
+//! `shoal quota`: usage and limits per user, group and project, in the spirit of
+//! `xfs_quota` and `repquota`. On a mountpoint the daemon answers (live); on a store
+//! directory the store is opened here (it must not be mounted).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use shoal_engine::{Engine, EngineConfig};
+
+use crate::mounts;
+use crate::owner_names;
+use crate::quota_protocol::{
+    execute, LimitsChange, QuotaKindArg, QuotaLine, QuotaRequest, SettingsChange, SettingsLine,
+};
+
+/// Where quota requests go.
+pub enum QuotaTarget {
+    /// A live shoal mount: its daemon answers on the control socket.
+    Mount(PathBuf),
+    /// An unmounted store, opened by this process.
+    Store(PathBuf),
+}
+
+impl QuotaTarget {
+    pub fn resolve(path: &Path) -> Result<QuotaTarget> {
+        let absolute = mounts::absolute(path);
+        if let Some(entry) = mounts::mount_at(&absolute) {
+            if !mounts::is_shoal(&entry) {
+                bail!(
+                    "{} is a {} mount, not shoal",
+                    path.display(),
+                    entry.fstype
+                );
+            }
+            return Ok(QuotaTarget::Mount(absolute));
+        }
+        if shoal_engine::store_dir::read_format(path).is_ok() {
+            return Ok(QuotaTarget::Store(path.to_path_buf()));
+        }
+        bail!(
+            "{} is neither a shoal mountpoint nor a shoal store directory",
+            path.display()
+        )
+    }
+
+    pub fn request(&self, request: &QuotaRequest) -> Result<serde_json::Value> {
+        match self {
+            QuotaTarget::Mount(mountpoint) => crate::control::quota_request(mountpoint, request),
+            QuotaTarget::Store(store) => {
+                let config = EngineConfig {
+                    commit_interval: None,
+                    ..EngineConfig::default()
+                };
+                let engine = Engine::open(store, config).map_err(|error| {
+                    anyhow::anyhow!(
+                        "cannot open store {}: {error} (if it is mounted, give the mountpoint)",
+                        store.display()
+                    )
+                })?;
+                let answer = execute(&engine, request).map_err(anyhow::Error::msg)?;
+                engine.sync().context("syncing the store")?;
+                Ok(answer)
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            QuotaTarget::Mount(path) => format!("{} (mounted)", path.display()),
+            QuotaTarget::Store(path) => format!("store {}", path.display()),
+        }
+    }
+}
+
+pub struct ReportArgs {
+    pub kinds: Vec<QuotaKindArg>,
+    pub json: bool,
+    pub target: PathBuf,
+}
+
+pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+    let target = QuotaTarget::resolve(&args.target)?;
+    let kinds = if args.kinds.is_empty() {
+        vec![QuotaKindArg::User]
+    } else {
+        args.kinds.clone()
+    };
+    let mut all = Vec::new();
+    for kind in kinds {
+        let answer = target.request(&QuotaRequest::Report { kind })?;
+        let lines: Vec<QuotaLine> =
+            serde_json::from_value(answer).context("unreadable quota report")?;
+        if !args.json {
+            print_report(kind, &target.describe(), &lines);
+        }
+        all.extend(lines);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub struct SetArgs {
+    pub kind: QuotaKindArg,
+    pub name: String,
+    pub change: LimitsChange,
+    pub json: bool,
+    pub target: PathBuf,
+}
+
+pub fn set(args: &SetArgs) -> Result<ExitCode> {
+    if args.change == LimitsChange::default() {
+        bail!("nothing to set: give at least one of --bsoft, --bhard, --isoft, --ihard");
+    }
+    let id = id_of(args.kind, &args.name)?;
+    let target = QuotaTarget::resolve(&args.target)?;
+    let request = QuotaRequest::SetLimits {
+        kind: args.kind,
+        id,
+        change: args.change,
+    };
+    let line: QuotaLine = serde_json::from_value(target.request(&request)?)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&line)?);
+    } else {
+        print_report(args.kind, &target.describe(), &[line]);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn config(change: SettingsChange, json: bool, target: &Path) -> Result<ExitCode> {
+    let target = QuotaTarget::resolve(target)?;
+    let settings: SettingsLine =
+        serde_json::from_value(target.request(&QuotaRequest::Settings { change })?)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&settings)?);
+    } else {
+        println!(
+            "quota settings of {}: bytes grace {}, inodes grace {}, root limited: {}",
+            target.describe(),
+            format_duration(settings.bytes_grace_secs),
+            format_duration(settings.inodes_grace_secs),
+            if settings.enforce_root { "yes" } else { "no" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Tags (or with project 0 clears) a directory tree inside a live mount.
+pub fn project(dir: &Path, project: Option<&str>) -> Result<ExitCode> {
+    let project = match project {
+        Some(name) => owner_names::project_id(name)?,
+        None => 0,
+    };
+    let metadata = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    let mountpoint = containing_mount(dir)?;
+    let request = QuotaRequest::SetProject {
+        ino: metadata.ino(),
+        project,
+    };
+    let answer = QuotaTarget::Mount(mountpoint).request(&request)?;
+    let changed = answer["changed_inodes"].as_u64().unwrap_or(0);
+    println!(
+        "{}: project {project}, {changed} inode(s) changed",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The shoal mount a path lies in: the nearest ancestor that is a mountpoint.
+fn containing_mount(path: &Path) -> Result<PathBuf> {
+    let absolute = mounts::absolute(path);
+    let mut candidate = Some(absolute.as_path());
+    while let Some(dir) = candidate {
+        if let Some(entry) = mounts::mount_at(dir) {
+            if mounts::is_shoal(&entry) {
+                return Ok(dir.to_path_buf());
+            }
+            bail!(
+                "{} is on a {} mount, not shoal: projects are set inside a shoal mount",
+                path.display(),
+                entry.fstype
+            );
+        }
+        candidate = dir.parent();
+    }
+    bail!("{} is not inside a shoal mount", path.display())
+}
+
+fn id_of(kind: QuotaKindArg, name: &str) -> Result<u32> {
+    match kind {
+        QuotaKindArg::User => owner_names::user_id(name),
+        QuotaKindArg::Group => owner_names::group_id(name),
+        QuotaKindArg::Project => owner_names::project_id(name),
+    }
+}
+
+fn name_of(kind: QuotaKindArg, id: u32) -> String {
+    let name = match kind {
+        QuotaKindArg::User => owner_names::user_name(id),
+        QuotaKindArg::Group => owner_names::group_name(id),
+        QuotaKindArg::Project => owner_names::project_name(id),
+    };
+    name.unwrap_or_else(|| format!("#{id}"))
+}
+
+fn kind_title(kind: QuotaKindArg) -> &'static str {
+    match kind {
+        QuotaKindArg::User => "User",
+        QuotaKindArg::Group => "Group",
+        QuotaKindArg::Project => "Project",
+    }
+}
+
+fn print_report(kind: QuotaKindArg, target: &str, lines: &[QuotaLine]) {
+    let now = shoal_engine::Timestamp::now().secs;
+    println!("{} quota on {target}", kind_title(kind));
+    println!(
+        "{:<16} {:>14} {:>14} {:>14} {:>9} {:>11} {:>11} {:>11} {:>9}",
+        "id", "bytes used", "soft", "hard", "grace", "inodes used", "soft", "hard", "grace"
+    );
+    for line in lines {
+        println!(
+            "{:<16} {:>14} {:>14} {:>14} {:>9} {:>11} {:>11} {:>11} {:>9}",
+            name_of(kind, line.id),
+            line.bytes_used,
+            line.bytes_soft,
+            line.bytes_hard,
+            grace_left(line.bytes_grace_ends, now),
+            line.inodes_used,
+            line.inodes_soft,
+            line.inodes_hard,
+            grace_left(line.inodes_grace_ends, now),
+        );
+    }
+    println!();
+}
+
+fn grace_left(ends: Option<i64>, now: i64) -> String {
+    match ends {
+        None => "-".into(),
+        Some(ends) if ends <= now => "expired".into(),
+        Some(ends) => format_duration((ends - now) as u64),
+    }
+}
+
+fn format_duration(secs: u64) -> String {
+    match secs {
+        s if s >= 86_400 => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+        s if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A byte count: digits with an optional binary suffix (k, m, g, t; `10M` = 10 MiB).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let lower = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
+    let (digits, shift) = match lower.chars().last() {
+        Some('k') => (&lower[..lower.len() - 1], 10),
+        Some('m') => (&lower[..lower.len() - 1], 20),
+        Some('g') => (&lower[..lower.len() - 1], 30),
+        Some('t') => (&lower[..lower.len() - 1], 40),
+        _ => (lower, 0),
+    };
+    let count = parse_count(digits)?;
+    count
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// A non-negative integer count.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    text.trim().parse::<u64>().map_err(|_| {
+        format!("{text:?} is not a non-negative whole number (0 means no limit)")
+    })
+}
+
+/// A duration: seconds, or a number with s, m, h or d.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, unit) = match trimmed.chars().last() {
+        Some('s') => (&trimmed[..trimmed.len() - 1], 1),
+        Some('m') => (&trimmed[..trimmed.len() - 1], 60),
+        Some('h') => (&trimmed[..trimmed.len() - 1], 3600),
+        Some('d') => (&trimmed[..trimmed.len() - 1], 86_400),
+        _ => (trimmed, 1),
+    };
+    let count = digits
+        .parse::<u64>()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 90, 90s, 15m, 2h, 7d)"))?;
+    count
+        .checked_mul(unit)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" | "yes" | "true" => Ok(true),
+        "off" | "no" | "false" => Ok(false),
+        _ => Err(format!("{text:?}: expected on or off")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_counts_and_durations_parse_strictly() {
+        assert_eq!(parse_bytes("100").unwrap(), 100);
+        assert_eq!(parse_bytes("10k").unwrap(), 10 << 10);
+        assert_eq!(parse_bytes("5M").unwrap(), 5 << 20);
+        assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("0").unwrap(), 0);
+        for bad in ["-1", "ten", "", "1.5g", "99999999999999999999", "16777216t"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_count("1000").unwrap(), 1000);
+        assert!(parse_count("-3").is_err());
+        assert_eq!(parse_duration("7d").unwrap(), 604_800);
+        assert_eq!(parse_duration("90").unwrap(), 90);
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn grace_shows_what_is_left() {
+        assert_eq!(grace_left(None, 100), "-");
+        assert_eq!(grace_left(Some(100), 100), "expired");
+        assert_eq!(grace_left(Some(100 + 90_000), 100), "1d01h");
+        assert_eq!(grace_left(Some(130), 100), "30s");
+    }
+}
