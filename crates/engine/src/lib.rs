@@ -29,6 +29,7 @@ mod data;
 mod engine;
 mod error;
 pub mod fsck;
+pub mod histogram;
 mod inode;
 pub mod keys;
 mod namespace;
@@ -46,5 +47,5 @@ pub use inode::{
 };
 pub use namespace::NewInode;
 pub use rename::RenameMode;
-pub use store::FjallTuning;
+pub use store::{FjallTuning, StoreMetrics};
 pub use xattr::XattrMode;
