@@ -1,11 +1,15 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod control;
 mod fsck_cmd;
 mod gen_tree_cmd;
+mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
 mod mount_options;
 mod mounts;
+mod stats_cmd;
+mod stats_report;
 mod umount_cmd;
 
 use std::path::PathBuf;
@@ -43,7 +47,7 @@ enum Command {
         #[arg(long)]
         memory: bool,
         /// Comma-separated options: commit=SECONDS, ro, allow_other, threads=N,
-        /// cache=MIB, memtable=MIB.
+        /// cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, metrics=IP:PORT.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
@@ -52,6 +56,20 @@ enum Command {
     },
     /// Make everything durable, unmount, and wait for the daemon to finish.
     Umount { mountpoint: PathBuf },
+    /// Show a live mount's statistics: request rates and latencies, commits, log bytes,
+    /// flushes, compactions, cache, memory. Refreshes every second until interrupted.
+    Stats {
+        mountpoint: PathBuf,
+        /// Print one snapshot as JSON and exit.
+        #[arg(long)]
+        json: bool,
+        /// Seconds between screens.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+        interval: f64,
+        /// Stop after this many screens.
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// Check every invariant of an unmounted store.
     Fsck { store_dir: PathBuf },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
@@ -65,6 +83,13 @@ enum Command {
     },
 }
 
+fn parse_interval(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if (0.1..=3600.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!("{text}: give seconds between 0.1 and 3600")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -76,6 +101,19 @@ fn main() -> ExitCode {
             foreground,
         } => mount_cmd::run(&paths, memory, &options, foreground),
         Command::Umount { mountpoint } => umount_cmd::run(&mountpoint),
+        Command::Stats {
+            mountpoint,
+            json,
+            interval,
+            count,
+        } => stats_cmd::run(
+            &mountpoint,
+            &stats_cmd::StatsArgs {
+                json,
+                interval: std::time::Duration::from_secs_f64(interval),
+                count,
+            },
+        ),
         Command::Fsck { store_dir } => fsck_cmd::run(&store_dir),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
     };
