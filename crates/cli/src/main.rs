@@ -1,7 +1,9 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod control;
 mod fsck_cmd;
 mod gen_tree_cmd;
+mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
 mod mount_options;
@@ -9,6 +11,8 @@ mod mounts;
 mod owner_names;
 mod quota_cmd;
 mod quota_protocol;
+mod stats_cmd;
+mod stats_report;
 mod umount_cmd;
 
 use std::path::PathBuf;
@@ -46,7 +50,7 @@ enum Command {
         #[arg(long)]
         memory: bool,
         /// Comma-separated options: commit=SECONDS, ro, allow_other, threads=N,
-        /// cache=MIB, memtable=MIB.
+        /// cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, metrics=IP:PORT.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
@@ -71,6 +75,20 @@ enum Command {
     /// a mountpoint (the daemon answers) or an unmounted store directory.
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Show a live mount's statistics: request rates and latencies, commits, log bytes,
+    /// flushes, compactions, cache, memory. Refreshes every second until interrupted.
+    Stats {
+        mountpoint: PathBuf,
+        /// Print one snapshot as JSON and exit.
+        #[arg(long)]
+        json: bool,
+        /// Seconds between screens.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+        interval: f64,
+        /// Stop after this many screens.
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         dir: PathBuf,
@@ -160,7 +178,11 @@ fn run_quota(command: QuotaCommand) -> anyhow::Result<ExitCode> {
             .into_iter()
             .filter_map(|(wanted, kind)| wanted.then_some(kind))
             .collect();
-            quota_cmd::report(&quota_cmd::ReportArgs { kinds, json, target })
+            quota_cmd::report(&quota_cmd::ReportArgs {
+                kinds,
+                json,
+                target,
+            })
         }
         QuotaCommand::Set {
             user,
@@ -214,6 +236,13 @@ fn run_quota(command: QuotaCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn parse_interval(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if (0.1..=3600.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!("{text}: give seconds between 0.1 and 3600")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -237,6 +266,19 @@ fn main() -> ExitCode {
             }
         }
         Command::Quota(command) => run_quota(command),
+        Command::Stats {
+            mountpoint,
+            json,
+            interval,
+            count,
+        } => stats_cmd::run(
+            &mountpoint,
+            &stats_cmd::StatsArgs {
+                json,
+                interval: std::time::Duration::from_secs_f64(interval),
+                count,
+            },
+        ),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
     };
     match result {

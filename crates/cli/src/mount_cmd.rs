@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,10 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shoal_engine::store_dir::{self, StoreDirError};
 use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
-use shoal_fuse::MountConfig;
+use shoal_fuse::{FuseStats, MountConfig};
 
+use crate::control::{self, ControlHandler, ControlRequest, RequestContext};
+use crate::metrics_http;
 use crate::mount_options::{self, MountOptions};
 use crate::mounts;
+use crate::stats_report::StatsSource;
 
 /// How long a mount waits for a previous daemon of the same store to let go of it (a plain
 /// `umount` returns before the daemon has finished its final sync).
@@ -182,7 +186,8 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
         tuning: FjallTuning {
             cache_bytes: options.cache_bytes,
             memtable_bytes: options.memtable_bytes,
-            worker_threads: 2,
+            worker_threads: options.compaction_threads,
+            journal_bytes: options.journal_bytes,
         },
     }
 }
@@ -206,11 +211,63 @@ fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
     }
 }
 
+/// Answers `shoal stats` (and later commands) about this mount.
+struct DaemonControl {
+    stats: Arc<StatsSource>,
+}
+
+impl ControlHandler for DaemonControl {
+    fn handle(
+        &self,
+        request: &ControlRequest,
+        _context: &RequestContext,
+    ) -> Result<serde_json::Value, String> {
+        match request {
+            ControlRequest::Stats => match self.stats.report() {
+                Some(report) => serde_json::to_value(report).map_err(|error| error.to_string()),
+                None => Err("the filesystem is unmounting".into()),
+            },
+            ControlRequest::Quota(quota) => match self.stats.engine.upgrade() {
+                Some(engine) => crate::quota_protocol::execute(&engine, quota),
+                None => Err("the filesystem is unmounting".into()),
+            },
+        }
+    }
+}
+
+/// Binds the metrics address now, so a taken port fails the mount with a message instead
+/// of leaving a mount without its endpoint.
+fn bind_metrics(options: &MountOptions) -> Result<Option<TcpListener>> {
+    let Some(address) = options.metrics else {
+        return Ok(None);
+    };
+    let listener =
+        TcpListener::bind(address).with_context(|| format!("cannot serve metrics on {address}"))?;
+    Ok(Some(listener))
+}
+
+/// The control socket and the metrics endpoint, both reading `stats`.
+fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Result<()> {
+    control::serve(Arc::new(DaemonControl {
+        stats: stats.clone(),
+    }))
+    .context("cannot open the control socket")?;
+    if let Some(listener) = metrics {
+        let address = listener.local_addr().ok();
+        metrics_http::serve(listener, Arc::new(move || stats.report()))
+            .context("cannot start the metrics endpoint")?;
+        tracing::info!("serving Prometheus metrics on http://{address:?}/metrics");
+    }
+    Ok(())
+}
+
 /// Opens the engine, mounts, reports readiness, and serves until unmounted.
 /// `ready` is taken (written and closed) once the mount is live.
 fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     let signals = block_termination_signals();
+    let metrics = bind_metrics(&request.options)?;
     let engine = open_engine(request)?;
+    let fuse_stats = Arc::new(FuseStats::default());
     let config = MountConfig {
         threads: request.options.threads,
         read_only: request.options.read_only,
@@ -218,8 +275,19 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         fsname: "shoal".into(),
         capacity_path: request.store.clone(),
     };
-    let session = shoal_fuse::mount(engine.clone(), &request.mountpoint, &config)
-        .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
+    let session = shoal_fuse::mount(
+        engine.clone(),
+        &request.mountpoint,
+        &config,
+        fuse_stats.clone(),
+    )
+    .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
+    let stats = Arc::new(StatsSource {
+        engine: Arc::downgrade(&engine),
+        fuse_stats,
+        started: Instant::now(),
+    });
+    start_reporting(stats, metrics)?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} ({:?})",

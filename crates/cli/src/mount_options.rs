@@ -1,6 +1,7 @@
 //! `-o` options of `shoal mount`, parsed strictly: an unknown or malformed option is an
 //! error, never ignored.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -16,6 +17,12 @@ pub struct MountOptions {
     pub threads: usize,
     pub cache_bytes: u64,
     pub memtable_bytes: u64,
+    /// fjall's background workers (memtable flushes and compactions).
+    pub compaction_threads: usize,
+    /// Journal size that forces memtable flushes so old journals can be deleted.
+    pub journal_bytes: u64,
+    /// Where to serve Prometheus metrics (`metrics=ADDR:PORT`); off by default.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for MountOptions {
@@ -27,6 +34,9 @@ impl Default for MountOptions {
             threads: 2,
             cache_bytes: 256 << 20,
             memtable_bytes: 64 << 20,
+            compaction_threads: 2,
+            journal_bytes: 512 << 20,
+            metrics: None,
         }
     }
 }
@@ -40,6 +50,17 @@ fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
         bail!("option {key}={value}: must be between {min} and {max}");
     }
     Ok(parsed)
+}
+
+/// `metrics=127.0.0.1:9100` or `metrics=[::1]:9100`: an IP address and a port (no host
+/// names: the daemon must not depend on name resolution at mount time).
+fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
+    let value = value.with_context(|| format!("option {key} needs a value ({key}=IP:PORT)"))?;
+    value.parse().with_context(|| {
+        format!(
+            "option {key}={value}: not an IP address and port (e.g. 127.0.0.1:9100 or [::1]:9100)"
+        )
+    })
 }
 
 pub fn parse(groups: &[String]) -> Result<MountOptions> {
@@ -58,11 +79,17 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "threads" => options.threads = number(key, value, 1, 64)? as usize,
             "cache" => options.cache_bytes = number(key, value, 1, 1 << 20)? << 20,
             "memtable" => options.memtable_bytes = number(key, value, 1, 4096)? << 20,
+            "compaction_threads" => options.compaction_threads = number(key, value, 1, 64)? as usize,
+            "journal" => {
+                let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
+                options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
+            }
+            "metrics" => options.metrics = Some(socket_address(key, value)?),
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, metrics=IP:PORT)"),
         }
     }
     Ok(options)
@@ -83,6 +110,14 @@ mod tests {
         assert!(options.read_only && options.allow_other);
         assert_eq!(options.threads, 4);
         assert_eq!(options.cache_bytes, 64 << 20);
+        let options = parse(&[
+            "compaction_threads=3,journal=128,metrics=127.0.0.1:9100".into(),
+            "metrics=[::1]:0".into(),
+        ])
+        .unwrap();
+        assert_eq!(options.compaction_threads, 3);
+        assert_eq!(options.journal_bytes, 128 << 20);
+        assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
     }
 
     #[test]
@@ -95,6 +130,13 @@ mod tests {
             "threads=1000",
             "bogus",
             "ro=1",
+            "compaction_threads=0",
+            "journal=1",
+            "journal=x",
+            "metrics",
+            "metrics=localhost:9100",
+            "metrics=127.0.0.1",
+            "metrics=127.0.0.1:99999",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

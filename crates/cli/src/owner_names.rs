@@ -20,7 +20,13 @@ pub fn user_id(name: &str) -> Result<u32> {
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: valid C string, out-parameters and buffer of the stated length.
     let status = unsafe {
-        libc::getpwnam_r(c_name.as_ptr(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found)
+        libc::getpwnam_r(
+            c_name.as_ptr(),
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
     };
     if status != 0 || found.is_null() {
         bail!("no such user: {name:?} (give a name from the passwd database or a numeric uid)");
@@ -38,7 +44,13 @@ pub fn group_id(name: &str) -> Result<u32> {
     let mut found: *mut libc::group = std::ptr::null_mut();
     // SAFETY: as in `user_id`.
     let status = unsafe {
-        libc::getgrnam_r(c_name.as_ptr(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found)
+        libc::getgrnam_r(
+            c_name.as_ptr(),
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
     };
     if status != 0 || found.is_null() {
         bail!("no such group: {name:?} (give a name from the group database or a numeric gid)");
@@ -61,13 +73,24 @@ pub fn user_name(id: u32) -> Option<String> {
     let mut buffer = vec![0 as libc::c_char; ENTRY_BUFFER_BYTES];
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: out-parameters and buffer of the stated length.
-    let status =
-        unsafe { libc::getpwuid_r(id, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    let status = unsafe {
+        libc::getpwuid_r(
+            id,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
     if status != 0 || found.is_null() {
         return None;
     }
     // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`.
-    Some(unsafe { CStr::from_ptr(entry.pw_name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(entry.pw_name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 pub fn group_name(id: u32) -> Option<String> {
@@ -75,13 +98,24 @@ pub fn group_name(id: u32) -> Option<String> {
     let mut buffer = vec![0 as libc::c_char; ENTRY_BUFFER_BYTES];
     let mut found: *mut libc::group = std::ptr::null_mut();
     // SAFETY: as in `user_name`.
-    let status =
-        unsafe { libc::getgrgid_r(id, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    let status = unsafe {
+        libc::getgrgid_r(
+            id,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
     if status != 0 || found.is_null() {
         return None;
     }
     // SAFETY: on success gr_name points to a NUL-terminated string inside `buffer`.
-    Some(unsafe { CStr::from_ptr(entry.gr_name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(entry.gr_name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 pub fn project_name(id: u32) -> Option<String> {
@@ -138,6 +172,9 @@ mod tests {
     #[test]
     fn projid_lines_parse() {
         let text = "# comment\nweb:10\n db : 11 \nbroken\nbad:x\n";
-        assert_eq!(parse_projid(text), vec![("web".into(), 10), ("db".into(), 11)]);
+        assert_eq!(
+            parse_projid(text),
+            vec![("web".into(), 10), ("db".into(), 11)]
+        );
     }
 }

@@ -28,11 +28,7 @@ impl QuotaTarget {
         let absolute = mounts::absolute(path);
         if let Some(entry) = mounts::mount_at(&absolute) {
             if !mounts::is_shoal(&entry) {
-                bail!(
-                    "{} is a {} mount, not shoal",
-                    path.display(),
-                    entry.fstype
-                );
+                bail!("{} is a {} mount, not shoal", path.display(), entry.fstype);
             }
             return Ok(QuotaTarget::Mount(absolute));
         }
@@ -259,7 +255,10 @@ fn format_duration(secs: u64) -> String {
 /// A byte count: digits with an optional binary suffix (k, m, g, t; `10M` = 10 MiB).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
-    let lower = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
+    let lower = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
     let (digits, shift) = match lower.chars().last() {
         Some('k') => (&lower[..lower.len() - 1], 10),
         Some('m') => (&lower[..lower.len() - 1], 20),
@@ -275,9 +274,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// A non-negative integer count.
 pub fn parse_count(text: &str) -> Result<u64, String> {
-    text.trim().parse::<u64>().map_err(|_| {
-        format!("{text:?} is not a non-negative whole number (0 means no limit)")
-    })
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{text:?} is not a non-negative whole number (0 means no limit)"))
 }
 
 /// A duration: seconds, or a number with s, m, h or d.

@@ -42,13 +42,26 @@ pub struct SettingsChange {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "quota", rename_all = "snake_case")]
 pub enum QuotaRequest {
-    Report { kind: QuotaKindArg },
-    SetLimits { kind: QuotaKindArg, id: u32, change: LimitsChange },
-    Settings { change: SettingsChange },
+    Report {
+        kind: QuotaKindArg,
+    },
+    SetLimits {
+        kind: QuotaKindArg,
+        id: u32,
+        change: LimitsChange,
+    },
+    Settings {
+        change: SettingsChange,
+    },
     /// Tags the tree at inode `ino` with `project` (0 clears).
-    SetProject { ino: u64, project: u32 },
+    SetProject {
+        ino: u64,
+        project: u32,
+    },
     /// Verifies every counter against a parallel scan of a snapshot.
-    VerifyCounters { threads: usize },
+    VerifyCounters {
+        threads: usize,
+    },
 }
 
 impl QuotaRequest {
@@ -143,7 +156,11 @@ pub fn execute(engine: &Engine, request: &QuotaRequest) -> Result<serde_json::Va
     let fail = |error: shoal_engine::FsError| error.to_string();
     let value = match request {
         QuotaRequest::Report { kind } => {
-            let lines: Vec<QuotaLine> = engine.quota_report((*kind).into()).iter().map(line_of).collect();
+            let lines: Vec<QuotaLine> = engine
+                .quota_report((*kind).into())
+                .iter()
+                .map(line_of)
+                .collect();
             serde_json::to_value(lines)
         }
         QuotaRequest::SetLimits { kind, id, change } => {
@@ -158,7 +175,9 @@ pub fn execute(engine: &Engine, request: &QuotaRequest) -> Result<serde_json::Va
             let current = engine.quota_settings();
             let updated = QuotaSettings {
                 bytes_grace_secs: change.bytes_grace_secs.unwrap_or(current.bytes_grace_secs),
-                inodes_grace_secs: change.inodes_grace_secs.unwrap_or(current.inodes_grace_secs),
+                inodes_grace_secs: change
+                    .inodes_grace_secs
+                    .unwrap_or(current.inodes_grace_secs),
                 enforce_root: change.enforce_root.unwrap_or(current.enforce_root),
             };
             if updated != current {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -13,8 +13,8 @@ use crate::error::{FsError, FsResult};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::stats::{Op, Stats};
-use crate::store::{Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, Store};
+use crate::stats::{Op, Stats, StatsSnapshot};
+use crate::store::{Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, Store, StoreMetrics};
 use crate::store_dir::{self, StoreDirError, StoreLock};
 
 pub const NAME_MAX_BYTES: usize = 255;
@@ -230,6 +230,12 @@ impl Engine {
         &self.stats
     }
 
+    /// Every engine counter and what the store reports about itself (memtables, flushes,
+    /// compactions, cache), at one moment.
+    pub fn stats_snapshot(&self) -> (StatsSnapshot, StoreMetrics) {
+        (self.stats.snapshot(), self.store.metrics())
+    }
+
     pub(crate) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
@@ -308,14 +314,22 @@ impl Engine {
 
     /// Makes every completed operation durable. Concurrent callers share one store sync.
     pub fn sync(&self) -> FsResult<()> {
+        self.stats.record_sync_request();
+        self.commit()
+    }
+
+    /// The group commit itself: one store sync covering every batch written so far, unless
+    /// another caller's sync already did.
+    fn commit(&self) -> FsResult<()> {
         let target = self.committer.written_batches.load(Ordering::Acquire);
         let mut synced = self.committer.synced_batches.lock();
         if *synced >= target {
             return Ok(());
         }
         let upto = self.committer.written_batches.load(Ordering::Acquire);
+        let started = Instant::now();
         self.store.sync()?;
-        self.stats.count(Op::StoreSync);
+        self.stats.record_commit(started.elapsed());
         *synced = upto;
         Ok(())
     }
@@ -548,7 +562,8 @@ fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Du
                 return;
             };
             if engine.has_unsynced_batches() {
-                if let Err(error) = engine.sync() {
+                engine.stats.record_interval_commit();
+                if let Err(error) = engine.commit() {
                     tracing::error!("interval commit failed: {error}");
                 }
             }
@@ -814,6 +829,7 @@ impl<'a> Txn<'a> {
         }
         let batch_bytes = self.batch.bytes() as u64;
         let batch = std::mem::take(&mut self.batch);
+        let started = Instant::now();
         if let Err(error) = self.engine.store.write(batch) {
             // Nothing of this operation reached the store; forget reserved inode runs so
             // no number handed out here is trusted later.
@@ -844,7 +860,9 @@ impl<'a> Txn<'a> {
             .committer
             .written_batches
             .fetch_add(1, Ordering::AcqRel);
-        self.engine.stats.record_batch(batch_bytes);
+        self.engine
+            .stats
+            .record_batch(batch_bytes, started.elapsed());
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ use shoal_engine::{
 use crate::attr::{file_attr, file_type, BLOCK_BYTES};
 use crate::dir_cursor::{DirCursor, DirCursors, FIRST_ENTRY_OFFSET};
 use crate::errno::errno;
+use crate::fuse_stats::{FuseOp, FuseStats};
 use crate::lookup_counts::LookupCounts;
 
 /// shoal is the only writer of its store, so the kernel may trust what it caches for long;
@@ -38,8 +39,9 @@ const XATTR_REPLACE: i32 = 2;
 pub struct ShoalFs {
     engine: Arc<Engine>,
     capacity_path: Option<PathBuf>,
-    lookups: LookupCounts,
+    lookups: Arc<LookupCounts>,
     dirs: DirCursors,
+    stats: Arc<FuseStats>,
 }
 
 fn caller(req: &Request) -> Caller {
@@ -69,12 +71,13 @@ fn kernel_timestamp(at: SystemTime) -> Timestamp {
 }
 
 impl ShoalFs {
-    pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>) -> Self {
+    pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>, stats: Arc<FuseStats>) -> Self {
         Self {
             engine,
             capacity_path,
-            lookups: LookupCounts::default(),
+            lookups: stats.lookups.clone(),
             dirs: DirCursors::default(),
+            stats,
         }
     }
 
@@ -193,7 +196,12 @@ impl ShoalFs {
             None => (fs_blocks, fs_free_blocks),
         };
         let (files, free_files) = match first_nonzero(limits.inodes_hard, limits.inodes_soft) {
-            Some(limit) => (limit, limit.saturating_sub(project.usage.inodes).min(fs_free_files)),
+            Some(limit) => (
+                limit,
+                limit
+                    .saturating_sub(project.usage.inodes)
+                    .min(fs_free_files),
+            ),
             None => (fs_files, fs_free_files),
         };
         Ok(Some((blocks, free_blocks, files, free_files)))
@@ -279,6 +287,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timer = self.stats.time(FuseOp::Lookup);
         match self.engine.lookup(parent.0, name.as_bytes()) {
             Ok(inode) => {
                 self.lookups.add(inode.ino);
@@ -295,10 +304,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _timer = self.stats.time(FuseOp::Forget);
         self.lookups.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timer = self.stats.time(FuseOp::Getattr);
         match self.engine.getattr(ino.0) {
             Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
             Err(error) => reply.error(errno(&error)),
@@ -323,6 +334,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _timer = self.stats.time(FuseOp::Setattr);
         let change = SetAttr {
             perm: mode.map(|mode| (mode & 0o7777) as u16),
             uid,
@@ -339,6 +351,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _timer = self.stats.time(FuseOp::Readlink);
         match self.engine.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(error) => reply.error(errno(&error)),
@@ -355,6 +368,7 @@ impl fuser::Filesystem for ShoalFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.stats.time(FuseOp::Mknod);
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -383,6 +397,7 @@ impl fuser::Filesystem for ShoalFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.stats.time(FuseOp::Mkdir);
         let perm = (mode & 0o7777) as u16;
         self.reply_entry(
             reply,
@@ -392,10 +407,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.stats.time(FuseOp::Unlink);
         Self::reply_empty(reply, self.engine.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.stats.time(FuseOp::Rmdir);
         Self::reply_empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -407,6 +424,7 @@ impl fuser::Filesystem for ShoalFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _timer = self.stats.time(FuseOp::Symlink);
         let result = self.engine.symlink(
             parent.0,
             link_name.as_bytes(),
@@ -426,6 +444,7 @@ impl fuser::Filesystem for ShoalFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Rename);
         let mode = if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         } else if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -453,6 +472,7 @@ impl fuser::Filesystem for ShoalFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _timer = self.stats.time(FuseOp::Link);
         self.reply_entry(
             reply,
             self.engine.link(ino.0, newparent.0, newname.as_bytes()),
@@ -460,6 +480,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.stats.time(FuseOp::Open);
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less
         // than a separate setattr).
         if flags.0 & libc::O_TRUNC != 0 {
@@ -488,6 +509,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _timer = self.stats.time(FuseOp::Read);
         match self.engine.read(ino.0, offset, size) {
             Ok(bytes) => reply.data(&bytes),
             Err(error) => reply.error(errno(&error)),
@@ -506,6 +528,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _timer = self.stats.time(FuseOp::Write);
         match self.engine.write(ino.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(errno(&error)),
@@ -520,6 +543,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Flush);
         // ENOSYS once tells the kernel never to send FLUSH again: one round trip less per
         // close(2). Dirty pages are still written back before close returns, and durability
         // comes from fsync and group commit, not from close.
@@ -536,6 +560,7 @@ impl fuser::Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Release);
         Self::reply_empty(reply, self.engine.release_file(ino.0));
     }
 
@@ -547,11 +572,13 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Fsync);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.stats.time(FuseOp::Opendir);
         match self.engine.getattr(ino.0) {
             Ok(inode) if inode.kind == FileKind::Directory => {
                 // Let the kernel keep directory listings: every change comes through it,
@@ -572,6 +599,7 @@ impl fuser::Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _timer = self.stats.time(FuseOp::Readdir);
         let result = self.list_dir(
             ino.0,
             fh.0,
@@ -605,6 +633,7 @@ impl fuser::Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _timer = self.stats.time(FuseOp::Readdirplus);
         let dir_attr = match self.engine.getattr(ino.0) {
             Ok(inode) => file_attr(&inode),
             Err(error) => return reply.error(errno(&error)),
@@ -656,6 +685,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Releasedir);
         self.dirs.close(fh.0);
         reply.ok();
     }
@@ -668,11 +698,13 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Fsyncdir);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.stats.time(FuseOp::Statfs);
         let numbers = match self.statfs_project(ino.0) {
             Ok(Some(project)) => Ok(project),
             Ok(None) => self.statfs_numbers(),
@@ -703,6 +735,7 @@ impl fuser::Filesystem for ShoalFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.stats.time(FuseOp::Setxattr);
         let mode = match flags {
             0 => XattrMode::Either,
             XATTR_CREATE => XattrMode::CreateOnly,
@@ -716,6 +749,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timer = self.stats.time(FuseOp::Getxattr);
         match self.engine.getxattr(ino.0, name.as_bytes()) {
             Ok(value) => reply_xattr(reply, &value, size),
             Err(error) => reply.error(errno(&error)),
@@ -723,6 +757,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timer = self.stats.time(FuseOp::Listxattr);
         match self.engine.listxattr(ino.0) {
             Ok(names) => {
                 let mut list = Vec::new();
@@ -737,10 +772,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.stats.time(FuseOp::Removexattr);
         Self::reply_empty(reply, self.engine.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _timer = self.stats.time(FuseOp::Access);
         match self.engine.getattr(ino.0) {
             Ok(inode) if may_access(&inode, req.uid(), req.gid(), mask.bits() as u32) => reply.ok(),
             Ok(_) => reply.error(Errno::EACCES),
@@ -758,6 +795,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let _timer = self.stats.time(FuseOp::Create);
         let new = NewInode {
             kind: FileKind::Regular,
             perm: (mode & 0o7777) as u16,

@@ -6,6 +6,7 @@ mod attr;
 mod dir_cursor;
 mod errno;
 mod filesystem;
+mod fuse_stats;
 mod lookup_counts;
 
 use std::io;
@@ -16,6 +17,7 @@ use shoal_engine::Engine;
 
 pub use errno::errno;
 pub use filesystem::ShoalFs;
+pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]
@@ -43,11 +45,13 @@ impl Default for MountConfig {
 }
 
 /// Mounts `engine` at `mountpoint`. The mount is live (the kernel handshake is done) when
-/// this returns; `run` then serves requests until unmount.
+/// this returns; `run` then serves requests until unmount. Request counts and latencies go
+/// to `stats`.
 pub fn mount(
     engine: Arc<Engine>,
     mountpoint: &Path,
     config: &MountConfig,
+    stats: Arc<FuseStats>,
 ) -> io::Result<fuser::Session<ShoalFs>> {
     let mut options = vec![
         fuser::MountOption::FSName(config.fsname.clone()),
@@ -65,7 +69,7 @@ pub fn mount(
     if config.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }
-    let filesystem = ShoalFs::new(engine, config.capacity_path.clone());
+    let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats);
     fuser::Session::new(filesystem, mountpoint, &fuse_config)
 }
 

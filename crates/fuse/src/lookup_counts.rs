@@ -49,6 +49,24 @@ impl LookupCounts {
     pub fn referenced_inodes(&self) -> u64 {
         self.referenced_inodes.load(Ordering::Relaxed)
     }
+
+    /// Heap bytes of the shards' tables, estimated from hashbrown's layout: a power-of-two
+    /// number of slots (at most 7/8 full), each one (ino, count) pair plus one control byte.
+    /// It follows the table's high-water mark: std maps do not shrink on remove.
+    pub fn table_bytes(&self) -> u64 {
+        let slot_bytes = (std::mem::size_of::<(u64, u64)>() + 1) as u64;
+        self.shards
+            .iter()
+            .map(|shard| {
+                let capacity = shard.lock().capacity() as u64;
+                if capacity == 0 {
+                    0
+                } else {
+                    (capacity * 8 / 7).next_power_of_two() * slot_bytes
+                }
+            })
+            .sum()
+    }
 }
 
 #[cfg(test)]
@@ -67,5 +85,17 @@ mod tests {
         counts.forget(5, 1);
         counts.forget(21, 1);
         assert_eq!(counts.referenced_inodes(), 0);
+    }
+
+    #[test]
+    fn table_bytes_grow_with_entries() {
+        let counts = LookupCounts::default();
+        assert_eq!(counts.table_bytes(), 0);
+        for ino in 0..10_000 {
+            counts.add(ino);
+        }
+        let bytes = counts.table_bytes();
+        assert!(bytes >= 10_000 * 17, "{bytes} bytes for 10000 entries");
+        assert!(bytes <= 10_000 * 17 * 4, "{bytes} bytes for 10000 entries");
     }
 }

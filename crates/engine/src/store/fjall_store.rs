@@ -4,14 +4,21 @@ use fjall::{
     Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode, Readable,
 };
 
-use super::{Batch, Scan, Space, Store, StoreError, StoreView};
+use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+
+/// fjall refuses (panics on) a journal limit below this.
+pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Sizes handed to fjall; mount options set them.
 #[derive(Clone, Debug)]
 pub struct FjallTuning {
     pub cache_bytes: u64,
     pub memtable_bytes: u64,
+    /// fjall's background workers: memtable flushes and compactions.
     pub worker_threads: usize,
+    /// Journal size at which fjall flushes memtables so old journals can be dropped; at
+    /// least `MIN_JOURNAL_BYTES`.
+    pub journal_bytes: u64,
 }
 
 impl Default for FjallTuning {
@@ -20,6 +27,7 @@ impl Default for FjallTuning {
             cache_bytes: 256 * 1024 * 1024,
             memtable_bytes: 64 * 1024 * 1024,
             worker_threads: 2,
+            journal_bytes: 512 * 1024 * 1024,
         }
     }
 }
@@ -51,6 +59,7 @@ impl FjallStore {
         let db = Database::builder(path)
             .cache_size(tuning.cache_bytes)
             .worker_threads(tuning.worker_threads.max(1))
+            .max_journaling_size(tuning.journal_bytes.max(MIN_JOURNAL_BYTES))
             .open()?;
         let memtable_bytes = tuning.memtable_bytes;
         let meta = db.keyspace("meta", || {
@@ -137,6 +146,32 @@ impl Store for FjallStore {
             meta: self.meta.clone(),
             data: self.data.clone(),
         })
+    }
+
+    fn metrics(&self) -> StoreMetrics {
+        let keyspaces = [&self.meta, &self.data];
+        let sum = |count: &dyn Fn(&Keyspace) -> usize| {
+            keyspaces.iter().map(|k| count(k) as u64).sum::<u64>()
+        };
+        StoreMetrics {
+            write_buffer_bytes: self.db.write_buffer_size(),
+            sealed_memtables: sum(&Keyspace::sealed_memtable_count),
+            pending_flushes: self.db.outstanding_flushes() as u64,
+            journal_count: self.db.journal_count() as u64,
+            journal_bytes: self.db.journal_disk_space().unwrap_or(0),
+            disk_bytes: self.disk_bytes(),
+            table_count: sum(&Keyspace::table_count),
+            l0_table_count: sum(&Keyspace::l0_table_count),
+            blob_file_count: sum(&Keyspace::blob_file_count),
+            active_compactions: self.db.active_compactions() as u64,
+            compactions_completed: self.db.compactions_completed() as u64,
+            compaction_time_us: u64::try_from(self.db.time_compacting().as_micros())
+                .unwrap_or(u64::MAX),
+            cache_capacity_bytes: self.db.cache_capacity(),
+            cache_used_bytes: self.db.cache_size(),
+            block_cache_hits: sum(&|k| k.metrics().block_load_cached_count()),
+            block_cache_misses: sum(&|k| k.metrics().block_load_io_count()),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ mod memory_store;
 
 use std::collections::BTreeMap;
 
-pub use fjall_store::{FjallStore, FjallTuning};
+pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -105,6 +105,33 @@ impl Batch {
     }
 }
 
+/// What a store reports about its own machinery, for `shoal stats`. Zero where a store has
+/// no such thing (the memory store has no memtables, journal or cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreMetrics {
+    /// Active plus sealed memtables of all keyspaces.
+    pub write_buffer_bytes: u64,
+    /// Memtables sealed and waiting to be flushed; fjall halts writers at 4 per keyspace.
+    pub sealed_memtables: u64,
+    /// Flush tasks queued.
+    pub pending_flushes: u64,
+    pub journal_count: u64,
+    pub journal_bytes: u64,
+    pub disk_bytes: u64,
+    pub table_count: u64,
+    /// Level-0 tables; fjall slows writers from 20 L0 runs on and halts them at 30.
+    pub l0_table_count: u64,
+    pub blob_file_count: u64,
+    pub active_compactions: u64,
+    pub compactions_completed: u64,
+    pub compaction_time_us: u64,
+    pub cache_capacity_bytes: u64,
+    pub cache_used_bytes: u64,
+    /// Block reads served by the block cache, and those that went to the OS.
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+}
+
 /// An ordered key-value store with atomic batches. Implementations: fjall (on disk) and an
 /// in-memory map (for `mount --memory` and tests).
 pub trait Store: Send + Sync {
@@ -136,6 +163,11 @@ pub trait Store: Send + Sync {
 
     /// Bytes the store occupies on its device (0 for memory).
     fn disk_bytes(&self) -> u64;
+
+    /// Memtable, flush, compaction and cache figures (all zero by default).
+    fn metrics(&self) -> StoreMetrics {
+        StoreMetrics::default()
+    }
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;

@@ -1,0 +1,294 @@
+//! The daemon's control socket: how `shoal` commands ask a live mount about itself.
+//!
+//! The daemon listens on the Linux abstract Unix socket `\0shoal-control-<daemon pid>`: no
+//! file to create or clean up, and it vanishes with the process. A client finds the pid of
+//! the daemon serving a mountpoint (`mounts::daemon_pids`) and connects. One connection
+//! carries one exchange: a JSON request line (`{"op": "stats"}`), then a JSON response line,
+//! `{"ok": ...}` or `{"error": "..."}`. New requests are new `ControlRequest` variants.
+//!
+//! The peer's credentials (SO_PEERCRED) come with every request, so requests that change
+//! something can be limited to root and the daemon's own user; reading is open to all.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::quota_protocol::QuotaRequest;
+
+/// Threads answering connections: requests are short, and a stuck client only holds one.
+const SERVER_THREADS: usize = 2;
+/// A client that sends nothing (or reads nothing) for this long is dropped.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on waiting for requests that walk the whole filesystem.
+const LONG_ANSWER_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Bound on a request line; every request is a few dozen bytes.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControlRequest {
+    /// The mount's live statistics (read-only).
+    Stats,
+    /// Quota reports, limits, settings, project tagging, counter verification.
+    Quota(QuotaRequest),
+}
+
+impl ControlRequest {
+    /// Whether the request changes anything (and so needs root or the daemon's user).
+    pub fn mutates(&self) -> bool {
+        match self {
+            ControlRequest::Stats => false,
+            ControlRequest::Quota(quota) => quota.mutates(),
+        }
+    }
+
+    /// How long the client waits for the answer: tagging a big tree or scanning millions
+    /// of inodes takes longer than a statistics snapshot.
+    fn answer_timeout(&self) -> Duration {
+        match self {
+            ControlRequest::Quota(
+                QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
+            ) => LONG_ANSWER_TIMEOUT,
+            _ => IO_TIMEOUT,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlResponse {
+    Ok(serde_json::Value),
+    Error(String),
+}
+
+/// Who is asking, from the kernel (SO_PEERCRED), not from anything the client says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCredentials {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub struct RequestContext {
+    pub peer: PeerCredentials,
+    pub daemon_uid: u32,
+}
+
+impl RequestContext {
+    /// Only root and the user running the daemon may change a mount.
+    pub fn may_mutate(&self) -> bool {
+        self.peer.uid == 0 || self.peer.uid == self.daemon_uid
+    }
+}
+
+/// Answers requests; the daemon's implementation holds the engine and the FUSE statistics.
+pub trait ControlHandler: Send + Sync {
+    fn handle(
+        &self,
+        request: &ControlRequest,
+        context: &RequestContext,
+    ) -> Result<serde_json::Value, String>;
+}
+
+pub fn socket_name(daemon_pid: u32) -> String {
+    format!("shoal-control-{daemon_pid}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot reach the daemon (pid {pid}) on its control socket: {source}")]
+    Unreachable { pid: u32, source: io::Error },
+    #[error("the daemon (pid {pid}) did not answer: {source}")]
+    Exchange { pid: u32, source: io::Error },
+    #[error("the daemon (pid {pid}) answered something unreadable: {detail}")]
+    Protocol { pid: u32, detail: String },
+    #[error("the daemon (pid {pid}) refused: {message}")]
+    Refused { pid: u32, message: String },
+}
+
+/// Binds the control socket of this process and serves it from background threads until
+/// the process exits.
+pub fn serve(handler: Arc<dyn ControlHandler>) -> io::Result<()> {
+    let address = SocketAddr::from_abstract_name(socket_name(std::process::id()))?;
+    let listener = UnixListener::bind_addr(&address)?;
+    // SAFETY: geteuid has no preconditions.
+    let daemon_uid = unsafe { libc::geteuid() };
+    for index in 0..SERVER_THREADS {
+        let listener = listener.try_clone()?;
+        let handler = handler.clone();
+        std::thread::Builder::new()
+            .name(format!("shoal-control-{index}"))
+            .spawn(move || accept_loop(&listener, handler.as_ref(), daemon_uid))?;
+    }
+    Ok(())
+}
+
+fn accept_loop(listener: &UnixListener, handler: &dyn ControlHandler, daemon_uid: u32) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(error) = answer(stream, handler, daemon_uid) {
+                    tracing::debug!("control connection: {error}");
+                }
+            }
+            Err(error) => {
+                tracing::warn!("control socket accept: {error}");
+                // EMFILE and the like: do not spin.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn answer(stream: UnixStream, handler: &dyn ControlHandler, daemon_uid: u32) -> io::Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let context = RequestContext {
+        peer: peer_credentials(&stream)?,
+        daemon_uid,
+    };
+    let mut line = String::new();
+    BufReader::new((&stream).take(MAX_REQUEST_BYTES)).read_line(&mut line)?;
+    let response = match serde_json::from_str::<ControlRequest>(&line) {
+        Err(error) => ControlResponse::Error(format!("bad request: {error}")),
+        Ok(request) if request.mutates() && !context.may_mutate() => {
+            ControlResponse::Error(format!(
+                "permission denied: uid {} may not change this mount",
+                context.peer.uid
+            ))
+        }
+        Ok(request) => match handler.handle(&request, &context) {
+            Ok(value) => ControlResponse::Ok(value),
+            Err(message) => ControlResponse::Error(message),
+        },
+    };
+    let mut text = serde_json::to_string(&response).map_err(io::Error::other)?;
+    text.push('\n');
+    (&stream).write_all(text.as_bytes())
+}
+
+fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a ucred of the size we pass.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCredentials {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Sends one request to the daemon `pid` and returns the value of its `ok` answer.
+pub fn request(pid: u32, request: &ControlRequest) -> Result<serde_json::Value, ControlError> {
+    let address = SocketAddr::from_abstract_name(socket_name(pid))
+        .map_err(|source| ControlError::Unreachable { pid, source })?;
+    let stream = UnixStream::connect_addr(&address)
+        .map_err(|source| ControlError::Unreachable { pid, source })?;
+    let exchange = |source| ControlError::Exchange { pid, source };
+    stream
+        .set_read_timeout(Some(request.answer_timeout()))
+        .map_err(exchange)?;
+    stream
+        .set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(exchange)?;
+    let mut line = serde_json::to_string(request).map_err(|error| ControlError::Protocol {
+        pid,
+        detail: error.to_string(),
+    })?;
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).map_err(exchange)?;
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut answer)
+        .map_err(exchange)?;
+    match serde_json::from_str::<ControlResponse>(&answer) {
+        Ok(ControlResponse::Ok(value)) => Ok(value),
+        Ok(ControlResponse::Error(message)) => Err(ControlError::Refused { pid, message }),
+        Err(error) => Err(ControlError::Protocol {
+            pid,
+            detail: format!("{error} in {answer:?}"),
+        }),
+    }
+}
+
+/// Sends a quota request to the daemon serving `mountpoint`.
+pub fn quota_request(
+    mountpoint: &std::path::Path,
+    request: &QuotaRequest,
+) -> anyhow::Result<serde_json::Value> {
+    let daemon = crate::stats_cmd::find_daemon(mountpoint)?;
+    Ok(self::request(
+        daemon,
+        &ControlRequest::Quota(request.clone()),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_responses_have_the_documented_shape() {
+        assert_eq!(
+            serde_json::to_string(&ControlRequest::Stats).unwrap(),
+            r#"{"op":"stats"}"#
+        );
+        let ok = ControlResponse::Ok(serde_json::json!({"a": 1}));
+        assert_eq!(serde_json::to_string(&ok).unwrap(), r#"{"ok":{"a":1}}"#);
+        let error = ControlResponse::Error("no".into());
+        assert_eq!(serde_json::to_string(&error).unwrap(), r#"{"error":"no"}"#);
+        assert!(serde_json::from_str::<ControlRequest>(r#"{"op":"format_disk"}"#).is_err());
+    }
+
+    struct Echo;
+
+    impl ControlHandler for Echo {
+        fn handle(
+            &self,
+            request: &ControlRequest,
+            context: &RequestContext,
+        ) -> Result<serde_json::Value, String> {
+            Ok(serde_json::json!({
+                "request": request,
+                "peer_pid": context.peer.pid,
+                "peer_uid": context.peer.uid,
+            }))
+        }
+    }
+
+    /// The server binds this test process's name, so only one test may call `serve`.
+    #[test]
+    fn a_request_reaches_the_handler_with_the_peer_credentials() {
+        serve(Arc::new(Echo)).unwrap();
+        let answer = request(std::process::id(), &ControlRequest::Stats).unwrap();
+        assert_eq!(answer["request"]["op"], "stats");
+        assert_eq!(answer["peer_pid"], std::process::id());
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(answer["peer_uid"], unsafe { libc::geteuid() });
+        match request(u32::MAX, &ControlRequest::Stats) {
+            Err(ControlError::Unreachable { .. }) => {}
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The statistics of a live mount as one serializable report: what the daemon answers to a
+//! `Stats` control request, what `shoal stats --json` prints, and what the Prometheus
+//! endpoint renders. One type for all three, so they cannot disagree.
+
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use shoal_engine::histogram::HistogramSnapshot;
+use shoal_engine::{Engine, StoreMetrics};
+use shoal_fuse::FuseStats;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StatsReport {
+    /// Daemon process id and how long it has served, so a client can tell a restarted
+    /// daemon (counters back at zero) and compute rates over exact intervals.
+    pub daemon_pid: u32,
+    pub uptime_ns: u64,
+    /// Every FUSE request type, counted and timed from the handler's entry to its reply.
+    pub ops: Vec<OpReport>,
+    pub engine: EngineReport,
+    pub store: StoreReport,
+    pub memory: MemoryReport,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct OpReport {
+    pub op: String,
+    pub count: u64,
+    pub latency: LatencyReport,
+}
+
+/// A latency histogram: quantiles for people and scripts, the non-empty buckets
+/// (`shoal_engine::histogram` indexes) for clients that compute their own (per interval).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyReport {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub buckets: Vec<(usize, u64)>,
+}
+
+impl LatencyReport {
+    pub fn from_snapshot(snapshot: &HistogramSnapshot) -> Self {
+        Self {
+            count: snapshot.count,
+            sum_ns: snapshot.sum_ns,
+            p50_ns: snapshot.quantile(0.5),
+            p99_ns: snapshot.quantile(0.99),
+            p999_ns: snapshot.quantile(0.999),
+            max_ns: snapshot.max_ns,
+            buckets: snapshot.sparse_buckets(),
+        }
+    }
+
+    pub fn histogram(&self) -> HistogramSnapshot {
+        HistogramSnapshot::from_sparse(self.sum_ns, self.max_ns, &self.buckets)
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EngineReport {
+    /// Atomic batches written (one per mutating operation).
+    pub batches: u64,
+    /// Key and value bytes of those batches: what went to the journal.
+    pub log_bytes: u64,
+    /// Sync requests (fsync, fsyncdir, unmount); concurrent ones share one commit.
+    pub syncs: u64,
+    /// Store syncs performed (group commits), and how many of them the commit timer did.
+    pub commits: u64,
+    pub interval_commits: u64,
+    pub commit_latency: LatencyReport,
+    pub batch_write_latency: LatencyReport,
+    /// Batch writes slower than `SLOW_BATCH_WRITE` (fjall slowing or halting writers
+    /// while flushes and compactions catch up), and the time they took.
+    pub write_slowdowns: u64,
+    pub write_slowdown_ns: u64,
+}
+
+/// `shoal_engine::StoreMetrics`, field for field.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StoreReport {
+    pub write_buffer_bytes: u64,
+    pub sealed_memtables: u64,
+    pub pending_flushes: u64,
+    pub journal_count: u64,
+    pub journal_bytes: u64,
+    pub disk_bytes: u64,
+    pub table_count: u64,
+    pub l0_table_count: u64,
+    pub blob_file_count: u64,
+    pub active_compactions: u64,
+    pub compactions_completed: u64,
+    pub compaction_time_us: u64,
+    pub cache_capacity_bytes: u64,
+    pub cache_used_bytes: u64,
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+}
+
+impl From<StoreMetrics> for StoreReport {
+    fn from(metrics: StoreMetrics) -> Self {
+        Self {
+            write_buffer_bytes: metrics.write_buffer_bytes,
+            sealed_memtables: metrics.sealed_memtables,
+            pending_flushes: metrics.pending_flushes,
+            journal_count: metrics.journal_count,
+            journal_bytes: metrics.journal_bytes,
+            disk_bytes: metrics.disk_bytes,
+            table_count: metrics.table_count,
+            l0_table_count: metrics.l0_table_count,
+            blob_file_count: metrics.blob_file_count,
+            active_compactions: metrics.active_compactions,
+            compactions_completed: metrics.compactions_completed,
+            compaction_time_us: metrics.compaction_time_us,
+            cache_capacity_bytes: metrics.cache_capacity_bytes,
+            cache_used_bytes: metrics.cache_used_bytes,
+            block_cache_hits: metrics.block_cache_hits,
+            block_cache_misses: metrics.block_cache_misses,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemoryReport {
+    /// Resident set of the daemon (/proc/self/statm).
+    pub rss_bytes: u64,
+    /// Inodes the kernel holds references to, and the daemon's table of them.
+    pub referenced_inodes: u64,
+    pub lookup_table_bytes: u64,
+    pub lookup_table_bytes_per_inode: u64,
+}
+
+/// What the daemon reports from: shared with the FUSE session and the engine.
+pub struct StatsSource {
+    /// Weak: reporting threads must not keep the engine (and its store lock) alive after
+    /// unmount, when the daemon drops it to close the store.
+    pub engine: Weak<Engine>,
+    pub fuse_stats: Arc<FuseStats>,
+    pub started: Instant,
+}
+
+impl StatsSource {
+    /// `None` once the filesystem is unmounting and the engine is gone.
+    pub fn report(&self) -> Option<StatsReport> {
+        let (engine, store) = self.engine.upgrade()?.stats_snapshot();
+        let fuse = self.fuse_stats.snapshot();
+        Some(StatsReport {
+            daemon_pid: std::process::id(),
+            uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            ops: fuse
+                .ops
+                .iter()
+                .map(|(op, histogram)| OpReport {
+                    op: (*op).to_string(),
+                    count: histogram.count,
+                    latency: LatencyReport::from_snapshot(histogram),
+                })
+                .collect(),
+            engine: EngineReport {
+                batches: engine.batches,
+                log_bytes: engine.log_bytes,
+                syncs: engine.sync_requests,
+                commits: engine.commits,
+                interval_commits: engine.interval_commits,
+                commit_latency: LatencyReport::from_snapshot(&engine.commit_latency),
+                batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
+                write_slowdowns: engine.slow_batch_writes,
+                write_slowdown_ns: engine.slow_batch_write_ns,
+            },
+            store: store.into(),
+            memory: MemoryReport {
+                rss_bytes: rss_bytes().unwrap_or(0),
+                referenced_inodes: fuse.referenced_inodes,
+                lookup_table_bytes: fuse.lookup_table_bytes,
+                lookup_table_bytes_per_inode: fuse
+                    .lookup_table_bytes
+                    .checked_div(fuse.referenced_inodes)
+                    .unwrap_or(0),
+            },
+        })
+    }
+}
+
+impl StatsReport {
+    pub fn op(&self, name: &str) -> Option<&OpReport> {
+        self.ops.iter().find(|op| op.op == name)
+    }
+}
+
+/// This process's resident set: the second field of /proc/self/statm, in pages.
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page_bytes).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_survives_json_and_keeps_its_histograms() {
+        let engine = Engine::open_memory(shoal_engine::EngineConfig::default()).unwrap();
+        let source = StatsSource {
+            engine: Arc::downgrade(&engine),
+            fuse_stats: Arc::new(FuseStats::default()),
+            started: Instant::now(),
+        };
+        let report = source.report().unwrap();
+        assert!(report.memory.rss_bytes > 0);
+        assert_eq!(report.ops.len(), shoal_fuse::FUSE_OPS.len());
+        let json = serde_json::to_string(&report).unwrap();
+        let back: StatsReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, report);
+        drop(engine);
+        assert!(source.report().is_none());
+    }
+}

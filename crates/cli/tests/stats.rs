@@ -1,0 +1,208 @@
+//! `shoal stats` and `-o metrics=`: the counters of a live mount match the operations a test
+//! performs through syscalls, the JSON and the Prometheus endpoint agree, and commands
+//! aimed at something that is not a live shoal mount fail with a clear message.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::Path;
+
+use common::{is_mounted, shoal, shoal_ok, Mounted};
+use serde_json::Value;
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn stats_json(mnt: &Path) -> Value {
+    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.describe()))
+}
+
+fn op<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats["ops"]
+        .as_array()
+        .expect("ops array")
+        .iter()
+        .find(|op| op["op"] == name)
+        .unwrap_or_else(|| panic!("no op {name} in {stats}"))
+}
+
+fn count(stats: &Value, name: &str) -> u64 {
+    op(stats, name)["count"].as_u64().expect("count")
+}
+
+fn scrape(port: u16) -> String {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("connect to metrics");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of the sample line `series value` in a Prometheus exposition.
+fn sample(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{exposition}"))
+        .parse()
+        .expect("a number")
+}
+
+/// 10 mkdir, 100 create, 30 unlink, 5 rename, 3 fsync.
+fn known_operations(mnt: &Path) {
+    for dir in 0..10 {
+        fs::create_dir(mnt.join(format!("dir{dir}"))).unwrap();
+    }
+    for file in 0..100 {
+        File::create(mnt.join(format!("dir{}/file{file}", file % 10))).unwrap();
+    }
+    for file in 0..30 {
+        fs::remove_file(mnt.join(format!("dir{}/file{file}", file % 10))).unwrap();
+    }
+    for file in 30..35 {
+        fs::rename(
+            mnt.join(format!("dir{}/file{file}", file % 10)),
+            mnt.join(format!("dir0/renamed{file}")),
+        )
+        .unwrap();
+    }
+    for file in 40..43 {
+        let path = mnt.join(format!("dir{}/file{file}", file % 10));
+        let mut handle = fs::OpenOptions::new().write(true).open(path).unwrap();
+        handle.write_all(b"durable").unwrap();
+        handle.sync_all().unwrap();
+    }
+}
+
+#[test]
+fn counters_match_the_operations_performed_and_prometheus_agrees() {
+    let port = free_port();
+    let metrics = format!("metrics=127.0.0.1:{port}");
+    let m = Mounted::with_options(&[&metrics]);
+    let before = stats_json(&m.mnt);
+    known_operations(&m.mnt);
+    let after = stats_json(&m.mnt);
+
+    let delta = |name| count(&after, name) - count(&before, name);
+    assert_eq!(delta("mkdir"), 10, "{after}");
+    assert_eq!(delta("create"), 100, "{after}");
+    assert_eq!(delta("unlink"), 30, "{after}");
+    assert_eq!(delta("rename"), 5, "{after}");
+    assert_eq!(delta("fsync"), 3, "{after}");
+    // The kernel adds lookups and getattrs of its own: at least, not exactly.
+    assert!(delta("lookup") >= 1, "{after}");
+
+    let engine = |stats: &Value, field: &str| stats["engine"][field].as_u64().expect(field);
+    assert!(engine(&after, "batches") - engine(&before, "batches") >= 145);
+    assert!(engine(&after, "log_bytes") > engine(&before, "log_bytes"));
+    assert!(engine(&after, "syncs") - engine(&before, "syncs") >= 3);
+    assert!(engine(&after, "commits") > engine(&before, "commits"));
+    assert!(after["memory"]["rss_bytes"].as_u64().unwrap() > 0);
+    assert!(after["memory"]["referenced_inodes"].as_u64().unwrap() > 0);
+
+    let latency = &op(&after, "create")["latency"];
+    let field = |name: &str| latency[name].as_u64().expect(name);
+    assert!(field("p50_ns") > 0, "{latency}");
+    assert!(field("p50_ns") <= field("p99_ns"), "{latency}");
+    assert!(field("p99_ns") <= field("p999_ns"), "{latency}");
+    assert!(field("p999_ns") <= field("max_ns"), "{latency}");
+    assert_eq!(field("count"), count(&after, "create"));
+
+    // Nothing touches the mount between the JSON snapshot and the scrape.
+    let exposition = scrape(port);
+    assert_eq!(
+        sample(&exposition, "shoal_ops_total{op=\"create\"}"),
+        count(&after, "create") as f64
+    );
+    assert_eq!(
+        sample(&exposition, "shoal_op_latency_seconds_count{op=\"create\"}"),
+        count(&after, "create") as f64
+    );
+    assert!(exposition.contains("# TYPE shoal_op_latency_seconds histogram"));
+    assert!(sample(&exposition, "shoal_rss_bytes") > 0.0);
+    m.finish();
+}
+
+#[test]
+fn live_screens_on_a_pipe_are_successive_blocks() {
+    let m = Mounted::new();
+    fs::write(m.path("one"), b"1").unwrap();
+    let out = shoal_ok(&[
+        OsStr::new("stats"),
+        m.mnt.as_os_str(),
+        OsStr::new("--interval"),
+        OsStr::new("0.2"),
+        OsStr::new("--count"),
+        OsStr::new("2"),
+    ]);
+    assert_eq!(out.stdout.matches("ops/s").count(), 2, "{}", out.describe());
+    assert!(
+        !out.stdout.contains('\x1b'),
+        "no terminal codes on a pipe: {}",
+        out.describe()
+    );
+    assert!(out.stdout.contains("commits/s"), "{}", out.describe());
+    m.finish();
+}
+
+#[test]
+fn stats_of_something_else_is_refused_clearly() {
+    let dir = common::test_dir();
+    let out = shoal(&[
+        OsStr::new("stats"),
+        OsStr::new("--json"),
+        dir.path().as_os_str(),
+    ]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("is not a mount point"),
+        "{}",
+        out.describe()
+    );
+
+    let out = shoal(&["stats", "--json", "/proc"]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("is not a shoal mount"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn bad_or_taken_metrics_addresses_fail_the_mount() {
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let taken = format!("metrics=127.0.0.1:{}", taken.local_addr().unwrap().port());
+    for (option, message) in [
+        ("metrics=localhost:9100", "not an IP address and port"),
+        (taken.as_str(), "cannot serve metrics"),
+    ] {
+        let dir = common::test_dir();
+        let (store, mnt) = (dir.path().join("store"), dir.path().join("mnt"));
+        fs::create_dir(&mnt).unwrap();
+        shoal_ok(&[OsStr::new("mkfs"), store.as_os_str()]);
+        let out = shoal(&[
+            OsStr::new("mount"),
+            store.as_os_str(),
+            mnt.as_os_str(),
+            OsStr::new("-o"),
+            OsStr::new(option),
+        ]);
+        let _guard = common::MountGuard {
+            store: Some(store.clone()),
+            mnt: mnt.clone(),
+        };
+        assert!(!out.success(), "{option}: {}", out.describe());
+        assert!(out.stderr.contains(message), "{option}: {}", out.describe());
+        assert!(!is_mounted(&mnt), "{option} left a mount");
+    }
+}

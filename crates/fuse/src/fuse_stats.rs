@@ -1,0 +1,211 @@
+//! Per-request statistics of the FUSE adapter: a count and a latency histogram per request
+//! type (from the handler's entry to its reply), and the size of the kernel's inode
+//! references. Shared with whoever reports them (the daemon's control socket, Prometheus).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shoal_engine::histogram::{Histogram, HistogramSnapshot};
+
+use crate::lookup_counts::LookupCounts;
+
+/// Every FUSE request type shoal answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuseOp {
+    Lookup,
+    Forget,
+    Getattr,
+    Setattr,
+    Readlink,
+    Mknod,
+    Mkdir,
+    Unlink,
+    Rmdir,
+    Symlink,
+    Rename,
+    Link,
+    Open,
+    Read,
+    Write,
+    Flush,
+    Release,
+    Fsync,
+    Opendir,
+    Readdir,
+    Readdirplus,
+    Releasedir,
+    Fsyncdir,
+    Statfs,
+    Setxattr,
+    Getxattr,
+    Listxattr,
+    Removexattr,
+    Access,
+    Create,
+}
+
+pub const FUSE_OPS: [FuseOp; 30] = [
+    FuseOp::Lookup,
+    FuseOp::Forget,
+    FuseOp::Getattr,
+    FuseOp::Setattr,
+    FuseOp::Readlink,
+    FuseOp::Mknod,
+    FuseOp::Mkdir,
+    FuseOp::Unlink,
+    FuseOp::Rmdir,
+    FuseOp::Symlink,
+    FuseOp::Rename,
+    FuseOp::Link,
+    FuseOp::Open,
+    FuseOp::Read,
+    FuseOp::Write,
+    FuseOp::Flush,
+    FuseOp::Release,
+    FuseOp::Fsync,
+    FuseOp::Opendir,
+    FuseOp::Readdir,
+    FuseOp::Readdirplus,
+    FuseOp::Releasedir,
+    FuseOp::Fsyncdir,
+    FuseOp::Statfs,
+    FuseOp::Setxattr,
+    FuseOp::Getxattr,
+    FuseOp::Listxattr,
+    FuseOp::Removexattr,
+    FuseOp::Access,
+    FuseOp::Create,
+];
+
+impl FuseOp {
+    /// The request's name as FUSE calls it (lower case): `shoal stats` columns and the
+    /// Prometheus `op` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            FuseOp::Lookup => "lookup",
+            FuseOp::Forget => "forget",
+            FuseOp::Getattr => "getattr",
+            FuseOp::Setattr => "setattr",
+            FuseOp::Readlink => "readlink",
+            FuseOp::Mknod => "mknod",
+            FuseOp::Mkdir => "mkdir",
+            FuseOp::Unlink => "unlink",
+            FuseOp::Rmdir => "rmdir",
+            FuseOp::Symlink => "symlink",
+            FuseOp::Rename => "rename",
+            FuseOp::Link => "link",
+            FuseOp::Open => "open",
+            FuseOp::Read => "read",
+            FuseOp::Write => "write",
+            FuseOp::Flush => "flush",
+            FuseOp::Release => "release",
+            FuseOp::Fsync => "fsync",
+            FuseOp::Opendir => "opendir",
+            FuseOp::Readdir => "readdir",
+            FuseOp::Readdirplus => "readdirplus",
+            FuseOp::Releasedir => "releasedir",
+            FuseOp::Fsyncdir => "fsyncdir",
+            FuseOp::Statfs => "statfs",
+            FuseOp::Setxattr => "setxattr",
+            FuseOp::Getxattr => "getxattr",
+            FuseOp::Listxattr => "listxattr",
+            FuseOp::Removexattr => "removexattr",
+            FuseOp::Access => "access",
+            FuseOp::Create => "create",
+        }
+    }
+}
+
+pub struct FuseStats {
+    /// One histogram per `FuseOp`; its count is the request count.
+    latency: [Histogram; FUSE_OPS.len()],
+    pub(crate) lookups: Arc<LookupCounts>,
+}
+
+impl Default for FuseStats {
+    fn default() -> Self {
+        Self {
+            latency: std::array::from_fn(|_| Histogram::default()),
+            lookups: Arc::new(LookupCounts::default()),
+        }
+    }
+}
+
+/// Records one request's latency when dropped: at the end of the handler, right after its
+/// reply went to the kernel.
+pub(crate) struct RequestTimer<'a> {
+    histogram: &'a Histogram,
+    started: Instant,
+}
+
+impl Drop for RequestTimer<'_> {
+    fn drop(&mut self) {
+        self.histogram.record(self.started.elapsed());
+    }
+}
+
+/// A copy of the adapter's statistics at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct FuseStatsSnapshot {
+    /// Latency of every request type, in `FUSE_OPS` order; `count` is the request count.
+    pub ops: Vec<(&'static str, HistogramSnapshot)>,
+    /// Inodes the kernel holds references to (each costs the daemon one table entry).
+    pub referenced_inodes: u64,
+    /// Estimated heap bytes of the table of those references.
+    pub lookup_table_bytes: u64,
+}
+
+impl FuseStats {
+    pub(crate) fn time(&self, op: FuseOp) -> RequestTimer<'_> {
+        RequestTimer {
+            histogram: &self.latency[op as usize],
+            started: Instant::now(),
+        }
+    }
+
+    pub fn snapshot(&self) -> FuseStatsSnapshot {
+        FuseStatsSnapshot {
+            ops: FUSE_OPS
+                .iter()
+                .map(|&op| (op.name(), self.latency[op as usize].snapshot()))
+                .collect(),
+            referenced_inodes: self.lookups.referenced_inodes(),
+            lookup_table_bytes: self.lookups.table_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_in_enum_order() {
+        for (index, op) in FUSE_OPS.iter().enumerate() {
+            assert_eq!(*op as usize, index);
+        }
+        let mut names: Vec<_> = FUSE_OPS.iter().map(|op| op.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FUSE_OPS.len());
+    }
+
+    #[test]
+    fn a_timer_records_one_request_of_its_type() {
+        let stats = FuseStats::default();
+        drop(stats.time(FuseOp::Create));
+        drop(stats.time(FuseOp::Create));
+        drop(stats.time(FuseOp::Unlink));
+        let snapshot = stats.snapshot();
+        let count = |name| {
+            snapshot
+                .ops
+                .iter()
+                .find(|(op, _)| *op == name)
+                .map(|(_, histogram)| histogram.count)
+        };
+        assert_eq!(count("create"), Some(2));
+        assert_eq!(count("unlink"), Some(1));
+        assert_eq!(count("lookup"), Some(0));
+    }
+}
