@@ -384,6 +384,18 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     );
     gauge(
         out,
+        "shoal_memory_budget_bytes",
+        "Bound on the kernel-reference table plus the block cache (memory=).",
+        memory.budget_bytes,
+    );
+    counter(
+        out,
+        "shoal_evictions_total",
+        "Names the daemon asked the kernel to drop to stay within the memory budget.",
+        memory.evictions,
+    );
+    gauge(
+        out,
         "shoal_uptime_seconds",
         "Time since the daemon mounted.",
         report.uptime_ns / 1_000_000_000,

@@ -274,6 +274,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         allow_other: request.options.allow_other,
         fsname: "shoal".into(),
         capacity_path: request.store.clone(),
+        memory_budget_bytes: Some(request.options.memory_bytes),
     };
     let session = shoal_fuse::mount(
         engine.clone(),
@@ -282,10 +283,13 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         fuse_stats.clone(),
     )
     .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
+    shoal_fuse::start_memory_budget(&session, &engine, &config, fuse_stats.clone())
+        .context("cannot start the memory budget")?;
     let stats = Arc::new(StatsSource {
         engine: Arc::downgrade(&engine),
         fuse_stats,
         started: Instant::now(),
+        memory_budget_bytes: request.options.memory_bytes,
     });
     start_reporting(stats, metrics)?;
     spawn_signal_thread(signals, request.mountpoint.clone());

@@ -21,6 +21,8 @@ pub struct MountOptions {
     pub compaction_threads: usize,
     /// Journal size that forces memtable flushes so old journals can be deleted.
     pub journal_bytes: u64,
+    /// Bound on the daemon's table of kernel-referenced inodes plus the block cache.
+    pub memory_bytes: u64,
     /// Where to serve Prometheus metrics (`metrics=ADDR:PORT`); off by default.
     pub metrics: Option<SocketAddr>,
 }
@@ -36,6 +38,7 @@ impl Default for MountOptions {
             memtable_bytes: 64 << 20,
             compaction_threads: 2,
             journal_bytes: 512 << 20,
+            memory_bytes: 1024 << 20,
             metrics: None,
         }
     }
@@ -85,12 +88,22 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
                 options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
             }
             "metrics" => options.metrics = Some(socket_address(key, value)?),
+            "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, metrics=IP:PORT)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT)"),
         }
+    }
+    // The block cache counts against the budget; at or over it, every kernel reference
+    // would be evicted as soon as the cache filled.
+    if options.memory_bytes <= options.cache_bytes {
+        bail!(
+            "option memory={} must exceed cache={} (MiB): the block cache counts against the memory budget",
+            options.memory_bytes >> 20,
+            options.cache_bytes >> 20
+        );
     }
     Ok(options)
 }
@@ -118,6 +131,8 @@ mod tests {
         assert_eq!(options.compaction_threads, 3);
         assert_eq!(options.journal_bytes, 128 << 20);
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
+        let options = parse(&["cache=1,memory=4".into()]).unwrap();
+        assert_eq!(options.memory_bytes, 4 << 20);
     }
 
     #[test]
@@ -137,6 +152,9 @@ mod tests {
             "metrics=localhost:9100",
             "metrics=127.0.0.1",
             "metrics=127.0.0.1:99999",
+            "memory=1",
+            "memory=256",
+            "cache=64,memory=32",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

@@ -132,6 +132,12 @@ pub struct MemoryReport {
     pub referenced_inodes: u64,
     pub lookup_table_bytes: u64,
     pub lookup_table_bytes_per_inode: u64,
+    /// `-o memory=`: bound on the lookup table plus the block cache, and the names the
+    /// daemon asked the kernel to drop to stay within it (failed: the kernel had no such
+    /// name any more).
+    pub budget_bytes: u64,
+    pub evictions: u64,
+    pub failed_evictions: u64,
 }
 
 /// What the daemon reports from: shared with the FUSE session and the engine.
@@ -141,6 +147,7 @@ pub struct StatsSource {
     pub engine: Weak<Engine>,
     pub fuse_stats: Arc<FuseStats>,
     pub started: Instant,
+    pub memory_budget_bytes: u64,
 }
 
 impl StatsSource {
@@ -180,6 +187,9 @@ impl StatsSource {
                     .lookup_table_bytes
                     .checked_div(fuse.referenced_inodes)
                     .unwrap_or(0),
+                budget_bytes: self.memory_budget_bytes,
+                evictions: fuse.evictions,
+                failed_evictions: fuse.failed_evictions,
             },
         })
     }
@@ -211,6 +221,7 @@ mod tests {
             engine: Arc::downgrade(&engine),
             fuse_stats: Arc::new(FuseStats::default()),
             started: Instant::now(),
+            memory_budget_bytes: 1 << 30,
         };
         let report = source.report().unwrap();
         assert!(report.memory.rss_bytes > 0);

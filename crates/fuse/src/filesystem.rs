@@ -90,11 +90,12 @@ impl ShoalFs {
         self.lookups.referenced_inodes()
     }
 
-    /// Replies with an entry and counts the kernel's new reference to it.
-    fn reply_entry(&self, reply: ReplyEntry, result: FsResult<Inode>) {
+    /// Replies with an entry and counts the kernel's new reference to it, reached as
+    /// `name` in `parent`.
+    fn reply_entry(&self, reply: ReplyEntry, parent: u64, name: &[u8], result: FsResult<Inode>) {
         match result {
             Ok(inode) => {
-                self.lookups.add(inode.ino);
+                self.lookups.add(inode.ino, parent, name);
                 reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
             }
             Err(error) => reply.error(errno(&error)),
@@ -290,7 +291,7 @@ impl fuser::Filesystem for ShoalFs {
         let _timer = self.stats.time(FuseOp::Lookup);
         match self.engine.lookup(parent.0, name.as_bytes()) {
             Ok(inode) => {
-                self.lookups.add(inode.ino);
+                self.lookups.add(inode.ino, parent.0, name.as_bytes());
                 reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
             }
             // Inode 0 with a timeout: the kernel caches the absence.
@@ -381,11 +382,10 @@ impl fuser::Filesystem for ShoalFs {
             rdev,
             target: b"",
         };
-        self.reply_entry(
-            reply,
-            self.engine
-                .create(parent.0, name.as_bytes(), &new, caller(req)),
-        );
+        let result = self
+            .engine
+            .create(parent.0, name.as_bytes(), &new, caller(req));
+        self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
     fn mkdir(
@@ -399,11 +399,10 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.stats.time(FuseOp::Mkdir);
         let perm = (mode & 0o7777) as u16;
-        self.reply_entry(
-            reply,
-            self.engine
-                .mkdir(parent.0, name.as_bytes(), perm, caller(req)),
-        );
+        let result = self
+            .engine
+            .mkdir(parent.0, name.as_bytes(), perm, caller(req));
+        self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -431,7 +430,7 @@ impl fuser::Filesystem for ShoalFs {
             target.as_os_str().as_bytes(),
             caller(req),
         );
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, parent.0, link_name.as_bytes(), result);
     }
 
     fn rename(
@@ -473,10 +472,8 @@ impl fuser::Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.stats.time(FuseOp::Link);
-        self.reply_entry(
-            reply,
-            self.engine.link(ino.0, newparent.0, newname.as_bytes()),
-        );
+        let result = self.engine.link(ino.0, newparent.0, newname.as_bytes());
+        self.reply_entry(reply, newparent.0, newname.as_bytes(), result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -665,7 +662,7 @@ impl fuser::Filesystem for ShoalFs {
                         GENERATION,
                     );
                     if !full {
-                        lookups.add(inode.ino);
+                        lookups.add(inode.ino, ino.0, name);
                     }
                     full
                 }
@@ -807,7 +804,7 @@ impl fuser::Filesystem for ShoalFs {
             .create(parent.0, name.as_bytes(), &new, caller(req))
         {
             Ok(inode) => {
-                self.lookups.add(inode.ino);
+                self.lookups.add(inode.ino, parent.0, name.as_bytes());
                 self.engine.open_file(inode.ino);
                 reply.created(
                     &ENTRY_TTL,

@@ -2,6 +2,7 @@
 //! type (from the handler's entry to its reply), and the size of the kernel's inode
 //! references. Shared with whoever reports them (the daemon's control socket, Prometheus).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -120,6 +121,9 @@ pub struct FuseStats {
     /// One histogram per `FuseOp`; its count is the request count.
     latency: [Histogram; FUSE_OPS.len()],
     pub(crate) lookups: Arc<LookupCounts>,
+    /// Names the memory budget asked the kernel to drop, and those it had no longer.
+    pub(crate) evictions: AtomicU64,
+    pub(crate) failed_evictions: AtomicU64,
 }
 
 impl Default for FuseStats {
@@ -127,6 +131,8 @@ impl Default for FuseStats {
         Self {
             latency: std::array::from_fn(|_| Histogram::default()),
             lookups: Arc::new(LookupCounts::default()),
+            evictions: AtomicU64::new(0),
+            failed_evictions: AtomicU64::new(0),
         }
     }
 }
@@ -153,6 +159,8 @@ pub struct FuseStatsSnapshot {
     pub referenced_inodes: u64,
     /// Estimated heap bytes of the table of those references.
     pub lookup_table_bytes: u64,
+    pub evictions: u64,
+    pub failed_evictions: u64,
 }
 
 impl FuseStats {
@@ -171,6 +179,8 @@ impl FuseStats {
                 .collect(),
             referenced_inodes: self.lookups.referenced_inodes(),
             lookup_table_bytes: self.lookups.table_bytes(),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            failed_evictions: self.failed_evictions.load(Ordering::Relaxed),
         }
     }
 }

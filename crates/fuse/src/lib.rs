@@ -8,6 +8,7 @@ mod errno;
 mod filesystem;
 mod fuse_stats;
 mod lookup_counts;
+mod memory_budget;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ pub struct MountConfig {
     pub fsname: String,
     /// Where `statfs` reads capacity from (the store's directory); `None`: RAM.
     pub capacity_path: Option<PathBuf>,
+    /// Bound on the kernel-reference table plus the engine's block cache; `None`: no bound.
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl Default for MountConfig {
@@ -40,6 +43,7 @@ impl Default for MountConfig {
             allow_other: false,
             fsname: "shoal".into(),
             capacity_path: None,
+            memory_budget_bytes: None,
         }
     }
 }
@@ -71,6 +75,24 @@ pub fn mount(
     }
     let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats);
     fuser::Session::new(filesystem, mountpoint, &fuse_config)
+}
+
+/// Starts enforcing `config.memory_budget_bytes` (if set) on a mounted session.
+pub fn start_memory_budget(
+    session: &fuser::Session<ShoalFs>,
+    engine: &Arc<Engine>,
+    config: &MountConfig,
+    stats: Arc<FuseStats>,
+) -> io::Result<()> {
+    match config.memory_budget_bytes {
+        Some(budget_bytes) => memory_budget::spawn(
+            budget_bytes,
+            Arc::downgrade(engine),
+            stats,
+            session.notifier(),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// Serves requests until the filesystem is unmounted; the engine is synced on the way out.

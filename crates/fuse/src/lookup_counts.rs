@@ -1,5 +1,9 @@
 //! The kernel's references to inodes (FUSE lookup counts): +1 for each entry we hand out,
 //! -n on forget. Sharded so request threads rarely contend.
+//!
+//! Each entry also remembers the name the kernel last reached the inode by, and when: the
+//! memory budget asks the kernel to drop the least recently looked-up names
+//! (`inval_entry(parent, name)`), after which it forgets their inodes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,40 +12,99 @@ use parking_lot::Mutex;
 
 const SHARDS: usize = 16;
 
+struct Reference {
+    count: u64,
+    parent: u64,
+    name: Box<[u8]>,
+    /// `LookupCounts::clock` at the last lookup: recency for eviction.
+    last_lookup: u64,
+    /// Asked the kernel to drop it at this clock value and not looked up since; skipped by
+    /// the next eviction rounds (an open file or a cwd keeps its inode however we ask).
+    evicted_at: Option<u64>,
+}
+
+/// A name the kernel reaches an inode by, chosen for eviction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionCandidate {
+    pub ino: u64,
+    pub parent: u64,
+    pub name: Box<[u8]>,
+}
+
 #[derive(Default)]
 pub struct LookupCounts {
-    shards: [Mutex<HashMap<u64, u64>>; SHARDS],
+    shards: [Mutex<HashMap<u64, Reference>>; SHARDS],
     referenced_inodes: AtomicU64,
+    name_bytes: AtomicU64,
+    /// Ticks once per lookup; a logical clock, cheaper than reading time.
+    clock: AtomicU64,
 }
 
 impl LookupCounts {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, u64>> {
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Reference>> {
         &self.shards[(ino as usize) % SHARDS]
     }
 
-    pub fn add(&self, ino: u64) {
+    /// The kernel took one more reference to `ino`, which it reached as `name` in `parent`.
+    pub fn add(&self, ino: u64, parent: u64, name: &[u8]) {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut shard = self.shard(ino).lock();
-        let count = shard.entry(ino).or_insert(0);
-        if *count == 0 {
-            self.referenced_inodes.fetch_add(1, Ordering::Relaxed);
+        match shard.get_mut(&ino) {
+            Some(reference) => {
+                reference.count += 1;
+                reference.last_lookup = now;
+                reference.evicted_at = None;
+                if reference.parent != parent || *reference.name != *name {
+                    self.name_bytes
+                        .fetch_add(name.len() as u64, Ordering::Relaxed);
+                    self.name_bytes
+                        .fetch_sub(reference.name.len() as u64, Ordering::Relaxed);
+                    reference.parent = parent;
+                    reference.name = name.into();
+                }
+            }
+            None => {
+                self.referenced_inodes.fetch_add(1, Ordering::Relaxed);
+                self.name_bytes
+                    .fetch_add(name.len() as u64, Ordering::Relaxed);
+                shard.insert(
+                    ino,
+                    Reference {
+                        count: 1,
+                        parent,
+                        name: name.into(),
+                        last_lookup: now,
+                        evicted_at: None,
+                    },
+                );
+            }
         }
-        *count += 1;
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
         let mut shard = self.shard(ino).lock();
-        let Some(count) = shard.get_mut(&ino) else {
+        let Some(reference) = shard.get_mut(&ino) else {
             tracing::warn!("forget of inode {ino} the kernel never looked up");
             return;
         };
         debug_assert!(
-            *count >= n,
-            "kernel forgot {n} of {count} references to {ino}"
+            reference.count >= n,
+            "kernel forgot {n} of {} references to {ino}",
+            reference.count
         );
-        *count = count.saturating_sub(n);
-        if *count == 0 {
-            shard.remove(&ino);
+        reference.count = reference.count.saturating_sub(n);
+        if reference.count == 0 {
+            if let Some(gone) = shard.remove(&ino) {
+                self.name_bytes
+                    .fetch_sub(gone.name.len() as u64, Ordering::Relaxed);
+            }
             self.referenced_inodes.fetch_sub(1, Ordering::Relaxed);
+            // Give memory back once the kernel let go of most entries (std maps never
+            // shrink by themselves); halving at a quarter full keeps it amortized O(1).
+            if shard.capacity() > 1024 && shard.len() * 4 < shard.capacity() {
+                let keep = shard.len() * 2;
+                shard.shrink_to(keep);
+            }
         }
     }
 
@@ -50,12 +113,15 @@ impl LookupCounts {
         self.referenced_inodes.load(Ordering::Relaxed)
     }
 
-    /// Heap bytes of the shards' tables, estimated from hashbrown's layout: a power-of-two
-    /// number of slots (at most 7/8 full), each one (ino, count) pair plus one control byte.
-    /// It follows the table's high-water mark: std maps do not shrink on remove.
+    /// Heap bytes of the table: the shards' hash tables, estimated from hashbrown's layout
+    /// (a power-of-two number of slots, at most 7/8 full, each one (ino, Reference) pair
+    /// plus one control byte), and the remembered names (rounded up to the allocator's
+    /// 16-byte granule). The tables follow their high-water mark: std maps do not shrink
+    /// on remove.
     pub fn table_bytes(&self) -> u64 {
-        let slot_bytes = (std::mem::size_of::<(u64, u64)>() + 1) as u64;
-        self.shards
+        let slot_bytes = (std::mem::size_of::<(u64, Reference)>() + 1) as u64;
+        let tables: u64 = self
+            .shards
             .iter()
             .map(|shard| {
                 let capacity = shard.lock().capacity() as u64;
@@ -65,7 +131,61 @@ impl LookupCounts {
                     (capacity * 8 / 7).next_power_of_two() * slot_bytes
                 }
             })
-            .sum()
+            .sum();
+        let names = self.name_bytes.load(Ordering::Relaxed) + 16 * self.referenced_inodes();
+        tables + names
+    }
+
+    /// Up to `wanted` of the least recently looked-up references not already asked for,
+    /// marked as asked. One pass over the table; only called when over budget.
+    pub fn take_eviction_candidates(&self, wanted: usize) -> Vec<EvictionCandidate> {
+        if wanted == 0 {
+            return Vec::new();
+        }
+        let now = self.clock.load(Ordering::Relaxed);
+        let mut oldest: Vec<(u64, u64)> = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            oldest.extend(
+                shard
+                    .iter()
+                    .filter(|(_, reference)| reference.evicted_at.is_none())
+                    .map(|(&ino, reference)| (reference.last_lookup, ino)),
+            );
+        }
+        if oldest.len() > wanted {
+            oldest.select_nth_unstable(wanted);
+            oldest.truncate(wanted);
+        }
+        let mut candidates = Vec::with_capacity(oldest.len());
+        for (_, ino) in oldest {
+            let mut shard = self.shard(ino).lock();
+            if let Some(reference) = shard.get_mut(&ino) {
+                reference.evicted_at = Some(now);
+                candidates.push(EvictionCandidate {
+                    ino,
+                    parent: reference.parent,
+                    name: reference.name.clone(),
+                });
+            }
+        }
+        candidates
+    }
+
+    /// References asked for eviction before `clock_limit` that the kernel kept (an open
+    /// file, a cwd, a name it looked up again by another path) become candidates again.
+    pub fn retry_kept_evictions(&self, clock_limit: u64) {
+        for shard in &self.shards {
+            for reference in shard.lock().values_mut() {
+                if reference.evicted_at.is_some_and(|at| at < clock_limit) {
+                    reference.evicted_at = None;
+                }
+            }
+        }
+    }
+
+    pub fn clock(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
     }
 }
 
@@ -76,15 +196,16 @@ mod tests {
     #[test]
     fn counts_follow_lookups_and_forgets() {
         let counts = LookupCounts::default();
-        counts.add(5);
-        counts.add(5);
-        counts.add(21);
+        counts.add(5, 1, b"a");
+        counts.add(5, 1, b"a");
+        counts.add(21, 1, b"b");
         assert_eq!(counts.referenced_inodes(), 2);
         counts.forget(5, 1);
         assert_eq!(counts.referenced_inodes(), 2);
         counts.forget(5, 1);
         counts.forget(21, 1);
         assert_eq!(counts.referenced_inodes(), 0);
+        assert_eq!(counts.name_bytes.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -92,10 +213,38 @@ mod tests {
         let counts = LookupCounts::default();
         assert_eq!(counts.table_bytes(), 0);
         for ino in 0..10_000 {
-            counts.add(ino);
+            counts.add(ino, 1, b"some-file.c");
         }
         let bytes = counts.table_bytes();
-        assert!(bytes >= 10_000 * 17, "{bytes} bytes for 10000 entries");
-        assert!(bytes <= 10_000 * 17 * 4, "{bytes} bytes for 10000 entries");
+        assert!(bytes >= 10_000 * 60, "{bytes} bytes for 10000 entries");
+        assert!(bytes <= 10_000 * 60 * 4, "{bytes} bytes for 10000 entries");
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_looked_up_once() {
+        let counts = LookupCounts::default();
+        for ino in 0..100 {
+            counts.add(ino, 1, format!("f{ino}").as_bytes());
+        }
+        // Looked up again: now the most recent.
+        counts.add(3, 1, b"f3");
+        let first = counts.take_eviction_candidates(5);
+        let inos: Vec<u64> = first.iter().map(|c| c.ino).collect();
+        let mut sorted = inos.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![0, 1, 2, 4, 5]);
+        assert_eq!(
+            first.iter().find(|c| c.ino == 4).unwrap().name[..],
+            b"f4"[..]
+        );
+        // Already asked: not asked again until retried.
+        let second = counts.take_eviction_candidates(3);
+        let inos: Vec<u64> = second.iter().map(|c| c.ino).collect();
+        assert!(
+            inos.iter().all(|ino| ![0, 1, 2, 4, 5].contains(ino)),
+            "{inos:?}"
+        );
+        counts.retry_kept_evictions(counts.clock() + 1);
+        assert_eq!(counts.take_eviction_candidates(1)[0].ino, 0);
     }
 }

@@ -1,0 +1,75 @@
+//! `-o memory=`: with many more files than the budget has room for, the daemon's table of
+//! kernel-referenced inodes stays bounded (the kernel is asked to drop old names and
+//! forgets their inodes), and every file stays reachable.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{poll, shoal_ok, Mounted};
+use serde_json::Value;
+
+const DIRS: usize = 100;
+const FILES: usize = 100_000;
+
+fn memory(mnt: &Path) -> Value {
+    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
+    let stats: Value = serde_json::from_str(&out.stdout).expect("stats JSON");
+    stats["memory"].clone()
+}
+
+fn field(memory: &Value, name: &str) -> u64 {
+    memory[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in {memory}"))
+}
+
+fn path(mnt: &Path, file: usize) -> std::path::PathBuf {
+    mnt.join(format!("d{}/f{file}", file % DIRS))
+}
+
+#[test]
+fn referenced_inodes_stay_within_a_small_budget() {
+    // 4 MiB for the table and a 1 MiB block cache: room for a few tens of thousands of
+    // references, a fraction of the files.
+    let m = Mounted::with_options(&["cache=1", "memtable=1", "memory=4"]);
+    for dir in 0..DIRS {
+        fs::create_dir(m.path(format!("d{dir}"))).unwrap();
+    }
+    let mut most_referenced = 0;
+    for file in 0..FILES {
+        File::create(path(&m.mnt, file)).unwrap();
+        if file % 20_000 == 19_999 {
+            most_referenced = most_referenced.max(field(&memory(&m.mnt), "referenced_inodes"));
+        }
+    }
+    // Every file looked up again, by name, after most were evicted.
+    for file in 0..FILES {
+        assert!(fs::metadata(path(&m.mnt, file)).unwrap().is_file());
+    }
+    let budget_bytes = 4u64 << 20;
+    let settled = poll(Duration::from_secs(10), || {
+        let now = memory(&m.mnt);
+        most_referenced = most_referenced.max(field(&now, "referenced_inodes"));
+        field(&now, "lookup_table_bytes") <= budget_bytes
+    });
+    let last = memory(&m.mnt);
+    assert!(settled, "lookup table over budget: {last}");
+    assert!(field(&last, "evictions") > 0, "{last}");
+    assert!(
+        most_referenced < FILES as u64 / 2,
+        "{most_referenced} of {FILES} inodes referenced at once: {last}"
+    );
+    assert!(
+        field(&last, "rss_bytes") < 256 << 20,
+        "daemon resident set: {last}"
+    );
+    let names: usize = (0..DIRS)
+        .map(|dir| fs::read_dir(m.path(format!("d{dir}"))).unwrap().count())
+        .sum();
+    assert_eq!(names, FILES);
+    m.finish();
+}
