@@ -1,5 +1,6 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod bench_cmd;
 mod fsck_cmd;
 mod gen_tree_cmd;
 mod mkfs_cmd;
@@ -54,6 +55,10 @@ enum Command {
     Umount { mountpoint: PathBuf },
     /// Check every invariant of an unmounted store.
     Fsck { store_dir: PathBuf },
+    /// Run metadata workloads (fs_mark-style create/stat/unlink, rm -rf, tar/cp/find of a
+    /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
+    /// side by side, with a table, JSON, Markdown and SVG charts.
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         dir: PathBuf,
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Command::Umount { mountpoint } => umount_cmd::run(&mountpoint),
         Command::Fsck { store_dir } => fsck_cmd::run(&store_dir),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
+        Command::Bench(args) => bench_cmd::run(&args),
     };
     match result {
         Ok(code) => code,
