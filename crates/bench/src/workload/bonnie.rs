@@ -34,7 +34,7 @@ fn shuffle<T>(items: &mut [T], rng: &mut SplitMix64) {
 
 fn each(paths: &[PathBuf], mut op: impl FnMut(&Path) -> Result<()>) -> Result<()> {
     for (index, path) in paths.iter().enumerate() {
-        if index % INTERRUPT_CHECK_EVERY == 0 {
+        if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
             interrupt::check()?;
         }
         op(path)?;

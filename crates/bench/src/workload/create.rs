@@ -60,7 +60,7 @@ pub fn plan(root: &Path, params: &super::Params) -> Result<Vec<ThreadFiles>> {
 fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<()> {
     let payload = vec![b's'; size_bytes];
     for (index, path) in files.paths.iter().enumerate() {
-        if index % INTERRUPT_CHECK_EVERY == 0 {
+        if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
             interrupt::check()?;
         }
         let mut file = OpenOptions::new()
@@ -131,7 +131,7 @@ pub fn run_stat(ctx: &Ctx) -> Result<Outcome> {
         let counts = in_threads(plan.len(), |thread| {
             let mut found = 0u64;
             for (index, path) in plan[thread].paths.iter().enumerate() {
-                if index % INTERRUPT_CHECK_EVERY == 0 {
+                if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
                     interrupt::check()?;
                 }
                 fs::symlink_metadata(path).context(|| format!("stat {}", path.display()))?;
@@ -152,7 +152,7 @@ pub fn run_unlink(ctx: &Ctx) -> Result<Outcome> {
     let ((), timed) = ctx.timed(|| {
         in_threads(plan.len(), |thread| {
             for (index, path) in plan[thread].paths.iter().enumerate() {
-                if index % INTERRUPT_CHECK_EVERY == 0 {
+                if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
                     interrupt::check()?;
                 }
                 fs::remove_file(path).context(|| format!("unlink {}", path.display()))?;

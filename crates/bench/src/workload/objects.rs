@@ -95,7 +95,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                 let hash = SplitMix64::new(params.seed ^ index).next_u64();
                 write_object(&root, &tmp, hash, &payload, params.fsync)?;
                 let done = index + 1;
-                if done % interval == 0 || done == target {
+                if done.is_multiple_of(interval) || done == target {
                     interrupt::check()?;
                     let memory = memory_bytes(&ctx.target.daemon_pids);
                     let elapsed_ns = started.elapsed().as_nanos();
