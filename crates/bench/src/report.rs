@@ -344,6 +344,58 @@ mod tests {
     }
 
     #[test]
+    fn report_dir_has_json_charts_and_a_page_that_embeds_them() {
+        let mut samples = vec![sample(1, "a", 100.0), sample(1, "b", 50.0)];
+        let mut objects = sample(1, "a", 10.0);
+        objects.workload = Workload::Objects;
+        objects.outcome.curve = (1..=5)
+            .map(|i| crate::workload::CurvePoint {
+                files: i * 10,
+                elapsed_ms: i as f64,
+                rate_per_s: 1000.0 + i as f64,
+                memory_bytes: 1 << 20,
+            })
+            .collect();
+        samples.push(objects);
+        let workloads = vec![Workload::Create, Workload::Objects];
+        let labels = vec!["a".to_string(), "b".to_string()];
+        let target = |label: &str| TargetInfo {
+            label: label.into(),
+            path: PathBuf::from("/"),
+            made: false,
+            mount: None,
+            shoal: false,
+            daemon_pids: Vec::new(),
+        };
+        let report = Report {
+            command: "shoal bench --target a --target b".into(),
+            environment: crate::env::collect("test"),
+            params: Params::for_size(crate::workload::Size::Small),
+            runs: 1,
+            summary: summarize_samples(&workloads, &labels, &samples),
+            workloads,
+            targets: vec![target("a"), target("b")],
+            samples,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let page_path = write_report_dir(&report, dir.path()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.path().join("bench.json")).unwrap())
+                .unwrap();
+        assert_eq!(json["samples"].as_array().unwrap().len(), 3);
+        let page = fs::read_to_string(page_path).unwrap();
+        assert!(page.contains("shoal bench --target a --target b"));
+        for name in ["create-file-per-s.svg", "objects-rate-over-time.svg"] {
+            assert!(
+                page.contains(&format!("(charts/{name})")),
+                "{name} embedded"
+            );
+            let svg = fs::read_to_string(dir.path().join("charts").join(name)).unwrap();
+            assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{name}");
+        }
+    }
+
+    #[test]
     fn values_are_formatted_tersely() {
         assert_eq!(format_value(123456.7), "123457");
         assert_eq!(format_value(12.34), "12.3");
