@@ -118,7 +118,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     if let Some(last) = tail_rate(&curve) {
         outcome.metric(
             "object create rate, last 10%",
-            "objects/s",
+            "object/s",
             Better::Higher,
             last,
         );
