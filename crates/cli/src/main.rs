@@ -1,5 +1,6 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod bench_cmd;
 mod control;
 mod fsck_cmd;
 mod gen_tree_cmd;
@@ -89,6 +90,10 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Run metadata workloads (fs_mark-style create/stat/unlink, rm -rf, tar/cp/find of a
+    /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
+    /// side by side, with a table, JSON, Markdown and SVG charts.
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         dir: PathBuf,
@@ -280,6 +285,7 @@ fn main() -> ExitCode {
             },
         ),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
+        Command::Bench(args) => bench_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,145 @@
+//! CPU time of a workload: this process and its waited-for children (getrusage: user +
+//! system, so kernel filesystem work done inside our syscalls counts), plus the shoal daemon
+//! serving the target (/proc/PID/stat). Kernel background threads (kworker, xfsaild, ...)
+//! are not attributed to anyone.
+
+use std::fs;
+use std::time::Duration;
+
+/// A point-in-time reading; subtract two with [`CpuSnapshot::since`].
+#[derive(Clone, Debug)]
+pub struct CpuSnapshot {
+    self_and_children: Duration,
+    daemon: Duration,
+}
+
+/// CPU spent between two snapshots.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUsage {
+    pub workload: Duration,
+    pub daemon: Duration,
+}
+
+impl CpuUsage {
+    pub fn total(&self) -> Duration {
+        self.workload + self.daemon
+    }
+}
+
+impl CpuSnapshot {
+    pub fn take(daemon_pids: &[u32]) -> Self {
+        CpuSnapshot {
+            self_and_children: rusage(libc::RUSAGE_SELF) + rusage(libc::RUSAGE_CHILDREN),
+            daemon: daemon_pids.iter().map(|&pid| process_cpu(pid)).sum(),
+        }
+    }
+
+    pub fn since(&self, earlier: &CpuSnapshot) -> CpuUsage {
+        CpuUsage {
+            workload: self
+                .self_and_children
+                .saturating_sub(earlier.self_and_children),
+            daemon: self.daemon.saturating_sub(earlier.daemon),
+        }
+    }
+}
+
+fn timeval(tv: libc::timeval) -> Duration {
+    Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64)
+}
+
+fn rusage(who: libc::c_int) -> Duration {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    timeval(usage.ru_utime) + timeval(usage.ru_stime)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+/// utime + stime of a process (all its threads), zero if it is gone.
+pub fn process_cpu(pid: u32) -> Duration {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    parse_stat_ticks(&stat)
+        .map(|ticks| Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64))
+        .unwrap_or(Duration::ZERO)
+}
+
+/// utime + stime in clock ticks from a /proc/PID/stat line. The command name may contain
+/// spaces and parentheses, so fields are counted after the last ')'.
+fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3 of the man page; utime is 14 and stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Resident memory of a process in bytes (VmRSS), if it is alive.
+pub fn process_rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    meminfo_field(&status, "VmRSS:")
+}
+
+/// Memory in use on the machine (MemTotal - MemAvailable), for targets without a daemon.
+pub fn system_used_bytes() -> Option<u64> {
+    let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
+    let total = meminfo_field(&meminfo, "MemTotal:")?;
+    let available = meminfo_field(&meminfo, "MemAvailable:")?;
+    Some(total.saturating_sub(available))
+}
+
+pub fn system_total_bytes() -> Option<u64> {
+    meminfo_field(&fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
+}
+
+/// A "Name:   1234 kB" line of /proc/meminfo or /proc/PID/status, in bytes.
+fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|line| line.starts_with(name))?;
+    let kib: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_ticks_survive_odd_command_names() {
+        let line = "4242 (shoal (x) y) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 3 0";
+        assert_eq!(parse_stat_ticks(line), Some(300));
+    }
+
+    #[test]
+    fn meminfo_fields_are_bytes() {
+        let text = "MemTotal:       1000 kB\nMemAvailable:    400 kB\n";
+        assert_eq!(meminfo_field(text, "MemTotal:"), Some(1_024_000));
+        assert_eq!(meminfo_field(text, "Nope:"), None);
+    }
+
+    #[test]
+    fn own_cpu_moves_forward() {
+        let before = CpuSnapshot::take(&[std::process::id()]);
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let used = CpuSnapshot::take(&[std::process::id()]).since(&before);
+        assert!(used.workload >= Duration::ZERO);
+    }
+}

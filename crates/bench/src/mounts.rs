@@ -1,0 +1,176 @@
+//! What the kernel says is mounted (/proc/self/mountinfo), and which `shoal mount` process
+//! serves a mountpoint. Mirrors the CLI's `mounts.rs`: the bench library must not depend
+//! on the CLI or the engine, it only looks at the system from outside.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// One line of /proc/self/mountinfo, the fields a report needs.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct MountInfo {
+    pub mountpoint: PathBuf,
+    pub fstype: String,
+    pub source: String,
+    /// Per-mount options and superblock options, as the kernel prints them.
+    pub options: String,
+}
+
+impl MountInfo {
+    /// Mounted by root, FUSE mounts are of type plain `fuse` with source `shoal`.
+    pub fn is_shoal(&self) -> bool {
+        self.fstype == "fuse.shoal" || (self.fstype == "fuse" && self.source == "shoal")
+    }
+}
+
+/// Undoes the octal escapes (`\040` for space) of mountinfo fields.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b));
+        if octal {
+            out.push(
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0'),
+            );
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
+}
+
+fn parse_mountinfo_line(line: &str) -> Option<MountInfo> {
+    let (before, after) = line.split_once(" - ")?;
+    let fields: Vec<&str> = before.split(' ').collect();
+    let mountpoint = unescape(fields.get(4)?);
+    let mount_options = fields.get(5)?;
+    let mut rest = after.split(' ');
+    let fstype = rest.next()?.to_string();
+    let source = rest.next()?.to_string();
+    let super_options = rest.next().unwrap_or("");
+    Some(MountInfo {
+        mountpoint,
+        fstype,
+        source,
+        options: format!("{mount_options} {super_options}"),
+    })
+}
+
+pub fn mount_table() -> Vec<MountInfo> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines().filter_map(parse_mountinfo_line).collect()
+}
+
+/// The mount holding `path` (already canonical): the longest mountpoint prefix, the last
+/// one when mounts are stacked.
+pub fn mount_of(path: &Path) -> Option<MountInfo> {
+    mount_table()
+        .into_iter()
+        .filter(|entry| path.starts_with(&entry.mountpoint))
+        .fold(None, |best: Option<MountInfo>, entry| match best {
+            Some(b) if b.mountpoint.as_os_str().len() > entry.mountpoint.as_os_str().len() => {
+                Some(b)
+            }
+            _ => Some(entry),
+        })
+}
+
+pub fn is_mountpoint(path: &Path) -> bool {
+    mount_table().iter().any(|entry| entry.mountpoint == path)
+}
+
+/// The processes whose command line is `shoal mount ... MOUNTPOINT` (absolute paths, or
+/// relative to the process's cwd).
+pub fn shoal_daemon_pids(mountpoint: &Path) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me && serves(pid, mountpoint))
+        .collect()
+}
+
+fn serves(pid: u32, mountpoint: &Path) -> bool {
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    let is_shoal_mount = args
+        .first()
+        .is_some_and(|arg0| Path::new(OsStr::from_bytes(arg0)).ends_with("shoal"))
+        && args.iter().any(|arg| *arg == b"mount");
+    if !is_shoal_mount {
+        return false;
+    }
+    let Some(last) = mountpoint_argument(&args) else {
+        return false;
+    };
+    let named = Path::new(OsStr::from_bytes(last));
+    let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
+    let absolute = if named.is_absolute() {
+        named.to_path_buf()
+    } else {
+        cwd.join(named)
+    };
+    absolute == mountpoint || fs::canonicalize(&absolute).is_ok_and(|p| p == mountpoint)
+}
+
+/// The last positional argument after `mount`, skipping flags and the value of `-o`.
+fn mountpoint_argument<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let after_mount = args.iter().position(|arg| *arg == b"mount")? + 1;
+    let mut positionals = Vec::new();
+    let mut rest = args[after_mount..].iter();
+    while let Some(arg) = rest.next() {
+        if *arg == b"-o" {
+            rest.next();
+        } else if !arg.starts_with(b"-") {
+            positionals.push(*arg);
+        }
+    }
+    positionals.last().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo_with_escapes_and_options() {
+        let line = r"36 35 0:52 / /mnt/my\040dir rw,nosuid - fuse.shoal shoal rw,user_id=0";
+        let entry = parse_mountinfo_line(line).unwrap();
+        assert_eq!(entry.mountpoint, PathBuf::from("/mnt/my dir"));
+        assert_eq!(entry.options, "rw,nosuid rw,user_id=0");
+        assert!(entry.is_shoal());
+    }
+
+    #[test]
+    fn mountpoint_is_the_last_positional() {
+        let args: Vec<&[u8]> = vec![b"shoal", b"mount", b"/s", b"/m", b"-o", b"threads=4"];
+        assert_eq!(mountpoint_argument(&args), Some(&b"/m"[..]));
+    }
+
+    #[test]
+    fn root_is_always_found() {
+        let root = mount_of(Path::new("/")).expect("/ is mounted");
+        assert_eq!(root.mountpoint, PathBuf::from("/"));
+    }
+}

@@ -1,0 +1,188 @@
+//! A session: for run in 1..=N, for workload, for target (A B A B ...), so slow drift of
+//! the machine hits every target alike. Each sample runs in a fresh `shoal-bench.XXXXXX`
+//! directory of its target, removed (untimed) afterwards.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{BenchError, IoContext, Result};
+use crate::interrupt;
+use crate::progress::Progress;
+use crate::target::{tempfile_in, Target};
+use crate::tools::run_silent;
+use crate::tree::{generate, TreeSpec};
+use crate::workload::{self, Ctx, Outcome, Params, Workload};
+
+pub struct Plan {
+    pub workloads: Vec<Workload>,
+    pub runs: usize,
+    pub params: Params,
+    /// Keep each sample's directory (for inspection and tests) instead of removing it.
+    pub keep: bool,
+    /// Where the tree's tarball is staged: RAM (/dev/shm) when there is room, so `tar x`
+    /// reads its input from memory and only the target's write path is measured.
+    pub staging_parent: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    pub run: usize,
+    pub workload: Workload,
+    pub target: String,
+    pub dir: PathBuf,
+    /// Wall time of the whole sample, setup included.
+    pub elapsed_ms: f64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The staged tarball of the generated tree; its directory is removed on drop.
+struct Staging {
+    dir: PathBuf,
+    tarball: PathBuf,
+}
+
+impl Staging {
+    fn new(parent: &Path, params: &Params, progress: &Progress) -> Result<Staging> {
+        let dir = tempfile_in(parent).context(|| format!("staging dir in {}", parent.display()))?;
+        let staging = Staging {
+            tarball: dir.join("tree.tar"),
+            dir,
+        };
+        progress.log(&format!(
+            "generating the tree ({} files, seed {}) in {}",
+            params.tree_files,
+            params.seed,
+            staging.dir.display()
+        ));
+        let tree = staging.dir.join("tree");
+        generate(&tree, &TreeSpec::with_files(params.tree_files, params.seed))
+            .context(|| format!("generating {}", tree.display()))?;
+        run_silent(
+            Command::new("tar")
+                .arg("-cf")
+                .arg(&staging.tarball)
+                .arg("-C")
+                .arg(&staging.dir)
+                .arg("tree"),
+        )?;
+        fs::remove_dir_all(&tree).context(|| format!("removing {}", tree.display()))?;
+        Ok(staging)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Picks /dev/shm when it has room for the tarball (about 8 KiB per file), else `fallback`.
+pub fn staging_parent(params: &Params, fallback: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let needed = params.tree_files as u64 * 8192 + (64 << 20);
+    if shm.is_dir() && free_bytes(shm).is_some_and(|free| free > needed) {
+        shm.to_path_buf()
+    } else {
+        fallback.to_path_buf()
+    }
+}
+
+fn free_bytes(path: &Path) -> Option<u64> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is valid for statvfs to overwrite.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statvfs.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+pub fn run(plan: &Plan, targets: &[Target], progress: &Progress) -> Result<Vec<Sample>> {
+    if targets.is_empty() {
+        return Err(BenchError::Invalid("no targets".into()));
+    }
+    let staging = if plan.workloads.iter().any(|w| w.needs_tarball()) {
+        Some(Staging::new(&plan.staging_parent, &plan.params, progress)?)
+    } else {
+        None
+    };
+    progress.start(plan.runs * plan.workloads.len() * targets.len());
+    let mut samples = Vec::new();
+    for run in 1..=plan.runs {
+        for &workload in &plan.workloads {
+            for target in targets {
+                interrupt::check()?;
+                progress.message(&format!(
+                    "run {run}: {} on {}",
+                    workload.name(),
+                    target.label
+                ));
+                let tarball = staging.as_ref().map(|s| s.tarball.as_path());
+                let sample = run_sample(plan, run, workload, target, tarball, progress)?;
+                if let Some(error) = &sample.error {
+                    progress.log(&format!(
+                        "run {run}: {} on {} FAILED: {error}",
+                        workload.name(),
+                        target.label
+                    ));
+                }
+                samples.push(sample);
+                progress.inc();
+            }
+        }
+    }
+    progress.finish();
+    Ok(samples)
+}
+
+fn run_sample(
+    plan: &Plan,
+    run: usize,
+    workload: Workload,
+    target: &Target,
+    tarball: Option<&Path>,
+    progress: &Progress,
+) -> Result<Sample> {
+    let dir =
+        tempfile_in(&target.path).context(|| format!("mkdir in {}", target.path.display()))?;
+    let report_progress =
+        |line: &str| progress.message(&format!("{} on {}: {line}", workload.name(), target.label));
+    let ctx = Ctx {
+        target,
+        dir: dir.clone(),
+        params: &plan.params,
+        tarball,
+        progress: &report_progress,
+    };
+    let started = Instant::now();
+    let result = workload::run(workload, &ctx);
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    if !plan.keep {
+        // Untimed cleanup; `rm -rf` copes with whatever a failed workload left.
+        if let Err(error) = run_silent(Command::new("rm").arg("-rf").arg(&dir)) {
+            progress.log(&format!("cleanup of {}: {error}", dir.display()));
+        }
+    }
+    let (outcome, error) = match result {
+        Ok(outcome) => (outcome, None),
+        Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+        Err(error) => (Outcome::default(), Some(error.to_string())),
+    };
+    Ok(Sample {
+        run,
+        workload,
+        target: target.label.clone(),
+        dir,
+        elapsed_ms,
+        outcome,
+        error,
+    })
+}

@@ -1,0 +1,387 @@
+//! Where workloads run: any existing directory (`--target DIR`), or a fresh filesystem that
+//! `--make` creates on a loop device or as a shoal mount and always tears down again.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{BenchError, IoContext, Result};
+use crate::mounts::{self, MountInfo};
+use crate::tools::{self, run_capture};
+
+/// Filesystems `--make` knows how to create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MakeKind {
+    Xfs,
+    Ext4,
+    Btrfs,
+    Shoal,
+    ShoalMemory,
+}
+
+impl MakeKind {
+    pub const ALL: [MakeKind; 5] = [
+        MakeKind::Xfs,
+        MakeKind::Ext4,
+        MakeKind::Btrfs,
+        MakeKind::Shoal,
+        MakeKind::ShoalMemory,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MakeKind::Xfs => "xfs",
+            MakeKind::Ext4 => "ext4",
+            MakeKind::Btrfs => "btrfs",
+            MakeKind::Shoal => "shoal",
+            MakeKind::ShoalMemory => "shoal-memory",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| {
+                BenchError::Invalid(format!(
+                    "unknown --make filesystem '{name}' (known: xfs, ext4, btrfs, shoal, shoal-memory)"
+                ))
+            })
+    }
+
+    /// The mkfs tool a loop filesystem needs, checked before anything is created.
+    fn mkfs_tool(self) -> Option<&'static str> {
+        match self {
+            MakeKind::Xfs => Some("mkfs.xfs"),
+            MakeKind::Ext4 => Some("mkfs.ext4"),
+            MakeKind::Btrfs => Some("mkfs.btrfs"),
+            MakeKind::Shoal | MakeKind::ShoalMemory => None,
+        }
+    }
+}
+
+/// One place workloads run in.
+#[derive(Debug)]
+pub struct Target {
+    /// Short name for tables and charts: the --make kind, or the directory.
+    pub label: String,
+    /// The directory workloads create their `shoal-bench.*` subdirectories in.
+    pub path: PathBuf,
+    pub mount: Option<MountInfo>,
+    /// shoal daemons serving the target: their CPU and memory are part of the cost.
+    pub daemon_pids: Vec<u32>,
+    /// For shoal targets: the binary, to ask it for its quota report.
+    pub shoal_bin: Option<PathBuf>,
+    teardown: Option<Teardown>,
+}
+
+/// What the report says about a target.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetInfo {
+    pub label: String,
+    pub path: PathBuf,
+    pub made: bool,
+    pub mount: Option<MountInfo>,
+    pub shoal: bool,
+    pub daemon_pids: Vec<u32>,
+}
+
+impl Target {
+    /// An existing directory: must exist, be a directory and be writable.
+    pub fn existing(dir: &Path, shoal_bin: Option<&Path>) -> Result<Target> {
+        let bad = |reason: String| BenchError::BadTarget {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let path = fs::canonicalize(dir).map_err(|e| bad(e.to_string()))?;
+        if !path.is_dir() {
+            return Err(bad("not a directory".into()));
+        }
+        let probe = tempfile_in(&path).map_err(|e| bad(format!("not writable: {e}")))?;
+        fs::remove_dir(&probe)
+            .map_err(|e| bad(format!("cannot remove {}: {e}", probe.display())))?;
+        let mount = mounts::mount_of(&path);
+        let daemon_pids = match &mount {
+            Some(m) if m.is_shoal() => mounts::shoal_daemon_pids(&m.mountpoint),
+            _ => Vec::new(),
+        };
+        Ok(Target {
+            label: path.display().to_string(),
+            path,
+            mount,
+            daemon_pids,
+            shoal_bin: shoal_bin.map(Path::to_path_buf),
+            teardown: None,
+        })
+    }
+
+    pub fn is_shoal(&self) -> bool {
+        self.mount.as_ref().is_some_and(MountInfo::is_shoal)
+    }
+
+    pub fn info(&self) -> TargetInfo {
+        TargetInfo {
+            label: self.label.clone(),
+            path: self.path.clone(),
+            made: self.teardown.is_some(),
+            mount: self.mount.clone(),
+            shoal: self.is_shoal(),
+            daemon_pids: self.daemon_pids.clone(),
+        }
+    }
+}
+
+/// A fresh subdirectory `shoal-bench.XXXXXX` of `parent`, created with mkdir (atomic).
+pub fn tempfile_in(parent: &Path) -> std::io::Result<PathBuf> {
+    let mut rng = crate::SplitMix64::new((std::process::id() as u64) << 32 ^ nanos_now());
+    loop {
+        let name = format!("shoal-bench.{:06x}", rng.below(1 << 24));
+        let path = parent.join(name);
+        match fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn nanos_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// How `--make` builds targets.
+#[derive(Clone, Debug)]
+pub struct MakeOptions {
+    /// Holds images, stores and mountpoints; must be on a disk (not tmpfs) for fairness.
+    pub scratch: PathBuf,
+    /// Sparse loop image size.
+    pub image_bytes: u64,
+    /// The `shoal` binary for shoal targets.
+    pub shoal_bin: Option<PathBuf>,
+}
+
+/// Checks everything `--make` needs before creating anything, so a missing tool fails fast.
+pub fn check_make(kinds: &[MakeKind], options: &MakeOptions) -> Result<()> {
+    if kinds.is_empty() {
+        return Ok(());
+    }
+    if !tools::is_root() {
+        return Err(BenchError::Invalid(
+            "--make needs root (loop devices, mount, mkfs); use --target DIR instead".into(),
+        ));
+    }
+    for kind in kinds {
+        if let Some(tool) = kind.mkfs_tool() {
+            if !tools::has_tool(tool) {
+                return Err(BenchError::Invalid(format!(
+                    "--make {}: {tool} is not installed",
+                    kind.name()
+                )));
+            }
+        }
+        if matches!(kind, MakeKind::Shoal | MakeKind::ShoalMemory) && options.shoal_bin.is_none() {
+            return Err(BenchError::Invalid(format!(
+                "--make {}: no shoal binary given",
+                kind.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Creates and mounts a fresh filesystem of `kind` under the scratch directory.
+pub fn make(kind: MakeKind, options: &MakeOptions) -> Result<Target> {
+    let base = options.scratch.join(kind.name());
+    if base.exists() {
+        // A leftover of an earlier, killed session: only remove what is not mounted.
+        if mounts::mount_table()
+            .iter()
+            .any(|m| m.mountpoint.starts_with(&base))
+        {
+            return Err(BenchError::Invalid(format!(
+                "{} still has mounts from an earlier run; unmount them first",
+                base.display()
+            )));
+        }
+        fs::remove_dir_all(&base).context(|| format!("removing stale {}", base.display()))?;
+    }
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).context(|| format!("creating {}", mnt.display()))?;
+    let mut teardown = Teardown {
+        kind,
+        base: base.clone(),
+        mnt: mnt.clone(),
+        loop_device: None,
+        shoal_bin: options.shoal_bin.clone(),
+    };
+    // From here on the guard undoes whatever part of the setup succeeded.
+    match kind {
+        MakeKind::Xfs | MakeKind::Ext4 | MakeKind::Btrfs => {
+            make_loop_fs(kind, options, &mut teardown)?
+        }
+        MakeKind::Shoal | MakeKind::ShoalMemory => make_shoal(kind, options, &teardown)?,
+    }
+    let mount = mounts::mount_of(&mnt);
+    let daemon_pids = match kind {
+        MakeKind::Shoal | MakeKind::ShoalMemory => mounts::shoal_daemon_pids(&mnt),
+        _ => Vec::new(),
+    };
+    Ok(Target {
+        label: kind.name().to_string(),
+        path: mnt,
+        mount,
+        daemon_pids,
+        shoal_bin: options.shoal_bin.clone(),
+        teardown: Some(teardown),
+    })
+}
+
+fn make_loop_fs(kind: MakeKind, options: &MakeOptions, teardown: &mut Teardown) -> Result<()> {
+    let image = teardown.base.join(format!("{}.img", kind.name()));
+    let file = fs::File::create(&image).context(|| format!("creating {}", image.display()))?;
+    file.set_len(options.image_bytes)
+        .context(|| format!("sizing {}", image.display()))?;
+    drop(file);
+    let device = run_capture(Command::new("losetup").args(["-f", "--show"]).arg(&image))?;
+    let device = PathBuf::from(device.trim());
+    teardown.loop_device = Some(device.clone());
+    let mut mkfs = match kind {
+        MakeKind::Xfs => {
+            let mut c = Command::new("mkfs.xfs");
+            c.args(["-q", "-f"]);
+            c
+        }
+        // Inode tables and journal initialised now, so no ext4lazyinit thread runs during
+        // the measurements.
+        MakeKind::Ext4 => {
+            let mut c = Command::new("mkfs.ext4");
+            c.args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+            c
+        }
+        _ => {
+            let mut c = Command::new("mkfs.btrfs");
+            c.args(["-q", "-f"]);
+            c
+        }
+    };
+    run_capture(mkfs.arg(&device))?;
+    run_capture(Command::new("mount").arg(&device).arg(&teardown.mnt))?;
+    Ok(())
+}
+
+fn make_shoal(kind: MakeKind, options: &MakeOptions, teardown: &Teardown) -> Result<()> {
+    let shoal = options
+        .shoal_bin
+        .as_ref()
+        .ok_or_else(|| BenchError::Invalid("no shoal binary".into()))?;
+    let mut mount = Command::new(shoal);
+    mount.arg("mount");
+    if kind == MakeKind::Shoal {
+        let store = teardown.base.join("store");
+        fs::create_dir_all(&store).context(|| format!("creating {}", store.display()))?;
+        run_capture(Command::new(shoal).arg("mkfs").arg(&store))?;
+        mount.arg(&store);
+    } else {
+        mount.arg("--memory");
+    }
+    // `shoal mount` returns once the mount is live, leaving a daemon behind.
+    run_capture(mount.arg(&teardown.mnt))?;
+    Ok(())
+}
+
+/// Undoes a `--make`: unmount, detach the loop device, delete images and stores.
+#[derive(Debug)]
+struct Teardown {
+    kind: MakeKind,
+    base: PathBuf,
+    mnt: PathBuf,
+    loop_device: Option<PathBuf>,
+    shoal_bin: Option<PathBuf>,
+}
+
+/// A daemon flushing its memtable at unmount may take a while.
+const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(120);
+
+impl Teardown {
+    fn unmount(&self) {
+        if !mounts::is_mountpoint(&self.mnt) {
+            return;
+        }
+        let is_shoal = matches!(self.kind, MakeKind::Shoal | MakeKind::ShoalMemory);
+        let daemons = if is_shoal {
+            mounts::shoal_daemon_pids(&self.mnt)
+        } else {
+            Vec::new()
+        };
+        if let (true, Some(shoal)) = (is_shoal, &self.shoal_bin) {
+            // `shoal umount` syncs, unmounts and waits for the daemon.
+            if run_capture(Command::new(shoal).arg("umount").arg(&self.mnt)).is_ok() {
+                return;
+            }
+        }
+        for _ in 0..20 {
+            if run_capture(Command::new("umount").arg(&self.mnt)).is_ok() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(500));
+        }
+        if mounts::is_mountpoint(&self.mnt) {
+            eprintln!("shoal bench: {} is busy; lazy unmount", self.mnt.display());
+            let _ = run_capture(Command::new("umount").arg("-l").arg(&self.mnt));
+        }
+        let started = Instant::now();
+        for pid in daemons {
+            while Path::new(&format!("/proc/{pid}")).exists()
+                && started.elapsed() < DAEMON_EXIT_WAIT
+            {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.unmount();
+        if let Some(device) = self.loop_device.take() {
+            if let Err(error) = run_capture(Command::new("losetup").arg("-d").arg(&device)) {
+                eprintln!("shoal bench: {error}");
+            }
+        }
+        if !mounts::is_mountpoint(&self.mnt) {
+            if let Err(error) = fs::remove_dir_all(&self.base) {
+                eprintln!("shoal bench: removing {}: {error}", self.base.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn make_kinds_round_trip() {
+        for kind in MakeKind::ALL {
+            assert_eq!(MakeKind::parse(kind.name()).unwrap(), kind);
+        }
+        assert!(MakeKind::parse("zfs").is_err());
+    }
+
+    #[test]
+    fn existing_target_rejects_missing_dirs() {
+        assert!(Target::existing(Path::new("/nonexistent/shoal-bench"), None).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::existing(dir.path(), None).unwrap();
+        assert!(!target.is_shoal());
+        assert!(target.mount.is_some());
+    }
+}

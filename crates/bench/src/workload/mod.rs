@@ -1,0 +1,330 @@
+//! The named workloads. Each runs in a fresh, empty directory on a target and returns its
+//! metrics; setup and cleanup outside the timed part are not measured.
+
+pub mod bonnie;
+pub mod create;
+pub mod objects;
+pub mod quotacheck;
+pub mod rmtree;
+pub mod tree;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cpu::{CpuSnapshot, CpuUsage};
+use crate::error::{BenchError, Result};
+use crate::target::Target;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    Create,
+    Stat,
+    Unlink,
+    Rmtree,
+    Tree,
+    Objects,
+    Bonnie,
+    Quotacheck,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 8] = [
+        Workload::Create,
+        Workload::Stat,
+        Workload::Unlink,
+        Workload::Rmtree,
+        Workload::Tree,
+        Workload::Objects,
+        Workload::Bonnie,
+        Workload::Quotacheck,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Create => "create",
+            Workload::Stat => "stat",
+            Workload::Unlink => "unlink",
+            Workload::Rmtree => "rmtree",
+            Workload::Tree => "tree",
+            Workload::Objects => "objects",
+            Workload::Bonnie => "bonnie",
+            Workload::Quotacheck => "quotacheck",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|w| w.name() == name)
+            .ok_or_else(|| {
+                BenchError::Invalid(format!(
+                    "unknown workload '{name}' (known: {})",
+                    Self::ALL.map(Workload::name).join(", ")
+                ))
+            })
+    }
+
+    /// Whether a run needs the generated tree's tarball.
+    pub fn needs_tarball(self) -> bool {
+        matches!(self, Workload::Tree | Workload::Quotacheck)
+    }
+}
+
+/// Preset scales of `--size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    Small,
+    Medium,
+    Large,
+}
+
+impl Size {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "small" => Ok(Size::Small),
+            "medium" => Ok(Size::Medium),
+            "large" => Ok(Size::Large),
+            _ => Err(BenchError::Invalid(format!(
+                "unknown size '{name}' (small, medium, large)"
+            ))),
+        }
+    }
+}
+
+/// Every knob of every workload. Presets come from [`Params::for_size`]; the CLI overrides.
+#[derive(Clone, Debug, Serialize)]
+pub struct Params {
+    pub threads: usize,
+    /// create / stat / unlink: files per thread; rmtree trees and bonnie use threads x this.
+    pub files_per_thread: usize,
+    /// create: bytes written into each file (0, 100, 1024, 4096 are the classic rows).
+    pub file_size_bytes: usize,
+    /// create: subdirectories per thread (fs_mark -D); files fill one before the next (-N).
+    pub dirs_per_thread: usize,
+    /// create and objects: fsync each file before close (fs_mark -S1).
+    pub fsync: bool,
+    /// tree and quotacheck: regular files of the generated tree (entries are ~1.1x).
+    pub tree_files: usize,
+    pub seed: u64,
+    /// objects: total objects written.
+    pub objects_count: u64,
+    pub objects_size_bytes: usize,
+    /// Also run fs_mark and bonnie++ with matching parameters, where installed.
+    pub external: bool,
+}
+
+impl Params {
+    pub fn for_size(size: Size) -> Self {
+        let (files_per_thread, tree_files, objects_count) = match size {
+            Size::Small => (10_000, 9_000, 50_000),
+            Size::Medium => (100_000, 90_000, 1_000_000),
+            Size::Large => (1_000_000, 1_000_000, 2_000_000),
+        };
+        Params {
+            threads: 2,
+            files_per_thread,
+            file_size_bytes: 0,
+            dirs_per_thread: 1,
+            fsync: false,
+            tree_files,
+            seed: 1,
+            objects_count,
+            objects_size_bytes: 1024,
+            external: false,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("--threads", self.threads as u64),
+            ("--files", self.files_per_thread as u64),
+            ("--dirs", self.dirs_per_thread as u64),
+            ("--tree-files", self.tree_files as u64),
+            ("--objects-count", self.objects_count),
+        ];
+        for (flag, value) in positive {
+            if value == 0 {
+                return Err(BenchError::Invalid(format!("{flag} must be at least 1")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which way a metric improves, for ratios and the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Metric {
+    pub name: String,
+    pub unit: String,
+    pub better: Better,
+    pub value: f64,
+}
+
+/// One point of the objects rate-over-time curve.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurvePoint {
+    pub files: u64,
+    pub elapsed_ms: f64,
+    /// Objects per second over the interval since the previous point.
+    pub rate_per_s: f64,
+    /// The shoal daemon's RSS, or the machine's used memory for other targets.
+    pub memory_bytes: u64,
+}
+
+/// What one workload run on one target produced.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Outcome {
+    pub metrics: Vec<Metric>,
+    /// Independent counts (by readdir, after the timed part) for validation.
+    pub counts: BTreeMap<String, u64>,
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub curve: Vec<CurvePoint>,
+}
+
+impl Outcome {
+    pub fn metric(&mut self, name: &str, unit: &str, better: Better, value: f64) {
+        self.metrics.push(Metric {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            better,
+            value,
+        });
+    }
+
+    /// The usual pair for an operation count: ops/s and CPU microseconds per op.
+    pub fn rate_and_cpu(&mut self, name: &str, unit_op: &str, ops: u64, timed: &Timed) {
+        let secs = timed.elapsed.as_secs_f64().max(1e-9);
+        self.metric(
+            &format!("{name} rate"),
+            &format!("{unit_op}/s"),
+            Better::Higher,
+            ops as f64 / secs,
+        );
+        let cpu_us = timed.cpu.total().as_secs_f64() * 1e6 / ops.max(1) as f64;
+        self.metric(
+            &format!("{name} CPU"),
+            &format!("µs/{unit_op}"),
+            Better::Lower,
+            cpu_us,
+        );
+    }
+
+    pub fn seconds(&mut self, name: &str, timed: &Timed) {
+        self.metric(name, "s", Better::Lower, timed.elapsed.as_secs_f64());
+    }
+
+    pub fn count(&mut self, name: &str, value: u64) {
+        self.counts.insert(name.to_string(), value);
+    }
+}
+
+/// Wall time and CPU of one timed section.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    pub elapsed: Duration,
+    pub cpu: CpuUsage,
+}
+
+/// Everything a workload sees.
+pub struct Ctx<'a> {
+    pub target: &'a Target,
+    /// Fresh and empty; removed by the runner afterwards.
+    pub dir: PathBuf,
+    pub params: &'a Params,
+    /// The generated tree as a tar archive (tree and quotacheck only).
+    pub tarball: Option<&'a Path>,
+    /// Streams a progress line (a progress bar message on a terminal).
+    pub progress: &'a (dyn Fn(&str) + Sync),
+}
+
+impl Ctx<'_> {
+    /// Runs `f` and measures its wall time and CPU (ours, our children's and the daemon's).
+    pub fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Timed)> {
+        let before = CpuSnapshot::take(&self.target.daemon_pids);
+        let started = Instant::now();
+        let value = f()?;
+        let elapsed = started.elapsed();
+        let cpu = CpuSnapshot::take(&self.target.daemon_pids).since(&before);
+        Ok((value, Timed { elapsed, cpu }))
+    }
+}
+
+/// Runs one workload in `ctx.dir`.
+pub fn run(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
+    match workload {
+        Workload::Create => create::run_create(ctx),
+        Workload::Stat => create::run_stat(ctx),
+        Workload::Unlink => create::run_unlink(ctx),
+        Workload::Rmtree => rmtree::run(ctx),
+        Workload::Tree => tree::run(ctx),
+        Workload::Objects => objects::run(ctx),
+        Workload::Bonnie => bonnie::run(ctx),
+        Workload::Quotacheck => quotacheck::run(ctx),
+    }
+}
+
+/// Runs `work(thread)` on `threads` scoped threads; the first error wins.
+pub fn in_threads<T: Send>(
+    threads: usize,
+    work: impl Fn(usize) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let work = &work;
+                scope.spawn(move || work(thread))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err(BenchError::Invalid("a worker thread panicked".into())))
+            })
+            .collect()
+    })
+}
+
+/// Entries directly in `dir` (an independent count for validation).
+pub fn count_entries(dir: &Path) -> Result<u64> {
+    use crate::error::IoContext;
+    let entries = std::fs::read_dir(dir).context(|| format!("reading {}", dir.display()))?;
+    Ok(entries.count() as u64)
+}
+
+/// Entries below `dir`, recursively, not counting `dir` itself and not following symlinks.
+pub fn count_tree(dir: &Path) -> Result<u64> {
+    use crate::error::IoContext;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in
+            std::fs::read_dir(&current).context(|| format!("reading {}", current.display()))?
+        {
+            let entry = entry.context(|| format!("reading {}", current.display()))?;
+            total += 1;
+            if entry
+                .file_type()
+                .context(|| format!("stat {}", entry.path().display()))?
+                .is_dir()
+            {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(total)
+}

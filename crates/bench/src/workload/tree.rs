@@ -1,0 +1,95 @@
+//! A generated source-like tree through the everyday tools: `tar x`, `cp -a`, `find`,
+//! `find -ls` (cold and warm), `du -s`, `rm -rf`. Cold means sync + drop_caches first
+//! (root only; a FUSE daemon's own caches stay, the kernel's go).
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{count_tree, Ctx, Outcome, Timed};
+use crate::error::{BenchError, Result};
+use crate::tools::{drop_caches, run_silent};
+
+fn tool(ctx: &Ctx, outcome: &mut Outcome, name: &str, cmd: &mut Command) -> Result<Timed> {
+    let ((), timed) = ctx.timed(|| run_silent(cmd))?;
+    outcome.seconds(name, &timed);
+    Ok(timed)
+}
+
+/// Drops caches, then loads `tool` itself back (untimed): a cold row should measure the
+/// filesystem under test, not reading the tool's binary and libraries from the root disk.
+fn cold(tool: &str) -> bool {
+    let dropped = drop_caches();
+    let _ = Command::new(tool)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    dropped
+}
+
+fn find(root: &Path, ls: bool) -> Command {
+    let mut cmd = Command::new("find");
+    cmd.arg(root);
+    if ls {
+        cmd.arg("-ls");
+    }
+    cmd
+}
+
+pub fn run(ctx: &Ctx) -> Result<Outcome> {
+    let tarball = ctx
+        .tarball
+        .ok_or_else(|| BenchError::Invalid("tree workload without its tarball".into()))?;
+    let mut outcome = Outcome::default();
+    let root = ctx.dir.join("tree");
+    let copy = ctx.dir.join("copy");
+
+    if !cold("tar") {
+        outcome
+            .notes
+            .push("not root: caches were not dropped, cold rows are warm".into());
+    }
+    let timed = tool(
+        ctx,
+        &mut outcome,
+        "tar x",
+        Command::new("tar")
+            .arg("-xf")
+            .arg(tarball)
+            .arg("-C")
+            .arg(&ctx.dir),
+    )?;
+    // The entries of the extracted tree, counted independently (untimed).
+    let entries = count_tree(&root)? + 1;
+    outcome.rate_and_cpu("tar x", "entry", entries, &timed);
+    outcome.count("entries", entries);
+
+    tool(
+        ctx,
+        &mut outcome,
+        "cp -a",
+        Command::new("cp").arg("-a").arg(&root).arg(&copy),
+    )?;
+    outcome.count("entries_copied", count_tree(&copy)? + 1);
+
+    cold("find");
+    tool(ctx, &mut outcome, "find cold", &mut find(&root, false))?;
+    cold("find");
+    tool(ctx, &mut outcome, "find -ls cold", &mut find(&root, true))?;
+    tool(ctx, &mut outcome, "find -ls warm", &mut find(&root, true))?;
+    tool(ctx, &mut outcome, "find warm", &mut find(&root, false))?;
+    tool(
+        ctx,
+        &mut outcome,
+        "du -s",
+        Command::new("du").arg("-s").arg(&root),
+    )?;
+    let timed = tool(
+        ctx,
+        &mut outcome,
+        "rm -rf",
+        Command::new("rm").arg("-rf").arg(&root),
+    )?;
+    outcome.rate_and_cpu("rm -rf", "entry", entries, &timed);
+    Ok(outcome)
+}

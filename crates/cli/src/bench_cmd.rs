@@ -1,0 +1,234 @@
+//! `shoal bench`: argument parsing only; the workloads, targets and reports live in the
+//! shoal-bench library.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use shoal_bench::env;
+use shoal_bench::interrupt;
+use shoal_bench::progress::Progress;
+use shoal_bench::report::{self, Report};
+use shoal_bench::runner::{self, Plan};
+use shoal_bench::target::{self, MakeKind, MakeOptions, Target};
+use shoal_bench::workload::{Params, Size, Workload};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck
+    /// (default: all).
+    #[arg(value_name = "WORKLOAD")]
+    workloads: Vec<String>,
+    /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
+    #[arg(long = "target", value_name = "DIR")]
+    targets: Vec<PathBuf>,
+    /// Root only: make fresh filesystems to compare, from xfs,ext4,btrfs,shoal,shoal-memory
+    /// (loop devices and shoal mounts under --scratch; always torn down).
+    #[arg(long, value_name = "LIST")]
+    make: Option<String>,
+    /// Repetitions, interleaved across targets (A B A B); the table shows median, min, max.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Preset scale: small (minutes), medium (~100k files per row), large (millions).
+    #[arg(long, default_value = "small")]
+    size: String,
+    /// Write bench.json, charts/*.svg and BENCHMARKS.md into DIR.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+    /// Write every sample and the environment as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Threads of create, stat, unlink, rmtree and objects.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Files per thread (create, stat, unlink, rmtree; bonnie uses threads x files).
+    #[arg(long)]
+    files: Option<usize>,
+    /// Bytes per file in create (fs_mark -s: 0, 100, 1024, 4096 ...).
+    #[arg(long, value_name = "BYTES")]
+    file_size: Option<usize>,
+    /// Subdirectories per thread in create (fs_mark -D).
+    #[arg(long)]
+    dirs: Option<usize>,
+    /// fsync every file in create and objects (fs_mark -S1).
+    #[arg(long)]
+    fsync: bool,
+    /// Regular files of the generated tree (tree, quotacheck).
+    #[arg(long)]
+    tree_files: Option<usize>,
+    /// Objects written by the objects workload.
+    #[arg(long, value_name = "N")]
+    objects_count: Option<u64>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also run fs_mark and bonnie++ with matching parameters, where installed.
+    #[arg(long)]
+    external: bool,
+    /// Where --make puts loop images, stores and mountpoints (must not be tmpfs).
+    #[arg(long, default_value = "/var/tmp/shoal-bench")]
+    scratch: PathBuf,
+    /// Keep each sample's directory instead of removing it (for inspection).
+    #[arg(long)]
+    keep: bool,
+}
+
+fn params(args: &BenchArgs, size: Size) -> Params {
+    let mut params = Params::for_size(size);
+    params.threads = args.threads.unwrap_or(params.threads);
+    params.files_per_thread = args.files.unwrap_or(params.files_per_thread);
+    params.file_size_bytes = args.file_size.unwrap_or(params.file_size_bytes);
+    params.dirs_per_thread = args.dirs.unwrap_or(params.dirs_per_thread);
+    params.tree_files = args.tree_files.unwrap_or(params.tree_files);
+    params.objects_count = args.objects_count.unwrap_or(params.objects_count);
+    params.seed = args.seed.unwrap_or(params.seed);
+    params.fsync = args.fsync;
+    params.external = args.external;
+    params
+}
+
+fn workloads(names: &[String]) -> Result<Vec<Workload>> {
+    if names.is_empty() {
+        return Ok(Workload::ALL.to_vec());
+    }
+    let mut list = Vec::new();
+    for name in names {
+        let workload = Workload::parse(name)?;
+        if !list.contains(&workload) {
+            list.push(workload);
+        }
+    }
+    Ok(list)
+}
+
+fn make_kinds(list: Option<&str>) -> Result<Vec<MakeKind>> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    let mut kinds = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let kind = MakeKind::parse(name)?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    Ok(kinds)
+}
+
+/// Sparse loop images big enough for the preset (only written blocks take disk space).
+fn image_bytes(size: Size) -> u64 {
+    match size {
+        Size::Small => 8 << 30,
+        Size::Medium => 16 << 30,
+        Size::Large => 64 << 30,
+    }
+}
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+fn is_tmpfs(path: &Path) -> bool {
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is valid for statfs to overwrite.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statfs.
+    unsafe { libc::statfs(c_path.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == TMPFS_MAGIC }
+}
+
+/// The command line as typed, shell-quoted where needed, for the top of the report.
+fn command_line() -> String {
+    std::env::args()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_./,:=+@%-".contains(c));
+            if plain {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let size = Size::parse(&args.size)?;
+    let params = params(args, size);
+    params.validate()?;
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let workloads = workloads(&args.workloads)?;
+    let kinds = make_kinds(args.make.as_deref())?;
+    if args.targets.is_empty() && kinds.is_empty() {
+        bail!("nothing to measure: give --target DIR (repeatable) and/or --make LIST");
+    }
+    let shoal_bin = std::env::current_exe().context("locating the shoal binary")?;
+    let make_options = MakeOptions {
+        scratch: args.scratch.clone(),
+        image_bytes: image_bytes(size),
+        shoal_bin: Some(shoal_bin.clone()),
+    };
+    target::check_make(&kinds, &make_options)?;
+    let mut targets = Vec::new();
+    for dir in &args.targets {
+        targets.push(Target::existing(dir, Some(&shoal_bin))?);
+    }
+    interrupt::install();
+    let progress = Progress::new(false);
+    if !kinds.is_empty() {
+        std::fs::create_dir_all(&args.scratch)
+            .with_context(|| format!("creating {}", args.scratch.display()))?;
+        if is_tmpfs(&args.scratch) {
+            bail!(
+                "--scratch {} is tmpfs; give a directory on a disk",
+                args.scratch.display()
+            );
+        }
+        for &kind in &kinds {
+            progress.log(&format!("making {}", kind.name()));
+            // A failure here drops the targets made so far, which tears them down.
+            targets.push(target::make(kind, &make_options)?);
+            interrupt::check()?;
+        }
+    }
+    let environment = env::collect(env!("CARGO_PKG_VERSION"));
+    let plan = Plan {
+        workloads: workloads.clone(),
+        runs: args.runs,
+        staging_parent: runner::staging_parent(&params, &std::env::temp_dir()),
+        params,
+        keep: args.keep,
+    };
+    let samples = runner::run(&plan, &targets, &progress)?;
+    let labels: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
+    let report = Report {
+        command: command_line(),
+        environment,
+        params: plan.params.clone(),
+        runs: args.runs,
+        workloads: workloads.clone(),
+        targets: targets.iter().map(Target::info).collect(),
+        summary: report::summarize_samples(&workloads, &labels, &samples),
+        samples,
+    };
+    // Tear down made filesystems before writing: the report needs nothing from them.
+    drop(targets);
+    print!("{}", report::table(&report.summary));
+    if let Some(path) = &args.json {
+        report::write_json(&report, path)?;
+    }
+    if let Some(dir) = &args.report {
+        let page = report::write_report_dir(&report, dir)?;
+        eprintln!("shoal bench: report in {}", page.display());
+    }
+    let failures = report.samples.iter().filter(|s| s.error.is_some()).count();
+    if failures > 0 {
+        eprintln!("shoal bench: {failures} sample(s) failed; see the report");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,233 @@
+//! `shoal bench` end to end: every workload at a tiny size on a tmpfs directory and on a
+//! shoal mount, then the JSON, the charts and the Markdown page are checked. The counts are
+//! verified by counting the kept sample directories, not by trusting the report. No test
+//! asserts a speed.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run, run_ok, Mounted, SHOAL};
+use serde_json::Value;
+
+const BENCH_TIMEOUT: Duration = Duration::from_secs(600);
+const WORKLOADS: [&str; 8] = [
+    "create",
+    "stat",
+    "unlink",
+    "rmtree",
+    "tree",
+    "objects",
+    "bonnie",
+    "quotacheck",
+];
+const THREADS: usize = 2;
+const FILES_PER_THREAD: usize = 50;
+const OBJECTS: u64 = 300;
+
+fn ram_dir(prefix: &str) -> tempfile::TempDir {
+    let base = if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(base)
+        .expect("scratch dir")
+}
+
+fn files_below(dir: &Path) -> u64 {
+    let mut count = 0;
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            count += files_below(&entry.path());
+        } else {
+            count += 1;
+        }
+    }
+    count
+}
+
+fn sample_dir(sample: &Value) -> PathBuf {
+    PathBuf::from(sample["dir"].as_str().expect("sample dir"))
+}
+
+#[test]
+fn every_workload_on_tmpfs_and_shoal_with_a_report() {
+    let shm = ram_dir("shoal-bench-test.");
+    let mounted = Mounted::new();
+    let report_dir = ram_dir("shoal-bench-report.");
+    let json_file = report_dir.path().join("samples.json");
+    let mut cmd = Command::new(SHOAL);
+    cmd.arg("bench")
+        .arg("--target")
+        .arg(shm.path())
+        .arg("--target")
+        .arg(&mounted.mnt)
+        .args(["--runs", "1", "--threads", &THREADS.to_string()])
+        .args([
+            "--files",
+            &FILES_PER_THREAD.to_string(),
+            "--tree-files",
+            "150",
+        ])
+        .args([
+            "--objects-count",
+            &OBJECTS.to_string(),
+            "--keep",
+            "--external",
+        ])
+        .arg("--report")
+        .arg(report_dir.path())
+        .arg("--json")
+        .arg(&json_file)
+        .args(WORKLOADS);
+    let out = run_ok(&mut cmd, BENCH_TIMEOUT);
+    assert!(out.stdout.contains("workload"), "{}", out.describe());
+
+    let text = fs::read_to_string(report_dir.path().join("bench.json")).unwrap();
+    let report: Value = serde_json::from_str(&text).expect("bench.json is JSON");
+    let also: Value = serde_json::from_str(&fs::read_to_string(&json_file).unwrap()).unwrap();
+    assert_eq!(report["samples"], also["samples"]);
+    assert!(report["environment"]["kernel"]
+        .as_str()
+        .is_some_and(|k| !k.is_empty()));
+    let targets: Vec<String> = report["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(targets.len(), 2);
+    assert_eq!(report["targets"][1]["shoal"], Value::Bool(true));
+    assert!(report["targets"][1]["mount"]["options"].as_str().is_some());
+
+    let samples = report["samples"].as_array().unwrap();
+    for workload in WORKLOADS {
+        for target in &targets {
+            let sample = samples
+                .iter()
+                .find(|s| s["workload"] == workload && s["target"] == target.as_str())
+                .unwrap_or_else(|| panic!("no {workload} sample on {target}"));
+            assert!(
+                sample.get("error").is_none(),
+                "{workload} on {target}: {sample}"
+            );
+            let metrics = sample["metrics"].as_array().unwrap();
+            assert!(!metrics.is_empty(), "{workload} on {target} has no metrics");
+            for metric in metrics {
+                let value = metric["value"].as_f64().unwrap();
+                assert!(
+                    value.is_finite() && value > 0.0,
+                    "{workload} on {target}: {metric}"
+                );
+            }
+        }
+    }
+    for sample in samples {
+        let dir = sample_dir(sample);
+        match sample["workload"].as_str().unwrap() {
+            "create" => {
+                for thread in 0..THREADS {
+                    let files = files_below(&dir.join(format!("create/t{thread}")));
+                    assert_eq!(files, FILES_PER_THREAD as u64, "{}", dir.display());
+                }
+            }
+            "unlink" => assert_eq!(files_below(&dir.join("unlink")), 0),
+            "objects" => {
+                assert_eq!(files_below(&dir.join("objects")), OBJECTS);
+                assert_eq!(files_below(&dir.join("tmp")), 0);
+                let curve = sample["curve"].as_array().expect("objects curve");
+                assert!(curve.len() >= 10, "{} curve points", curve.len());
+                let last = curve.last().unwrap();
+                assert_eq!(last["files"].as_u64(), Some(OBJECTS));
+            }
+            "tree" => {
+                let entries = sample["counts"]["entries"].as_u64().unwrap();
+                assert!(entries > 150, "tree has {entries} entries");
+                assert_eq!(sample["counts"]["entries_copied"].as_u64(), Some(entries));
+            }
+            "quotacheck" => {
+                assert!(sample["counts"]["inodes"].as_u64().unwrap() > 150);
+                let notes = sample["notes"].as_array().unwrap();
+                assert!(notes
+                    .iter()
+                    .any(|n| n.as_str().unwrap().starts_with("method: ")));
+            }
+            _ => {}
+        }
+    }
+
+    let summary = report["summary"].as_array().unwrap();
+    assert!(summary.iter().any(
+        |row| row["target"] == targets[1].as_str() && row["ratio_to_first"].as_f64().is_some()
+    ));
+
+    let page = fs::read_to_string(report_dir.path().join("BENCHMARKS.md")).unwrap();
+    assert!(
+        page.contains("shoal bench"),
+        "the command line is at the top"
+    );
+    let charts: Vec<PathBuf> = fs::read_dir(report_dir.path().join("charts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(charts
+        .iter()
+        .any(|c| c.ends_with("objects-rate-over-time.svg")));
+    for workload in WORKLOADS {
+        assert!(
+            page.contains(&format!("## {workload}")),
+            "section {workload}"
+        );
+        assert!(
+            charts.iter().any(|c| c
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{workload}-"))),
+            "a chart for {workload}"
+        );
+    }
+    for chart in &charts {
+        let name = chart.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            page.contains(&format!("(charts/{name})")),
+            "page embeds {name}"
+        );
+        let svg = fs::read_to_string(chart).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}"
+        );
+    }
+    mounted.finish();
+}
+
+#[test]
+fn bad_input_is_refused_with_a_message() {
+    let dir = ram_dir("shoal-bench-bad.");
+    let target = dir.path().to_str().unwrap().to_string();
+    let cases: [&[&str]; 5] = [
+        &["bench", "--target", &target, "nosuchworkload"],
+        &["bench", "--target", "/nonexistent/shoal-bench"],
+        &["bench", "--make", "zfs"],
+        &["bench"],
+        &["bench", "--target", &target, "--size", "huge"],
+    ];
+    for args in cases {
+        let out = run(Command::new(SHOAL).args(args), BENCH_TIMEOUT);
+        assert!(!out.success(), "{}", out.describe());
+        assert!(out.stderr.starts_with("shoal: "), "{}", out.describe());
+    }
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+}
