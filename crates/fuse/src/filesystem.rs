@@ -578,10 +578,13 @@ impl fuser::Filesystem for ShoalFs {
         let _timer = self.stats.time(FuseOp::Opendir);
         match self.engine.getattr(ino.0) {
             Ok(inode) if inode.kind == FileKind::Directory => {
-                // Let the kernel keep directory listings: every change comes through it,
-                // and it drops its cached listing when it changes the directory.
-                let flags = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-                reply.opened(FileHandle(self.dirs.open()), flags)
+                // No FOPEN_CACHE_DIR: a stream served from the kernel's cache of an earlier
+                // listing resumes, after that cache is evicted, at an offset this open never
+                // handed out, and an offset cannot name a position in a directory that
+                // changed since (rm -rf would skip entries; see the posix test
+                // deleting_while_reading_survives_dropped_kernel_caches). Uncached, every
+                // resume offset comes from this open's own last reply.
+                reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty())
             }
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(error) => reply.error(errno(&error)),
