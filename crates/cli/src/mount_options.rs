@@ -96,13 +96,14 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT)"),
         }
     }
-    // The block cache counts against the budget; at or over it, every kernel reference
-    // would be evicted as soon as the cache filled.
-    if options.memory_bytes <= options.cache_bytes {
+    // The block cache and the two keyspaces' memtables count against the budget; at or
+    // over it, every kernel reference would be evicted as soon as they filled.
+    let store_bytes = options.cache_bytes + 2 * options.memtable_bytes;
+    if options.memory_bytes <= store_bytes {
         bail!(
-            "option memory={} must exceed cache={} (MiB): the block cache counts against the memory budget",
+            "option memory={} must exceed cache + 2 x memtable = {} (MiB): the block cache and the write buffers count against the memory budget",
             options.memory_bytes >> 20,
-            options.cache_bytes >> 20
+            store_bytes >> 20
         );
     }
     Ok(options)
@@ -131,7 +132,7 @@ mod tests {
         assert_eq!(options.compaction_threads, 3);
         assert_eq!(options.journal_bytes, 128 << 20);
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
-        let options = parse(&["cache=1,memory=4".into()]).unwrap();
+        let options = parse(&["cache=1,memtable=1,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
     }
 
@@ -155,6 +156,7 @@ mod tests {
             "memory=1",
             "memory=256",
             "cache=64,memory=32",
+            "cache=64,memtable=64,memory=150",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

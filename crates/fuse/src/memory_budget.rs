@@ -44,7 +44,10 @@ pub fn spawn(
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let cache_bytes = engine.stats_snapshot().1.cache_used_bytes;
+                // The store's block cache and write buffers (memtables) are held whatever
+                // the kernel does; the lookup table gives way to fit them.
+                let store = engine.stats_snapshot().1;
+                let cache_bytes = store.cache_used_bytes + store.write_buffer_bytes;
                 drop(engine);
                 round += 1;
                 if round.is_multiple_of(RETRY_ROUNDS) {
