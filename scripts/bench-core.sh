@@ -38,7 +38,7 @@ RUNS=3
 QUICK=0
 TARGETS=$ALL_TARGETS
 GROUPS_SEL=$ALL_GROUPS
-OUT=./BENCHMARKS.md
+OUT=./docs/bench/core.md
 SHOAL=$REPO/target/release/shoal
 MEMFS=$REPO/target/release/reference-memfs
 MEMFS_THREADS=2
@@ -58,7 +58,7 @@ usage: $0 [options]            (run as root)
   --quick             smoke test: fs_mark -n 10000, 10k-entry tree, runs=1
   --targets LIST      comma list from: $ALL_TARGETS (default: all)
   --workloads LIST    comma list from: $ALL_GROUPS (default: all)
-  --out FILE          Markdown report (default ./BENCHMARKS.md)
+  --out FILE          Markdown report (default ./docs/bench/core.md)
   --shoal PATH        shoal binary (default target/release/shoal)
   --memfs PATH        reference-memfs binary (default target/release/reference-memfs)
   --memfs-threads N   reference-memfs --threads (default 2)

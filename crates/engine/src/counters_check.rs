@@ -14,8 +14,7 @@ use crate::engine::{Engine, OpenError};
 use crate::error::{FsError, FsResult};
 use crate::inode::{Usage, UsageKey};
 use crate::keys;
-use crate::store::{FjallStore, FjallTuning, Scan, Space, StoreView};
-use crate::store_dir::{self, StoreLock};
+use crate::store::{Scan, Space, Store, StoreView};
 
 /// Slices of the inode-number space per thread: enough that a slow slice (a dense run of
 /// inodes) does not leave the other threads idle at the end.
@@ -71,14 +70,7 @@ impl Engine {
 
 /// Checks the counters of the store in `dir`, which must not be mounted.
 pub fn verify_counters_store_dir(dir: &Path, threads: usize) -> Result<CountersReport, OpenError> {
-    store_dir::read_format(dir)?;
-    let _lock = StoreLock::acquire(dir)?;
-    let tuning = FjallTuning {
-        worker_threads: 1,
-        ..FjallTuning::default()
-    };
-    let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
-    use crate::store::Store;
+    let (_lock, store) = crate::fsck::open_for_check(dir)?;
     Ok(verify_counters(store.snapshot().as_ref(), threads)?)
 }
 

@@ -484,30 +484,12 @@ fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
 }
 
 fn load_quota_records(store: &dyn Store) -> FsResult<HashMap<(QuotaKind, u32), QuotaRecord>> {
-    let mut records = HashMap::new();
-    let mut decode_error = None;
-    let (start, end) = keys::all_quota_records_range();
-    store.scan(
-        Space::Meta,
-        &start,
-        &end,
-        &mut |key, value| match keys::decode_quota_record_key(key)
-            .and_then(|owner| Ok((owner, keys::decode_quota_record(key, value)?)))
-        {
-            Ok((owner, record)) => {
-                records.insert(owner, record);
-                Scan::Continue
-            }
-            Err(error) => {
-                decode_error = Some(error);
-                Scan::Stop
-            }
-        },
-    )?;
-    match decode_error {
-        Some(error) => Err(error),
-        None => Ok(records),
-    }
+    load_map(store, keys::all_quota_records_range(), |key, value| {
+        Ok((
+            keys::decode_quota_record_key(key)?,
+            keys::decode_quota_record(key, value)?,
+        ))
+    })
 }
 
 fn load_quota_settings(store: &dyn Store) -> FsResult<QuotaSettings> {
@@ -518,18 +500,29 @@ fn load_quota_settings(store: &dyn Store) -> FsResult<QuotaSettings> {
 }
 
 fn load_all_usage(store: &dyn Store) -> FsResult<HashMap<UsageKey, Usage>> {
-    let mut usage = HashMap::new();
+    load_map(store, keys::all_counters_range(), |key, value| {
+        Ok((
+            keys::decode_counter_key(key)?,
+            keys::decode_usage(key, value)?,
+        ))
+    })
+}
+
+/// Every pair of a key range, decoded; the first undecodable pair fails the load.
+fn load_map<K: std::hash::Hash + Eq, V>(
+    store: &dyn Store,
+    (start, end): (Vec<u8>, Vec<u8>),
+    decode: impl Fn(&[u8], &[u8]) -> FsResult<(K, V)>,
+) -> FsResult<HashMap<K, V>> {
+    let mut map = HashMap::new();
     let mut decode_error = None;
-    let (start, end) = keys::all_counters_range();
     store.scan(
         Space::Meta,
         &start,
         &end,
-        &mut |key, value| match keys::decode_counter_key(key)
-            .and_then(|owners| Ok((owners, keys::decode_usage(key, value)?)))
-        {
-            Ok((owners, counted)) => {
-                usage.insert(owners, counted);
+        &mut |key, value| match decode(key, value) {
+            Ok((k, v)) => {
+                map.insert(k, v);
                 Scan::Continue
             }
             Err(error) => {
@@ -540,7 +533,7 @@ fn load_all_usage(store: &dyn Store) -> FsResult<HashMap<UsageKey, Usage>> {
     )?;
     match decode_error {
         Some(error) => Err(error),
-        None => Ok(usage),
+        None => Ok(map),
     }
 }
 

@@ -78,14 +78,20 @@ impl FsckReport {
 
 /// Checks the store in `dir`, which must not be mounted.
 pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
+    let (_lock, store) = open_for_check(dir)?;
+    Ok(check(&store)?)
+}
+
+/// Opens an unmounted store for an offline check, locked against a mount meanwhile.
+pub(crate) fn open_for_check(dir: &Path) -> Result<(StoreLock, FjallStore), OpenError> {
     store_dir::read_format(dir)?;
-    let _lock = StoreLock::acquire(dir)?;
+    let lock = StoreLock::acquire(dir)?;
     let tuning = FjallTuning {
         worker_threads: 1,
         ..FjallTuning::default()
     };
     let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
-    Ok(check(&store)?)
+    Ok((lock, store))
 }
 
 /// What the check remembers of each inode.

@@ -312,6 +312,8 @@ pub fn count_tree(dir: &Path) -> Result<u64> {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
+        // Walks of big trees take minutes on FUSE: Ctrl-C must still tear down.
+        crate::interrupt::check()?;
         for entry in
             std::fs::read_dir(&current).context(|| format!("reading {}", current.display()))?
         {

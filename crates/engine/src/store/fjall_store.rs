@@ -95,13 +95,7 @@ impl Store for FjallStore {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
-        for guard in self.keyspace(space).range(start..end) {
-            let (key, value) = guard.into_inner()?;
-            if visit(&key, &value) == Scan::Stop {
-                break;
-            }
-        }
-        Ok(())
+        visit_all(self.keyspace(space).range(start..end), visit)
     }
 
     fn last_key(
@@ -110,10 +104,7 @@ impl Store for FjallStore {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.keyspace(space).range(start..end).next_back() {
-            Some(guard) => Ok(Some(guard.key()?.to_vec())),
-            None => Ok(None),
-        }
+        last_key_of(self.keyspace(space).range(start..end))
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
@@ -199,13 +190,7 @@ impl StoreView for FjallSnapshot {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
-        for guard in self.snapshot.range(self.keyspace(space), start..end) {
-            let (key, value) = guard.into_inner()?;
-            if visit(&key, &value) == Scan::Stop {
-                break;
-            }
-        }
-        Ok(())
+        visit_all(self.snapshot.range(self.keyspace(space), start..end), visit)
     }
 
     fn last_key(
@@ -214,13 +199,27 @@ impl StoreView for FjallSnapshot {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        match self
-            .snapshot
-            .range(self.keyspace(space), start..end)
-            .next_back()
-        {
-            Some(guard) => Ok(Some(guard.key()?.to_vec())),
-            None => Ok(None),
+        last_key_of(self.snapshot.range(self.keyspace(space), start..end))
+    }
+}
+
+/// Visits a range, live or in a snapshot, until `visit` says stop.
+fn visit_all(
+    range: fjall::Iter,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+) -> Result<(), StoreError> {
+    for guard in range {
+        let (key, value) = guard.into_inner()?;
+        if visit(&key, &value) == Scan::Stop {
+            break;
         }
+    }
+    Ok(())
+}
+
+fn last_key_of(mut range: fjall::Iter) -> Result<Option<Vec<u8>>, StoreError> {
+    match range.next_back() {
+        Some(guard) => Ok(Some(guard.key()?.to_vec())),
+        None => Ok(None),
     }
 }

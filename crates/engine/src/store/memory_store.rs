@@ -37,12 +37,7 @@ impl Store for MemoryStore {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
-        let spaces = self.spaces.read();
-        for (key, value) in spaces[index(space)].range(start.to_vec()..end.to_vec()) {
-            if visit(key, value) == Scan::Stop {
-                break;
-            }
-        }
+        visit_all(&self.spaces.read()[index(space)], start, end, visit);
         Ok(())
     }
 
@@ -52,11 +47,7 @@ impl Store for MemoryStore {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let spaces = self.spaces.read();
-        let last = spaces[index(space)]
-            .range(start.to_vec()..end.to_vec())
-            .next_back();
-        Ok(last.map(|(key, _)| key.clone()))
+        Ok(last_key_of(&self.spaces.read()[index(space)], start, end))
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
@@ -99,11 +90,7 @@ impl StoreView for MemorySnapshot {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
-        for (key, value) in self.spaces[index(space)].range(start.to_vec()..end.to_vec()) {
-            if visit(key, value) == Scan::Stop {
-                break;
-            }
-        }
+        visit_all(&self.spaces[index(space)], start, end, visit);
         Ok(())
     }
 
@@ -113,9 +100,19 @@ impl StoreView for MemorySnapshot {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let last = self.spaces[index(space)]
-            .range(start.to_vec()..end.to_vec())
-            .next_back();
-        Ok(last.map(|(key, _)| key.clone()))
+        Ok(last_key_of(&self.spaces[index(space)], start, end))
     }
+}
+
+fn visit_all(tree: &Tree, start: &[u8], end: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan) {
+    for (key, value) in tree.range(start.to_vec()..end.to_vec()) {
+        if visit(key, value) == Scan::Stop {
+            break;
+        }
+    }
+}
+
+fn last_key_of(tree: &Tree, start: &[u8], end: &[u8]) -> Option<Vec<u8>> {
+    let last = tree.range(start.to_vec()..end.to_vec()).next_back();
+    last.map(|(key, _)| key.clone())
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# benchmarks-page.sh: assembles BENCHMARKS.md from the generated reports under docs/bench/,
+# each produced by the command at its own top (they are not rerun here):
+#   docs/bench/small/    shoal bench --make xfs,ext4,shoal,shoal-memory --size small --runs 3 ...
+#   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects
+#   docs/bench/quota.md  scripts/bench-quota.sh
+#   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
+# Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# A generated page with its chart links made relative to the repository root, and its
+# headings pushed one level down.
+embed() {   # $1 = report directory, $2 = section title
+    sed -e "s|](charts/|]($1/charts/|g" -e 's/^#/##/' -e "1s/^## shoal bench\$/## $2/" "$1/BENCHMARKS.md"
+}
+
+cat <<'EOF'
+# shoal benchmarks
+
+Every figure below comes from a command in this repository, run side by side in one session
+with XFS and ext4 on loop devices (2 cores, a VM: absolute figures drift ±30% between runs;
+compare within a table). Each section names its command; `scripts/benchmarks-page.sh`
+assembles this page from the reports under `docs/bench/`.
+
+- [shoal bench, all workloads (small size)](#all-workloads): `docs/bench/small/`
+- [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
+- [quotas](#quotas-issue-4): `docs/bench/quota.md`
+- core benchmark against the FUSE ceiling (fs_mark, tar xf, find -ls, rm -rf vs `shoal mount
+  --memory` and a minimal fuser FS): [`docs/bench/core.md`](docs/bench/core.md)
+
+EOF
+echo '<a id="all-workloads"></a>'
+echo
+if [[ -f docs/bench/small/BENCHMARKS.md ]]; then embed docs/bench/small "shoal bench: all workloads"; echo; fi
+echo '<a id="objects-curve"></a>'
+echo
+embed docs/bench/objects "shoal bench: objects curve"
+echo
+if [[ -f docs/bench/objects/notes.md ]]; then cat docs/bench/objects/notes.md; echo; fi
+cat docs/bench/quota.md
