@@ -45,7 +45,9 @@ impl Drop for ShortPath {
     }
 }
 
-/// fs_mark -S0 (or -S1 with --fsync) -k -L1 -n N -s S -t T [-D D -N files/D] -d DIR.
+/// fs_mark -S0 (or -S1 with --fsync) -k -L1 -n N -s S [-D D -N files/D] -d DIR/0 -d DIR/1 ...
+/// One `-d` per thread, as the built-in create gives each thread its own directory (fs_mark's
+/// `-t T` would put T threads in one directory, contending on its lock).
 pub fn fs_mark(ctx: &Ctx, outcome: &mut Outcome) -> Result<()> {
     if !has_tool("fs_mark") {
         outcome
@@ -62,14 +64,15 @@ pub fn fs_mark(ctx: &Ctx, outcome: &mut Outcome) -> Result<()> {
         .arg(if params.fsync { "-S1" } else { "-S0" })
         .args(["-k", "-L", "1"])
         .args(["-n", &params.files_per_thread.to_string()])
-        .args(["-s", &params.file_size_bytes.to_string()])
-        .args(["-t", &params.threads.to_string()]);
+        .args(["-s", &params.file_size_bytes.to_string()]);
     if params.dirs_per_thread > 1 {
         let per_dir = params.files_per_thread.div_ceil(params.dirs_per_thread);
         cmd.args(["-D", &params.dirs_per_thread.to_string()])
             .args(["-N", &per_dir.to_string()]);
     }
-    cmd.arg("-d").arg(&short.path);
+    for thread in 0..params.threads {
+        cmd.arg("-d").arg(short.path.join(thread.to_string()));
+    }
     let output = run_capture(&mut cmd)?;
     let rate = parse_fs_mark(&output).ok_or_else(|| BenchError::Tool {
         command: "fs_mark".into(),

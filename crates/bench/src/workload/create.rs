@@ -68,9 +68,16 @@ fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<(
             .create_new(true)
             .open(path)
             .context(|| format!("create {}", path.display()))?;
-        if size_bytes > 0 {
-            file.write_all(&payload)
+        // Always one write, even of 0 bytes, as fs_mark does: on filesystems with a
+        // writeback cache an empty write still updates times and checks setuid bits (FUSE:
+        // GETXATTR security.capability), and the figures must compare with fs_mark's.
+        file.write_all(&payload)
+            .context(|| format!("write {}", path.display()))?;
+        if payload.is_empty() {
+            let written = file
+                .write(&payload)
                 .context(|| format!("write {}", path.display()))?;
+            debug_assert_eq!(written, 0);
         }
         if fsync {
             file.sync_all()
