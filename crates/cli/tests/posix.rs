@@ -15,7 +15,7 @@ use std::os::unix::fs::{
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 
-use common::{assert_errno, Mounted};
+use common::{as_user, assert_errno, last_errno, Mounted};
 use shoal_bench::SplitMix64;
 
 // ---------------------------------------------------------------------------------------
@@ -1212,33 +1212,6 @@ fn two_gib_file_survives_remount() {
 
 const USER_A: u32 = 60_001;
 const USER_B: u32 = 60_002;
-
-fn last_errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// Runs `op` in a forked child as `uid`/`gid` with no supplementary groups and returns the
-/// errno it reports (0 = success). `op` must only make syscalls on data prepared before the
-/// fork: the child of a multi-threaded process may not allocate.
-fn as_user(uid: u32, op: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: fork, then in the child only async-signal-safe calls and _exit.
-    unsafe {
-        let pid = libc::fork();
-        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-        if pid == 0 {
-            let switched = libc::setgroups(0, std::ptr::null()) == 0
-                && libc::setresgid(uid, uid, uid) == 0
-                && libc::setresuid(uid, uid, uid) == 0;
-            libc::_exit(if switched { op() } else { 255 });
-        }
-        let mut status = 0;
-        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
-        let code = libc::WEXITSTATUS(status);
-        assert_ne!(code, 255, "child could not switch to uid {uid}");
-        code
-    }
-}
 
 fn open_as(path: &CString, flags: i32, mode: libc::mode_t) -> i32 {
     // SAFETY: NUL-terminated path; the fd is closed before returning.

@@ -22,8 +22,8 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{
-    assert_errno, errno, errno_name, poll, run, run_ok, shoal, shoal_ok, CmdOutput, Mounted,
-    FSCK_TIMEOUT, SHOAL, SHOAL_TIMEOUT,
+    as_user, assert_errno, errno, errno_name, last_errno, poll, run, run_ok, shoal, shoal_ok,
+    CmdOutput, Mounted, FSCK_TIMEOUT, SHOAL, SHOAL_TIMEOUT,
 };
 use serde::Deserialize;
 
@@ -143,33 +143,6 @@ fn assert_counters_clean(target: &Path) {
 
 fn cpath(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("path without NUL")
-}
-
-fn last_errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// Runs `op` in a forked child as `uid`/`gid` with no supplementary groups and returns the
-/// errno it reports (0 = success). `op` must only make syscalls on data prepared before the
-/// fork: the child of a multi-threaded process may not allocate.
-fn as_user(uid: u32, op: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: fork, then in the child only async-signal-safe calls and _exit.
-    unsafe {
-        let pid = libc::fork();
-        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-        if pid == 0 {
-            let switched = libc::setgroups(0, std::ptr::null()) == 0
-                && libc::setresgid(uid, uid, uid) == 0
-                && libc::setresuid(uid, uid, uid) == 0;
-            libc::_exit(if switched { op() } else { 255 });
-        }
-        let mut status = 0;
-        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
-        let code = libc::WEXITSTATUS(status);
-        assert_ne!(code, 255, "child could not switch to uid {uid}");
-        code
-    }
 }
 
 /// `write_as` exit codes that are not errnos.

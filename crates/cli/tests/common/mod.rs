@@ -549,3 +549,33 @@ pub fn errno_name(errno: i32) -> &'static str {
         _ => "another errno",
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Syscalls as another user, in a forked child.
+
+pub fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Runs `op` in a forked child as `uid`/`gid` with no supplementary groups and returns the
+/// errno it reports (0 = success). `op` must only make syscalls on data prepared before the
+/// fork: the child of a multi-threaded process may not allocate.
+pub fn as_user(uid: u32, op: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork, then in the child only async-signal-safe calls and _exit.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let switched = libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(uid, uid, uid) == 0
+                && libc::setresuid(uid, uid, uid) == 0;
+            libc::_exit(if switched { op() } else { 255 });
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_ne!(code, 255, "child could not switch to uid {uid}");
+        code
+    }
+}

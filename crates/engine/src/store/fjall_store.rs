@@ -83,11 +83,7 @@ impl FjallStore {
     }
 }
 
-impl Store for FjallStore {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.keyspace(space).get(key)?.map(|value| value.to_vec()))
-    }
-
+impl StoreView for FjallStore {
     fn scan(
         &self,
         space: Space,
@@ -105,6 +101,12 @@ impl Store for FjallStore {
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         last_key_of(self.keyspace(space).range(start..end))
+    }
+}
+
+impl Store for FjallStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.keyspace(space).get(key)?.map(|value| value.to_vec()))
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {

@@ -25,11 +25,7 @@ fn index(space: Space) -> usize {
     }
 }
 
-impl Store for MemoryStore {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.spaces.read()[index(space)].get(key).cloned())
-    }
-
+impl StoreView for MemoryStore {
     fn scan(
         &self,
         space: Space,
@@ -48,6 +44,12 @@ impl Store for MemoryStore {
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(last_key_of(&self.spaces.read()[index(space)], start, end))
+    }
+}
+
+impl Store for MemoryStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.spaces.read()[index(space)].get(key).cloned())
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {

@@ -132,11 +132,10 @@ pub struct StoreMetrics {
     pub block_cache_misses: u64,
 }
 
-/// An ordered key-value store with atomic batches. Implementations: fjall (on disk) and an
-/// in-memory map (for `mount --memory` and tests).
-pub trait Store: Send + Sync {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-
+/// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time
+/// snapshot of one, shareable by threads scanning it in parallel (online checks run on a
+/// snapshot while writes go on).
+pub trait StoreView: Send + Sync {
     /// Visits keys in `[start, end)` in ascending order until `visit` says stop.
     fn scan(
         &self,
@@ -153,6 +152,12 @@ pub trait Store: Send + Sync {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+/// An ordered key-value store with atomic batches. Implementations: fjall (on disk) and an
+/// in-memory map (for `mount --memory` and tests).
+pub trait Store: StoreView {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Applies the batch atomically. It reaches the operating system before this returns (so a
     /// killed daemon loses nothing), but is durable against power loss only after `sync`.
@@ -171,27 +176,6 @@ pub trait Store: Send + Sync {
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;
-}
-
-/// A read-only, point-in-time view of a store, shareable by threads scanning it in
-/// parallel (online checks run on one while writes go on).
-pub trait StoreView: Send + Sync {
-    /// Visits keys in `[start, end)` in ascending order until `visit` says stop.
-    fn scan(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
-    ) -> Result<(), StoreError>;
-
-    /// The greatest key in `[start, end)`, if any.
-    fn last_key(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-    ) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 #[cfg(test)]
