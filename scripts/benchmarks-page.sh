@@ -2,7 +2,7 @@
 # benchmarks-page.sh: assembles BENCHMARKS.md from the generated reports under docs/bench/,
 # each produced by the command at its own top (they are not rerun here):
 #   docs/bench/small/    shoal bench --make xfs,ext4,shoal,shoal-memory --size small --runs 3 ...
-#   docs/bench/crosscheck/  shoal bench --make ... --runs 3 --external create
+#   docs/bench/crosscheck/  shoal bench --make ... --runs 5 --external create (+ notes.md)
 #   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects
 #   docs/bench/quota.md  scripts/bench-quota.sh
 #   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
@@ -35,10 +35,10 @@ EOF
 echo '<a id="all-workloads"></a>'
 echo
 if [[ -f docs/bench/small/BENCHMARKS.md ]]; then
-    echo '> The `fs_mark create rate` rows of this run come from `fs_mark -t 2 -d DIR` (two threads'
-    echo '> in one directory, where the built-in create gives each thread its own), and the built-in'
-    echo '> create then skipped the write of 0-byte files that fs_mark makes. Both are fixed; the'
-    echo '> cross-check section below is the matching comparison.'
+    echo '> This run predates two fixes to the create cross-check: its `fs_mark create rate` rows'
+    echo '> come from `fs_mark -t 2 -d DIR` (two threads in one directory, where the built-in gives'
+    echo '> each thread its own), and its built-in create used shorter names and `O_EXCL` without'
+    echo '> fs_mark'"'"'s per-file `mkdir`. The cross-check section below is the matching comparison.'
     echo
     embed docs/bench/small "shoal bench: all workloads"
     echo
@@ -46,6 +46,7 @@ fi
 echo '<a id="cross-check"></a>'
 echo
 if [[ -f docs/bench/crosscheck/BENCHMARKS.md ]]; then embed docs/bench/crosscheck "shoal bench: cross-check of create with fs_mark"; echo; fi
+if [[ -f docs/bench/crosscheck/notes.md ]]; then cat docs/bench/crosscheck/notes.md; echo; fi
 echo '<a id="objects-curve"></a>'
 echo
 embed docs/bench/objects "shoal bench: objects curve"

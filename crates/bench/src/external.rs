@@ -10,8 +10,8 @@ use crate::error::{BenchError, IoContext, Result};
 use crate::tools::{has_tool, is_root, run_capture};
 use crate::workload::{Better, Ctx, Outcome};
 
-/// fs_mark refuses `-d` paths of 40 bytes or more.
-const FS_MARK_MAX_PATH: usize = 39;
+/// fs_mark 3.3 overflows a buffer (and aborts) with `-d` paths of 39 bytes or more.
+const FS_MARK_MAX_PATH: usize = 38;
 
 /// A short alias of a long directory for fs_mark: a symlink in /tmp, removed on drop.
 struct ShortPath {
@@ -20,8 +20,10 @@ struct ShortPath {
 }
 
 impl ShortPath {
-    fn new(dir: &Path) -> Result<Self> {
-        if dir.as_os_str().len() <= FS_MARK_MAX_PATH {
+    /// `threads` names the `-d DIR/0 .. DIR/(threads-1)` that fs_mark will be given.
+    fn new(dir: &Path, threads: usize) -> Result<Self> {
+        let longest_arg = dir.as_os_str().len() + 1 + threads.saturating_sub(1).to_string().len();
+        if longest_arg <= FS_MARK_MAX_PATH {
             return Ok(ShortPath {
                 link: None,
                 path: dir.to_path_buf(),
@@ -58,7 +60,7 @@ pub fn fs_mark(ctx: &Ctx, outcome: &mut Outcome) -> Result<()> {
     let params = ctx.params;
     let dir = ctx.dir.join("fsmark");
     fs::create_dir(&dir).context(|| format!("mkdir {}", dir.display()))?;
-    let short = ShortPath::new(&dir)?;
+    let short = ShortPath::new(&dir, params.threads)?;
     let mut cmd = Command::new("fs_mark");
     cmd.current_dir(&ctx.dir) // it leaves fs_log.txt in its working directory
         .arg(if params.fsync { "-S1" } else { "-S0" })

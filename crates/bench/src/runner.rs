@@ -159,6 +159,7 @@ fn run_sample(
         target,
         dir: dir.clone(),
         params: &plan.params,
+        run,
         tarball,
         progress: &report_progress,
     };

@@ -4,6 +4,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::{count_tree, in_threads, Ctx, Outcome};
@@ -21,12 +22,23 @@ pub struct ThreadFiles {
     pub paths: Vec<PathBuf>,
 }
 
-/// Names like fs_mark's: an ascending part and a random part, so neither sorted nor
-/// purely random insertion order is favoured.
+/// Characters of the random part of a name, as fs_mark draws them.
+const NAME_ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// Names shaped like fs_mark's 40-byte default: 8 hex digits of an ascending part (fs_mark
+/// uses the time of day), 8 filler bytes, 24 random characters. Same length, same order
+/// of insertion, so the directory code does the same work for both.
 fn file_names(thread: usize, params: &super::Params) -> Vec<String> {
     let mut rng = SplitMix64::new(params.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9));
     (0..params.files_per_thread)
-        .map(|index| format!("{index:08x}{:08x}", rng.next_u64() as u32))
+        .map(|index| {
+            let random: String = (0..24)
+                .map(|_| NAME_ALPHABET[rng.below(NAME_ALPHABET.len() as u64) as usize] as char)
+                .collect();
+            let name = format!("{:08x}~~~~~~~~{random}", index / 1000);
+            debug_assert_eq!(name.len(), 40);
+            name
+        })
         .collect()
 }
 
@@ -57,27 +69,40 @@ pub fn plan(root: &Path, params: &super::Params) -> Result<Vec<ThreadFiles>> {
         .collect()
 }
 
+/// The per-file system calls of fs_mark 3.3, in its order: `mkdir` of the file's directory
+/// (it exists: EEXIST), `open(O_CREAT | O_RDWR | O_TRUNC, 0666)`, one `write` (even of 0
+/// bytes), optionally `fsync`, `close`. The cross-check compares like with like.
 fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<()> {
     let payload = vec![b's'; size_bytes];
     for (index, path) in files.paths.iter().enumerate() {
         if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
             interrupt::check()?;
         }
+        let dir = path.parent().unwrap_or(&files.dir);
+        match fs::create_dir(dir) {
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error).context(|| format!("mkdir {}", dir.display())),
+            Ok(()) => {
+                return Err(std::io::Error::other("directory was missing"))
+                    .context(|| format!("mkdir {}", dir.display()))
+            }
+        }
         let mut file = OpenOptions::new()
+            .read(true)
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o666)
             .open(path)
             .context(|| format!("create {}", path.display()))?;
-        // Always one write, even of 0 bytes, as fs_mark does: on filesystems with a
-        // writeback cache an empty write still updates times and checks setuid bits (FUSE:
-        // GETXATTR security.capability), and the figures must compare with fs_mark's.
-        file.write_all(&payload)
+        // On filesystems with a writeback cache even an empty write updates times and
+        // checks setuid bits (FUSE: GETXATTR security.capability).
+        let written = file
+            .write(&payload)
             .context(|| format!("write {}", path.display()))?;
-        if payload.is_empty() {
-            let written = file
-                .write(&payload)
+        if written < payload.len() {
+            file.write_all(&payload[written..])
                 .context(|| format!("write {}", path.display()))?;
-            debug_assert_eq!(written, 0);
         }
         if fsync {
             file.sync_all()
@@ -100,17 +125,22 @@ fn total_files(plan: &[ThreadFiles]) -> u64 {
 }
 
 pub fn run_create(ctx: &Ctx) -> Result<Outcome> {
+    let mut outcome = Outcome::default();
+    // fs_mark runs first in even runs: the second writer meets a fuller filesystem.
+    let external_first = ctx.params.external && ctx.run.is_multiple_of(2);
+    if external_first {
+        external::fs_mark(ctx, &mut outcome)?;
+    }
     let root = ctx.dir.join("create");
     fs::create_dir(&root).context(|| format!("mkdir {}", root.display()))?;
     let plan = plan(&root, ctx.params)?;
     let ((), timed) = ctx.timed(|| create_all(ctx, &plan))?;
-    let mut outcome = Outcome::default();
     outcome.rate_and_cpu("create", "file", total_files(&plan), &timed);
     for (thread, files) in plan.iter().enumerate() {
         let found = count_tree(&files.dir)? - count_subdirs(ctx.params);
         outcome.count(&format!("files_thread_{thread}"), found);
     }
-    if ctx.params.external {
+    if ctx.params.external && !external_first {
         external::fs_mark(ctx, &mut outcome)?;
     }
     Ok(outcome)

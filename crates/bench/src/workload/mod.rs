@@ -244,6 +244,9 @@ pub struct Ctx<'a> {
     /// Fresh and empty; removed by the runner afterwards.
     pub dir: PathBuf,
     pub params: &'a Params,
+    /// Which repetition this is (1-based); workloads that pair two measurements alternate
+    /// their order with it, so neither always meets the fresher filesystem.
+    pub run: usize,
     /// The generated tree as a tar archive (tree and quotacheck only).
     pub tarball: Option<&'a Path>,
     /// Streams a progress line (a progress bar message on a terminal).
