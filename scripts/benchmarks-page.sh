@@ -5,6 +5,7 @@
 #   docs/bench/crosscheck/  shoal bench --make ... --runs 5 --external create (+ notes.md)
 #   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects
 #   docs/bench/quota.md  scripts/bench-quota.sh
+#   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
 #   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
 # Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
 set -euo pipefail
@@ -28,6 +29,7 @@ assembles this page from the reports under `docs/bench/`.
 - [cross-check of create against fs_mark](#cross-check) (bonnie++ against bonnie: in the first section): `docs/bench/crosscheck/`
 - [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
 - [quotas](#quotas-issue-4): `docs/bench/quota.md`
+- [metadata bytes per empty file](#store-bytes): `docs/bench/store-bytes.md`
 - core benchmark against the FUSE ceiling (fs_mark, tar xf, find -ls, rm -rf vs `shoal mount
   --memory` and a minimal fuser FS): [`docs/bench/core.md`](docs/bench/core.md)
 
@@ -53,3 +55,7 @@ embed docs/bench/objects "shoal bench: objects curve"
 echo
 if [[ -f docs/bench/objects/notes.md ]]; then cat docs/bench/objects/notes.md; echo; fi
 cat docs/bench/quota.md
+echo
+echo '<a id="store-bytes"></a>'
+echo
+sed -e 's/^#/##/' docs/bench/store-bytes.md

@@ -236,6 +236,14 @@ impl Engine {
         (self.stats.snapshot(), self.store.metrics())
     }
 
+    /// Makes everything durable, then compacts the store (see `Store::compact`); for
+    /// measuring the settled size of a store and for offline maintenance.
+    pub fn compact(&self) -> FsResult<()> {
+        self.sync()?;
+        self.store.compact()?;
+        Ok(())
+    }
+
     pub(crate) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }

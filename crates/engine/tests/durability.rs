@@ -259,6 +259,39 @@ fn fsck_agrees_with_the_api_after_a_random_mix() {
     assert!(report.summary().contains("clean"));
 }
 
+#[test]
+fn compaction_keeps_every_file_and_drops_overwritten_versions() {
+    let fs = disk_with(no_thread());
+    populate(&fs, 4);
+    let mut rng = Lcg::new(44);
+    let mut dirs = vec![ROOT_INO];
+    for _ in 0..1500 {
+        random_op(&fs, &mut rng, ROOT_INO, &mut dirs, 10);
+    }
+    let before = snapshot(&fs);
+    fs.sync().unwrap();
+    let (_, store_before) = fs.stats_snapshot();
+    fs.compact().unwrap();
+    let (_, store_after) = fs.stats_snapshot();
+    assert_eq!(
+        snapshot(&fs),
+        before,
+        "compaction changed what the API shows"
+    );
+    assert_eq!(store_after.sealed_memtables, 0, "{store_after:?}");
+    assert!(
+        store_after.table_count >= 1
+            && store_after.l0_table_count <= store_before.l0_table_count.max(1),
+        "before {store_before:?}, after {store_after:?}"
+    );
+    let walk = assert_consistent(&fs, &[]);
+    let closed = fs.close();
+    let report = assert_fsck_clean(&closed.store);
+    assert_eq!(report.inodes, walk.inodes, "{}", report.summary());
+    let fs = closed.open();
+    assert_eq!(snapshot(&fs), before, "reopened after compaction");
+}
+
 // ---- deliberate corruption: fsck must see it, open must refuse what it cannot use ----
 
 /// A closed store holding `/d/f` (inline), `/big` (chunked) and `/d/f2`.

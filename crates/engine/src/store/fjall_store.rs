@@ -141,6 +141,14 @@ impl Store for FjallStore {
         })
     }
 
+    fn compact(&self) -> Result<(), StoreError> {
+        for keyspace in [&self.meta, &self.data] {
+            keyspace.rotate_memtable_and_wait()?;
+            keyspace.major_compact()?;
+        }
+        Ok(())
+    }
+
     fn metrics(&self) -> StoreMetrics {
         let keyspaces = [&self.meta, &self.data];
         let sum = |count: &dyn Fn(&Keyspace) -> usize| {

@@ -176,6 +176,12 @@ pub trait Store: StoreView {
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;
+
+    /// Maintenance: writes every memtable out and merges all tables into one sorted run,
+    /// dropping overwritten versions and tombstones. Blocks until done; writes may go on.
+    fn compact(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
