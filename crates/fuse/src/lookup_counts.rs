@@ -54,14 +54,7 @@ impl LookupCounts {
                 reference.count += 1;
                 reference.last_lookup = now;
                 reference.evicted_at = None;
-                if reference.parent != parent || *reference.name != *name {
-                    self.name_bytes
-                        .fetch_add(name.len() as u64, Ordering::Relaxed);
-                    self.name_bytes
-                        .fetch_sub(reference.name.len() as u64, Ordering::Relaxed);
-                    reference.parent = parent;
-                    reference.name = name.into();
-                }
+                self.rename_reference(reference, parent, name);
             }
             None => {
                 self.referenced_inodes.fetch_add(1, Ordering::Relaxed);
@@ -79,6 +72,27 @@ impl LookupCounts {
                 );
             }
         }
+    }
+
+    /// A rename gave `ino` the name `name` in `parent`: eviction must ask the kernel for
+    /// that name, not the one it was looked up by. The count is unchanged (a rename takes
+    /// no reference).
+    pub fn renamed(&self, ino: u64, parent: u64, name: &[u8]) {
+        if let Some(reference) = self.shard(ino).lock().get_mut(&ino) {
+            self.rename_reference(reference, parent, name);
+        }
+    }
+
+    fn rename_reference(&self, reference: &mut Reference, parent: u64, name: &[u8]) {
+        if reference.parent == parent && *reference.name == *name {
+            return;
+        }
+        self.name_bytes
+            .fetch_add(name.len() as u64, Ordering::Relaxed);
+        self.name_bytes
+            .fetch_sub(reference.name.len() as u64, Ordering::Relaxed);
+        reference.parent = parent;
+        reference.name = name.into();
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -192,6 +206,30 @@ impl LookupCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_asks_for_the_name_after_a_rename() {
+        let counts = LookupCounts::default();
+        counts.add(7, 1, b"tmp.1234");
+        let before = counts.table_bytes();
+        counts.renamed(7, 9, b"object");
+        counts.renamed(8, 9, b"never-looked-up"); // not referenced: nothing to follow
+        assert_eq!(counts.referenced_inodes(), 1);
+        assert_eq!(
+            counts.table_bytes() + 2,
+            before,
+            "the remembered name shrank from 8 to 6 bytes"
+        );
+        let candidates = counts.take_eviction_candidates(5);
+        assert_eq!(
+            candidates,
+            vec![EvictionCandidate {
+                ino: 7,
+                parent: 9,
+                name: b"object".to_vec().into_boxed_slice(),
+            }]
+        );
+    }
 
     #[test]
     fn counts_follow_lookups_and_forgets() {
