@@ -275,6 +275,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         fsname: "shoal".into(),
         capacity_path: request.store.clone(),
         memory_budget_bytes: Some(request.options.memory_bytes),
+        writeback_cache: request.options.writeback,
     };
     let session = shoal_fuse::mount(
         engine.clone(),

@@ -25,6 +25,8 @@ pub struct MountOptions {
     pub memory_bytes: u64,
     /// Where to serve Prometheus metrics (`metrics=ADDR:PORT`); off by default.
     pub metrics: Option<SocketAddr>,
+    /// The kernel's writeback cache (`writeback=on|off`).
+    pub writeback: bool,
 }
 
 impl Default for MountOptions {
@@ -40,6 +42,7 @@ impl Default for MountOptions {
             journal_bytes: 512 << 20,
             memory_bytes: 1024 << 20,
             metrics: None,
+            writeback: true,
         }
     }
 }
@@ -66,6 +69,15 @@ fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
     })
 }
 
+fn on_off(key: &str, value: Option<&str>) -> Result<bool> {
+    match value {
+        Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => bail!("option {key}={other}: must be on or off"),
+        None => bail!("option {key} needs a value ({key}=on or {key}=off)"),
+    }
+}
+
 pub fn parse(groups: &[String]) -> Result<MountOptions> {
     let mut options = MountOptions::default();
     for option in groups
@@ -89,11 +101,12 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             }
             "metrics" => options.metrics = Some(socket_address(key, value)?),
             "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
+            "writeback" => options.writeback = on_off(key, value)?,
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off)"),
         }
     }
     // The block cache and the two keyspaces' memtables count against the budget; at or
@@ -134,6 +147,13 @@ mod tests {
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
         let options = parse(&["cache=1,memtable=1,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
+        assert!(options.writeback, "writeback cache on by default");
+        assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
+        assert!(
+            parse(&["writeback=off,writeback=on".into()])
+                .unwrap()
+                .writeback
+        );
     }
 
     #[test]
@@ -155,6 +175,9 @@ mod tests {
             "metrics=127.0.0.1:99999",
             "memory=1",
             "memory=256",
+            "writeback",
+            "writeback=1",
+            "writeback=yes",
             "cache=64,memory=32",
             "cache=64,memtable=64,memory=150",
         ] {

@@ -1031,7 +1031,17 @@ fn drop_kernel_caches() {
 
 #[test]
 fn odd_sized_writes_across_chunk_boundaries() {
-    let mut m = Mounted::new();
+    odd_sized_writes(&[]);
+}
+
+/// Without the writeback cache every write() reaches the daemon as it happens.
+#[test]
+fn odd_sized_writes_without_the_writeback_cache() {
+    odd_sized_writes(&["writeback=off"]);
+}
+
+fn odd_sized_writes(options: &[&str]) {
+    let mut m = Mounted::with_options(options);
     let path = m.path("data");
     let mut rng = SplitMix64::new(11);
     let mut reference: Vec<u8> = Vec::new();
@@ -1324,7 +1334,16 @@ fn sticky_dir_protects_other_users_files() {
 
 #[test]
 fn write_by_non_owner_clears_setuid_and_setgid() {
-    let m = Mounted::with_options(&["allow_other"]);
+    write_by_non_owner_clears_set_id(&["allow_other"]);
+}
+
+#[test]
+fn write_by_non_owner_clears_setuid_and_setgid_without_the_writeback_cache() {
+    write_by_non_owner_clears_set_id(&["allow_other", "writeback=off"]);
+}
+
+fn write_by_non_owner_clears_set_id(options: &[&str]) {
+    let m = Mounted::with_options(options);
     fs::write(m.path("prog"), b"#!/bin/sh\n").unwrap();
     // chown first: chown itself may clear the set-id bits.
     std::os::unix::fs::chown(m.path("prog"), Some(USER_A), Some(USER_A)).unwrap();

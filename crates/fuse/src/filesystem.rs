@@ -42,6 +42,7 @@ pub struct ShoalFs {
     lookups: Arc<LookupCounts>,
     dirs: DirCursors,
     stats: Arc<FuseStats>,
+    writeback_cache: bool,
 }
 
 fn caller(req: &Request) -> Caller {
@@ -78,7 +79,14 @@ impl ShoalFs {
             lookups: stats.lookups.clone(),
             dirs: DirCursors::default(),
             stats,
+            writeback_cache: true,
         }
+    }
+
+    /// Whether to ask the kernel for its writeback cache at init.
+    pub fn with_writeback_cache(mut self, enabled: bool) -> Self {
+        self.writeback_cache = enabled;
+        self
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -283,6 +291,9 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_ASYNC_READ,
         ];
         for flag in wanted {
+            if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
+                continue;
+            }
             if config.add_capabilities(flag).is_err() {
                 tracing::info!("kernel lacks {flag:?}");
             }

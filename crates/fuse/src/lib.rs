@@ -33,6 +33,9 @@ pub struct MountConfig {
     pub capacity_path: Option<PathBuf>,
     /// Bound on the kernel-reference table plus the engine's block cache; `None`: no bound.
     pub memory_budget_bytes: Option<u64>,
+    /// Ask for the kernel's writeback cache (writes gathered in the page cache, times kept
+    /// by the kernel).
+    pub writeback_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -44,6 +47,7 @@ impl Default for MountConfig {
             fsname: "shoal".into(),
             capacity_path: None,
             memory_budget_bytes: None,
+            writeback_cache: true,
         }
     }
 }
@@ -73,7 +77,8 @@ pub fn mount(
     if config.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }
-    let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats);
+    let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats)
+        .with_writeback_cache(config.writeback_cache);
     fuser::Session::new(filesystem, mountpoint, &fuse_config)
 }
 
