@@ -180,7 +180,7 @@ impl StatsSource {
             },
             store: store.into(),
             memory: MemoryReport {
-                rss_bytes: rss_bytes().unwrap_or(0),
+                rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
                 referenced_inodes: fuse.referenced_inodes,
                 lookup_table_bytes: fuse.lookup_table_bytes,
                 lookup_table_bytes_per_inode: fuse
@@ -199,15 +199,6 @@ impl StatsReport {
     pub fn op(&self, name: &str) -> Option<&OpReport> {
         self.ops.iter().find(|op| op.op == name)
     }
-}
-
-/// This process's resident set: the second field of /proc/self/statm, in pages.
-fn rss_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page_bytes).ok()?)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use shoal_engine::Engine;
 pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
+pub use memory_budget::resident_bytes;
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]

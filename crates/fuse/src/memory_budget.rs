@@ -25,6 +25,11 @@ const TARGET_PERCENT: u64 = 85;
 const MAX_EVICTIONS_PER_ROUND: usize = 100_000;
 /// Rounds after which names the kernel kept (open files, cwds, stale names) are retried.
 const RETRY_ROUNDS: u64 = 50;
+/// Rounds between two returns of the allocator's free memory to the system.
+const TRIM_ROUNDS: u64 = 10;
+/// glibc malloc arenas: its default (8 per core) lets each of the daemon's threads keep its
+/// own heap of freed memtable and request memory, which the budget never sees.
+const MALLOC_ARENAS: libc::c_int = 2;
 
 /// Starts the thread that keeps the lookup table plus the engine's block cache within
 /// `budget_bytes`. It ends when the engine is dropped.
@@ -34,6 +39,8 @@ pub fn spawn(
     stats: Arc<FuseStats>,
     notifier: Notifier,
 ) -> std::io::Result<()> {
+    // SAFETY: mallopt only changes allocator tuning; any value is accepted or refused.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
     std::thread::Builder::new()
         .name("shoal-memory".into())
         .spawn(move || {
@@ -55,6 +62,9 @@ pub fn spawn(
                     retry_clock = stats.lookups.clock();
                 }
                 enforce(budget_bytes, cache_bytes, &stats, &notifier);
+                if round.is_multiple_of(TRIM_ROUNDS) {
+                    return_free_memory_over(budget_bytes);
+                }
             }
         })?;
     Ok(())
@@ -95,6 +105,24 @@ fn enforce(budget_bytes: u64, cache_bytes: u64, stats: &FuseStats, notifier: &No
             Err(_) => stats.failed_evictions.fetch_add(1, Ordering::Relaxed),
         };
     }
+}
+
+/// Over budget by resident set, hands the allocator's free pages back to the system: freed
+/// memtables and request buffers otherwise stay resident in malloc's heaps.
+fn return_free_memory_over(budget_bytes: u64) {
+    if resident_bytes().is_some_and(|rss| rss > budget_bytes) {
+        // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+        unsafe { libc::malloc_trim(0) };
+    }
+}
+
+/// This process's resident set: the second field of /proc/self/statm, in pages.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page_bytes).ok()?)
 }
 
 #[cfg(test)]
