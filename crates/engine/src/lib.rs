@@ -52,6 +52,6 @@ pub use inode::{
 pub use namespace::NewInode;
 pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
-pub use rename::RenameMode;
+pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
 pub use xattr::XattrMode;

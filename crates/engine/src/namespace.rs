@@ -22,16 +22,6 @@ pub struct NewInode<'a> {
 }
 
 impl Engine {
-    /// The inode `name` in `parent` points to, if any, without counting an operation (for
-    /// an adapter's own bookkeeping, e.g. following a rename).
-    pub fn peek_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
-        let key = keys::entry_key(parent, name);
-        match self.store().get(Space::Meta, &key)? {
-            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?.0)),
-            None => Ok(None),
-        }
-    }
-
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
         self.stats().count(Op::Lookup);
         if name.len() > crate::engine::NAME_MAX_BYTES {

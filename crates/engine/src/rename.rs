@@ -25,6 +25,16 @@ struct DirDelta {
     subdirs: i32,
 }
 
+/// What a rename put where, for callers that track names (the FUSE adapter's table of
+/// kernel references).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renamed {
+    /// The inode now at the new name.
+    pub moved: u64,
+    /// With `RenameMode::Exchange`: the inode now at the old name.
+    pub exchanged: Option<u64>,
+}
+
 impl Engine {
     pub fn rename(
         &self,
@@ -33,7 +43,7 @@ impl Engine {
         newparent: u64,
         newname: &[u8],
         mode: RenameMode,
-    ) -> FsResult<()> {
+    ) -> FsResult<Renamed> {
         self.stats().count(Op::Rename);
         check_name(newname)?;
         let mut txn = self.begin()?;
@@ -45,6 +55,10 @@ impl Engine {
             txn.refuse_move_into_itself(src_ino, newparent)?;
         }
         let (mut from, mut to) = (DirDelta::default(), DirDelta::default());
+        let mut renamed = Renamed {
+            moved: src_ino,
+            exchanged: None,
+        };
         match (mode, dst) {
             (RenameMode::Exchange, None) => return Err(FsError::NotFound),
             (RenameMode::Exchange, Some((dst_ino, dst_kind))) => {
@@ -60,13 +74,14 @@ impl Engine {
                 txn.reparent(src_ino, newparent, crosses.then_some(to_project))?;
                 from.subdirs += dst_dir - src_dir;
                 to.subdirs += src_dir - dst_dir;
+                renamed.exchanged = Some(dst_ino);
             }
             (RenameMode::NoReplace, Some(_)) => return Err(FsError::Exists),
             (_, dst) => {
                 if let Some((dst_ino, dst_kind)) = dst {
                     if dst_ino == src_ino {
                         // Two links to one inode: POSIX says do nothing.
-                        return Ok(());
+                        return Ok(renamed);
                     }
                     txn.remove_rename_target(newparent, dst_ino, dst_kind, src_kind)?;
                     to.entries -= 1;
@@ -84,7 +99,8 @@ impl Engine {
             }
         }
         txn.apply_dir_deltas(parent, from, newparent, to)?;
-        txn.commit()
+        txn.commit()?;
+        Ok(renamed)
     }
 }
 

@@ -13,9 +13,9 @@ use common::*;
 const THREADS: u64 = 4;
 const OPS_PER_THREAD: usize = 1500;
 
-fn tolerated(result: Result<(), FsError>, what: &str) -> bool {
+fn tolerated<T>(result: Result<T, FsError>, what: &str) -> bool {
     match result {
-        Ok(()) => true,
+        Ok(_) => true,
         Err(
             FsError::NotFound
             | FsError::Exists

@@ -235,15 +235,21 @@ both_backends! {
     }
 }
 
+/// `populate(seed)`, then `ops` random operations from the root (random generator seeded
+/// with `11 * seed`).
+fn populate_and_mix(fs: &Engine, seed: u64, ops: usize) {
+    populate(fs, seed);
+    let mut rng = Lcg::new(11 * seed);
+    let mut dirs = vec![ROOT_INO];
+    for _ in 0..ops {
+        random_op(fs, &mut rng, ROOT_INO, &mut dirs, 10);
+    }
+}
+
 #[test]
 fn fsck_agrees_with_the_api_after_a_random_mix() {
     let fs = disk_with(no_thread());
-    populate(&fs, 3);
-    let mut rng = Lcg::new(33);
-    let mut dirs = vec![ROOT_INO];
-    for _ in 0..2500 {
-        random_op(&fs, &mut rng, ROOT_INO, &mut dirs, 10);
-    }
+    populate_and_mix(&fs, 3, 2500);
     let walk = assert_consistent(&fs, &[]);
     let closed = fs.close();
     let report = assert_fsck_clean(&closed.store);
@@ -262,12 +268,7 @@ fn fsck_agrees_with_the_api_after_a_random_mix() {
 #[test]
 fn compaction_keeps_every_file_and_drops_overwritten_versions() {
     let fs = disk_with(no_thread());
-    populate(&fs, 4);
-    let mut rng = Lcg::new(44);
-    let mut dirs = vec![ROOT_INO];
-    for _ in 0..1500 {
-        random_op(&fs, &mut rng, ROOT_INO, &mut dirs, 10);
-    }
+    populate_and_mix(&fs, 4, 1500);
     let before = snapshot(&fs);
     fs.sync().unwrap();
     let (_, store_before) = fs.stats_snapshot();

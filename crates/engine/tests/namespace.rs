@@ -485,11 +485,13 @@ fn read_only_disk_engine_serves_reads_and_refuses_every_mutation() {
         ("rmdir", ro.rmdir(ROOT_INO, b"d")),
         (
             "rename",
-            ro.rename(ROOT_INO, b"d", ROOT_INO, b"e", RenameMode::Replace),
+            ro.rename(ROOT_INO, b"d", ROOT_INO, b"e", RenameMode::Replace)
+                .map(|_| ()),
         ),
         (
             "exchange",
-            ro.rename(ROOT_INO, b"d", ROOT_INO, b"big", RenameMode::Exchange),
+            ro.rename(ROOT_INO, b"d", ROOT_INO, b"big", RenameMode::Exchange)
+                .map(|_| ()),
         ),
         ("write", ro.write(file.ino, 0, b"x").map(|_| ())),
         (

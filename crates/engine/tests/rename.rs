@@ -24,6 +24,18 @@ fn attr(fs: &Engine, ino: u64) -> Inode {
 }
 
 both_backends! {
+    fn rename_reports_which_inode_went_where(fs) {
+        let t = tree(fs);
+        let f = mkfile(fs, t.a.ino, b"f");
+        let g = mkfile(fs, t.b.ino, b"g");
+        let moved = fs.rename(t.a.ino, b"f", t.b.ino, b"h", RenameMode::Replace).unwrap();
+        assert_eq!(moved, Renamed { moved: f.ino, exchanged: None });
+        let swapped = fs.rename(t.b.ino, b"h", t.b.ino, b"g", RenameMode::Exchange).unwrap();
+        assert_eq!(swapped, Renamed { moved: f.ino, exchanged: Some(g.ino) });
+    }
+}
+
+both_backends! {
     fn move_a_file_across_directories(fs) {
         let t = tree(fs);
         let file = mkfile_with(fs, t.a.ino, b"f", b"payload");

@@ -100,16 +100,6 @@ impl ShoalFs {
 
     /// Replies with an entry and counts the kernel's new reference to it, reached as
     /// `name` in `parent`.
-    /// Keeps the lookup table's name for whatever a rename put at `name` in `parent`, so
-    /// memory-budget evictions ask the kernel for names that exist.
-    fn follow_rename(&self, parent: u64, name: &[u8]) {
-        match self.engine.peek_entry(parent, name) {
-            Ok(Some(ino)) => self.lookups.renamed(ino, parent, name),
-            Ok(None) => {}
-            Err(error) => tracing::warn!("after a rename, reading the entry back failed: {error}"),
-        }
-    }
-
     fn reply_entry(&self, reply: ReplyEntry, parent: u64, name: &[u8], result: FsResult<Inode>) {
         match result {
             Ok(inode) => {
@@ -474,7 +464,6 @@ impl fuser::Filesystem for ShoalFs {
         } else {
             RenameMode::Replace
         };
-        let exchange = matches!(mode, RenameMode::Exchange);
         let result = self.engine.rename(
             parent.0,
             name.as_bytes(),
@@ -482,13 +471,15 @@ impl fuser::Filesystem for ShoalFs {
             newname.as_bytes(),
             mode,
         );
-        if result.is_ok() {
-            self.follow_rename(newparent.0, newname.as_bytes());
-            if exchange {
-                self.follow_rename(parent.0, name.as_bytes());
+        if let Ok(renamed) = result {
+            // Evictions must ask the kernel for the names these inodes have now.
+            self.lookups
+                .renamed(renamed.moved, newparent.0, newname.as_bytes());
+            if let Some(exchanged) = renamed.exchanged {
+                self.lookups.renamed(exchanged, parent.0, name.as_bytes());
             }
         }
-        Self::reply_empty(reply, result);
+        Self::reply_empty(reply, result.map(|_| ()));
     }
 
     fn link(

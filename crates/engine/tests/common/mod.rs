@@ -13,7 +13,7 @@ pub use shoal_engine::fsck::{fsck_store_dir, FsckReport};
 pub use shoal_engine::store_dir::StoreDirError;
 pub use shoal_engine::{
     Caller, Content, DirEntry, Engine, EngineConfig, FileKind, FsError, Inode, NewInode, OpenError,
-    RenameMode, SetAttr, SetTime, Timestamp, Usage, UsageKey, UsageOwner, XattrMode,
+    RenameMode, Renamed, SetAttr, SetTime, Timestamp, Usage, UsageKey, UsageOwner, XattrMode,
     MAX_FILE_BYTES, NAME_MAX_BYTES, ROOT_INO,
 };
 
@@ -632,7 +632,7 @@ pub fn random_op(
             if result.is_ok() {
                 dirs.retain(|&d| fs.getattr(d).is_ok());
             }
-            ok("rename", result)
+            ok("rename", result.map(|_| ()))
         }
         82..=87 => {
             let name = pick(rng, false);
