@@ -128,6 +128,11 @@ impl From<StoreMetrics> for StoreReport {
 pub struct MemoryReport {
     /// Resident set of the daemon (/proc/self/statm).
     pub rss_bytes: u64,
+    /// malloc's heap: bytes in use, and bytes freed but still held (fragmentation).
+    #[serde(default)]
+    pub heap_in_use_bytes: u64,
+    #[serde(default)]
+    pub heap_free_bytes: u64,
     /// Inodes the kernel holds references to, and the daemon's table of them.
     pub referenced_inodes: u64,
     pub lookup_table_bytes: u64,
@@ -155,6 +160,7 @@ impl StatsSource {
     pub fn report(&self) -> Option<StatsReport> {
         let (engine, store) = self.engine.upgrade()?.stats_snapshot();
         let fuse = self.fuse_stats.snapshot();
+        let heap = shoal_fuse::heap_bytes();
         Some(StatsReport {
             daemon_pid: std::process::id(),
             uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
@@ -181,6 +187,8 @@ impl StatsSource {
             store: store.into(),
             memory: MemoryReport {
                 rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
+                heap_in_use_bytes: heap.in_use,
+                heap_free_bytes: heap.free,
                 referenced_inodes: fuse.referenced_inodes,
                 lookup_table_bytes: fuse.lookup_table_bytes,
                 lookup_table_bytes_per_inode: fuse

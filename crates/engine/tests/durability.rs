@@ -293,6 +293,26 @@ fn compaction_keeps_every_file_and_drops_overwritten_versions() {
     assert_eq!(snapshot(&fs), before, "reopened after compaction");
 }
 
+#[test]
+fn configured_memtable_size_applies_to_a_store_made_with_another() {
+    // mkfs makes the keyspaces with the default tuning; fjall keeps the memtable size a
+    // keyspace was made with, so the engine must seal memtables at the size it is given.
+    let mut config = no_thread();
+    config.tuning.memtable_bytes = 1 << 20;
+    let fs = disk_with(config);
+    let dir = mkdir(&fs, ROOT_INO, b"d");
+    for i in 0..20_000u32 {
+        mkfile(&fs, dir.ino, format!("{i:032x}").as_bytes());
+    }
+    let (_, store) = fs.stats_snapshot();
+    // Each create costs fjall about 500 counted bytes: ~10 MB, ten times the memtable.
+    assert!(
+        store.sealed_memtables + store.table_count >= 5,
+        "memtables were not sealed at 1 MiB: {store:?}"
+    );
+    assert_eq!(names(&fs, dir.ino).len(), 20_000);
+}
+
 // ---- deliberate corruption: fsck must see it, open must refuse what it cannot use ----
 
 /// A closed store holding `/d/f` (inline), `/big` (chunked) and `/d/f2`.

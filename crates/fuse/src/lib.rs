@@ -19,7 +19,7 @@ use shoal_engine::Engine;
 pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
-pub use memory_budget::resident_bytes;
+pub use memory_budget::{heap_bytes, resident_bytes, HeapBytes};
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]

@@ -3,7 +3,9 @@
 //! keeps the dentries, which with 24 GiB of RAM is until unmount: a `find` over 20M files
 //! would grow the table without bound. Over budget, a background thread asks the kernel to
 //! drop the least recently looked-up names (FUSE_NOTIFY_INVAL_ENTRY); the kernel then sends
-//! FORGET for inodes nothing else holds, and the table shrinks.
+//! FORGET for inodes nothing else holds, and the table shrinks. The table gives way to
+//! everything else resident: the store's cache and write buffers as the store counts them,
+//! and the rest of the resident set (program, stacks, allocator slack) as measured.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +27,8 @@ const TARGET_PERCENT: u64 = 85;
 const MAX_EVICTIONS_PER_ROUND: usize = 100_000;
 /// Rounds after which names the kernel kept (open files, cwds, stale names) are retried.
 const RETRY_ROUNDS: u64 = 50;
-/// Rounds between two returns of the allocator's free memory to the system.
+/// Rounds between two readings of the resident set (each may return the allocator's free
+/// memory to the system, which holds malloc's locks while it walks the heap).
 const TRIM_ROUNDS: u64 = 10;
 /// glibc malloc arenas: its default (8 per core) lets each of the daemon's threads keep its
 /// own heap of freed memtable and request memory, which the budget never sees.
@@ -46,28 +49,63 @@ pub fn spawn(
         .spawn(move || {
             let mut round = 0u64;
             let mut retry_clock = stats.lookups.clock();
+            let mut uncounted_bytes = 0;
+            let mut warned = false;
             loop {
                 std::thread::sleep(CHECK_INTERVAL);
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                // The store's block cache and write buffers (memtables) are held whatever
-                // the kernel does; the lookup table gives way to fit them.
+                // The store's block cache, write buffers (memtables) and in-memory content
+                // are held whatever the kernel does; the lookup table gives way to fit them.
                 let store = engine.stats_snapshot().1;
-                let cache_bytes = store.cache_used_bytes + store.write_buffer_bytes;
+                let store_bytes =
+                    store.cache_used_bytes + store.write_buffer_bytes + store.in_memory_bytes;
                 drop(engine);
                 round += 1;
                 if round.is_multiple_of(RETRY_ROUNDS) {
                     stats.lookups.retry_kept_evictions(retry_clock);
                     retry_clock = stats.lookups.clock();
                 }
-                enforce(budget_bytes, cache_bytes, &stats, &notifier);
                 if round.is_multiple_of(TRIM_ROUNDS) {
-                    return_free_memory_over(budget_bytes);
+                    let counted = store_bytes + stats.lookups.table_bytes();
+                    uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted);
+                    if !warned && store_bytes + uncounted_bytes >= budget_bytes {
+                        warned = true;
+                        tracing::warn!(
+                            budget_bytes,
+                            store_bytes,
+                            uncounted_bytes,
+                            "the memory budget is below what the daemon holds besides its \
+                             table of kernel references: every reference is dropped"
+                        );
+                    }
                 }
+                enforce(
+                    budget_bytes,
+                    store_bytes + uncounted_bytes,
+                    &stats,
+                    &notifier,
+                );
             }
         })?;
     Ok(())
+}
+
+/// Resident memory that neither the lookup table nor the store accounts for: the program,
+/// thread stacks, request buffers, allocator slack. Near the budget, free heap memory
+/// (freed table entries, flushed memtables) is first handed back to the system, so it is
+/// not taken for memory in use and is not in the resident set either.
+fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64) -> u64 {
+    let Some(mut resident) = resident_bytes() else {
+        return 0;
+    };
+    if resident > budget_bytes * TARGET_PERCENT / 100 {
+        // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+        unsafe { libc::malloc_trim(0) };
+        resident = resident_bytes().unwrap_or(resident);
+    }
+    resident.saturating_sub(counted_bytes)
 }
 
 /// How many references to drop so the table plus the cache fit `TARGET_PERCENT` of the
@@ -107,15 +145,6 @@ fn enforce(budget_bytes: u64, cache_bytes: u64, stats: &FuseStats, notifier: &No
     }
 }
 
-/// Over budget by resident set, hands the allocator's free pages back to the system: freed
-/// memtables and request buffers otherwise stay resident in malloc's heaps.
-fn return_free_memory_over(budget_bytes: u64) {
-    if resident_bytes().is_some_and(|rss| rss > budget_bytes) {
-        // SAFETY: malloc_trim has no preconditions; it only releases free memory.
-        unsafe { libc::malloc_trim(0) };
-    }
-}
-
 /// This process's resident set: the second field of /proc/self/statm, in pages.
 pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -123,6 +152,23 @@ pub fn resident_bytes() -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page_bytes).ok()?)
+}
+
+/// The allocator's view of the heap: bytes handed out and bytes free but kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapBytes {
+    pub in_use: u64,
+    pub free: u64,
+}
+
+/// What glibc malloc holds, over all arenas and mmapped blocks (mallinfo2).
+pub fn heap_bytes() -> HeapBytes {
+    // SAFETY: mallinfo2 has no preconditions; it only reads allocator statistics.
+    let info = unsafe { libc::mallinfo2() };
+    HeapBytes {
+        in_use: (info.uordblks + info.hblkhd) as u64,
+        free: info.fordblks as u64,
+    }
 }
 
 #[cfg(test)]

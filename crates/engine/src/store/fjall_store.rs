@@ -1,7 +1,8 @@
 use std::path::Path;
 
 use fjall::{
-    Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode, Readable,
+    AbstractTree, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
+    Readable,
 };
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
@@ -9,10 +10,25 @@ use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 /// fjall refuses (panics on) a journal limit below this.
 pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Resident memory of a memtable, in percent of what fjall counts for it (keys, values and
+/// a fixed part per entry): skiplist towers and per-record allocations add about a third
+/// for shoal's small records (`examples/memtable_footprint` measures 1.33).
+pub const MEMTABLE_MEMORY_PERCENT: u64 = 135;
+
+/// Memory of memtables that fjall counts as `counted` bytes.
+pub fn memtable_memory_bytes(counted: u64) -> u64 {
+    counted.saturating_mul(MEMTABLE_MEMORY_PERCENT) / 100
+}
+
+/// The memtable size given to fjall for new keyspaces: above any configured size, so
+/// fjall's own rotation (by the size stored at creation) never comes first.
+const FJALL_MEMTABLE_CEILING: u64 = 4 << 30;
+
 /// Sizes handed to fjall; mount options set them.
 #[derive(Clone, Debug)]
 pub struct FjallTuning {
     pub cache_bytes: u64,
+    /// Memory one keyspace's active memtable may take before it is sealed and flushed.
     pub memtable_bytes: u64,
     /// fjall's background workers: memtable flushes and compactions.
     pub worker_threads: usize,
@@ -37,6 +53,8 @@ pub struct FjallStore {
     db: Database,
     meta: Keyspace,
     data: Keyspace,
+    /// `FjallTuning::memtable_bytes` in fjall's count (see `MEMTABLE_MEMORY_PERCENT`).
+    memtable_limit: u64,
 }
 
 impl From<fjall::Error> for StoreError {
@@ -61,18 +79,33 @@ impl FjallStore {
             .worker_threads(tuning.worker_threads.max(1))
             .max_journaling_size(tuning.journal_bytes.max(MIN_JOURNAL_BYTES))
             .open()?;
-        let memtable_bytes = tuning.memtable_bytes;
+        // fjall stores a keyspace's memtable size when it creates it (at mkfs) and never
+        // reads the option again; `rotate_if_full` applies the configured size instead.
         let meta = db.keyspace("meta", || {
-            KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+            KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_CEILING)
         })?;
         // File chunks go to blob files (key-value separation): compaction then moves
         // only their small index entries, not the bytes.
         let data = db.keyspace("data", || {
             KeyspaceCreateOptions::default()
-                .max_memtable_size(memtable_bytes)
+                .max_memtable_size(FJALL_MEMTABLE_CEILING)
                 .with_kv_separation(Some(KvSeparationOptions::default()))
         })?;
-        Ok(Self { db, meta, data })
+        Ok(Self {
+            db,
+            meta,
+            data,
+            memtable_limit: (tuning.memtable_bytes * 100 / MEMTABLE_MEMORY_PERCENT).max(1),
+        })
+    }
+
+    /// Seals a keyspace's memtable once it passes the configured size, so a flush writes
+    /// it out.
+    fn rotate_if_full(&self, keyspace: &Keyspace) -> Result<(), StoreError> {
+        if keyspace.tree.active_memtable().size() > self.memtable_limit {
+            keyspace.rotate_memtable()?;
+        }
+        Ok(())
     }
 
     fn keyspace(&self, space: Space) -> &Keyspace {
@@ -113,14 +146,21 @@ impl Store for FjallStore {
         // Buffer: the journal reaches the OS before we reply, so kill -9 loses nothing
         // acknowledged; the fsync (group commit) happens in `sync`.
         let mut fjall_batch = self.db.batch().durability(Some(PersistMode::Buffer));
+        let mut touched = [false; 2];
         for (space, key, value) in batch.into_items() {
             let keyspace = self.keyspace(space);
+            touched[space as usize] = true;
             match value {
                 Some(value) => fjall_batch.insert(keyspace, key, value),
                 None => fjall_batch.remove(keyspace, key),
             }
         }
         fjall_batch.commit()?;
+        for space in [Space::Meta, Space::Data] {
+            if touched[space as usize] {
+                self.rotate_if_full(self.keyspace(space))?;
+            }
+        }
         Ok(())
     }
 
@@ -155,7 +195,9 @@ impl Store for FjallStore {
             keyspaces.iter().map(|k| count(k) as u64).sum::<u64>()
         };
         StoreMetrics {
-            write_buffer_bytes: self.db.write_buffer_size(),
+            write_buffer_bytes: memtable_memory_bytes(self.db.write_buffer_size()),
+            write_buffer_counted_bytes: self.db.write_buffer_size(),
+            in_memory_bytes: 0,
             sealed_memtables: sum(&Keyspace::sealed_memtable_count),
             pending_flushes: self.db.outstanding_flushes() as u64,
             journal_count: self.db.journal_count() as u64,

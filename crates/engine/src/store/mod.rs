@@ -109,8 +109,13 @@ impl Batch {
 /// no such thing (the memory store has no memtables, journal or cache).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreMetrics {
-    /// Active plus sealed memtables of all keyspaces.
+    /// Memory of the active plus sealed memtables of all keyspaces (estimated: the store's
+    /// own count times what a counted byte costs in memory).
     pub write_buffer_bytes: u64,
+    /// The same memtables as the store counts them (keys, values, a fixed part per entry).
+    pub write_buffer_counted_bytes: u64,
+    /// Key and value bytes of a store that lives in memory (the memory store's content).
+    pub in_memory_bytes: u64,
     /// Memtables sealed and waiting to be flushed; fjall halts writers at 4 per keyspace.
     pub sealed_memtables: u64,
     /// Flush tasks queued.
