@@ -37,7 +37,7 @@ impl Default for MountOptions {
             allow_other: false,
             threads: 2,
             cache_bytes: 256 << 20,
-            memtable_bytes: 64 << 20,
+            memtable_bytes: 96 << 20,
             compaction_threads: 2,
             journal_bytes: 512 << 20,
             memory_bytes: 1024 << 20,

@@ -41,7 +41,7 @@ impl Default for FjallTuning {
     fn default() -> Self {
         Self {
             cache_bytes: 256 * 1024 * 1024,
-            memtable_bytes: 64 * 1024 * 1024,
+            memtable_bytes: 96 * 1024 * 1024,
             worker_threads: 2,
             journal_bytes: 512 * 1024 * 1024,
         }
