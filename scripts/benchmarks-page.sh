@@ -6,6 +6,7 @@
 #   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects
 #   docs/bench/quota.md  scripts/bench-quota.sh
 #   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
+#   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
 #   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
 # Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
 set -euo pipefail
@@ -30,6 +31,7 @@ assembles this page from the reports under `docs/bench/`.
 - [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
 - [quotas](#quotas-issue-4): `docs/bench/quota.md`
 - [metadata bytes per empty file](#store-bytes): `docs/bench/store-bytes.md`
+- [one directory grown to a million files](#bigdir): `docs/bench/bigdir.md`
 - core benchmark against the FUSE ceiling (fs_mark, tar xf, find -ls, rm -rf vs `shoal mount
   --memory` and a minimal fuser FS): [`docs/bench/core.md`](docs/bench/core.md)
 
@@ -59,3 +61,9 @@ echo
 echo '<a id="store-bytes"></a>'
 echo
 sed -e 's/^#/##/' docs/bench/store-bytes.md
+if [[ -f docs/bench/bigdir.md ]]; then
+    echo
+    echo '<a id="bigdir"></a>'
+    echo
+    sed -e 's/^#/##/' docs/bench/bigdir.md
+fi

@@ -34,8 +34,9 @@ const TRIM_ROUNDS: u64 = 10;
 /// own heap of freed memtable and request memory, which the budget never sees.
 const MALLOC_ARENAS: libc::c_int = 2;
 
-/// Starts the thread that keeps the lookup table plus the engine's block cache within
-/// `budget_bytes`. It ends when the engine is dropped.
+/// Starts the thread that keeps the daemon's resident set (the lookup table, the store's
+/// cache and write buffers, and the rest) within `budget_bytes` by shrinking the table. It
+/// ends when the engine is dropped.
 pub fn spawn(
     budget_bytes: u64,
     engine: Weak<Engine>,
@@ -108,19 +109,19 @@ fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64) -> u64 {
     resident.saturating_sub(counted_bytes)
 }
 
-/// How many references to drop so the table plus the cache fit `TARGET_PERCENT` of the
-/// budget; 0 when within budget.
+/// How many references to drop so the table plus everything else held (`held_bytes`) fit
+/// `TARGET_PERCENT` of the budget; 0 when within budget.
 pub(crate) fn references_to_drop(
     budget_bytes: u64,
-    cache_bytes: u64,
+    held_bytes: u64,
     table_bytes: u64,
     referenced: u64,
 ) -> usize {
-    if table_bytes + cache_bytes <= budget_bytes || referenced == 0 {
+    if table_bytes + held_bytes <= budget_bytes || referenced == 0 {
         return 0;
     }
     let target = budget_bytes * TARGET_PERCENT / 100;
-    let excess = (table_bytes + cache_bytes).saturating_sub(target);
+    let excess = (table_bytes + held_bytes).saturating_sub(target);
     let bytes_per_reference = (table_bytes / referenced).max(1);
     let wanted = excess.div_ceil(bytes_per_reference).min(referenced);
     usize::try_from(wanted)
@@ -128,10 +129,10 @@ pub(crate) fn references_to_drop(
         .min(MAX_EVICTIONS_PER_ROUND)
 }
 
-fn enforce(budget_bytes: u64, cache_bytes: u64, stats: &FuseStats, notifier: &Notifier) {
+fn enforce(budget_bytes: u64, held_bytes: u64, stats: &FuseStats, notifier: &Notifier) {
     let wanted = references_to_drop(
         budget_bytes,
-        cache_bytes,
+        held_bytes,
         stats.lookups.table_bytes(),
         stats.lookups.referenced_inodes(),
     );
