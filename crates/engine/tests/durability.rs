@@ -305,9 +305,10 @@ fn configured_memtable_size_applies_to_a_store_made_with_another() {
         mkfile(&fs, dir.ino, format!("{i:032x}").as_bytes());
     }
     let (_, store) = fs.stats_snapshot();
-    // Each create costs fjall about 500 counted bytes: ~10 MB, ten times the memtable.
+    // Each create costs fjall about 500 counted bytes: ~10 MB, ten times the memtable, so
+    // tables were flushed and what is still in memory is a memtable or two.
     assert!(
-        store.sealed_memtables + store.table_count >= 5,
+        store.table_count >= 1 && store.write_buffer_bytes < 4 << 20,
         "memtables were not sealed at 1 MiB: {store:?}"
     );
     assert_eq!(names(&fs, dir.ino).len(), 20_000);

@@ -1,4 +1,8 @@
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use fjall::{
     AbstractTree, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
@@ -55,6 +59,70 @@ pub struct FjallStore {
     data: Keyspace,
     /// `FjallTuning::memtable_bytes` in fjall's count (see `MEMTABLE_MEMORY_PERCENT`).
     memtable_limit: u64,
+    sealer: Sealer,
+}
+
+/// Seals full memtables on its own thread, as fjall does for the size it knows: sealing
+/// takes 5-25 ms here (version and journal upkeep), too long for the request that filled
+/// the memtable to wait.
+struct Sealer {
+    /// `None` once the store is being dropped, which ends the thread.
+    requests: Option<SyncSender<Space>>,
+    /// Per space: a seal is requested and not yet done.
+    pending: Arc<[AtomicBool; 2]>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sealer {
+    fn start(meta: Keyspace, data: Keyspace) -> Result<Self, StoreError> {
+        let (requests, received) = sync_channel::<Space>(2);
+        let pending: Arc<[AtomicBool; 2]> = Arc::default();
+        let done = pending.clone();
+        let thread = std::thread::Builder::new()
+            .name("shoal-sealer".into())
+            .spawn(move || {
+                for space in received {
+                    let keyspace = match space {
+                        Space::Meta => &meta,
+                        Space::Data => &data,
+                    };
+                    if let Err(error) = keyspace.rotate_memtable() {
+                        tracing::warn!(?space, %error, "sealing a full memtable failed");
+                    }
+                    done[space as usize].store(false, Ordering::Release);
+                }
+            })
+            .map_err(StoreError::Io)?;
+        Ok(Self {
+            requests: Some(requests),
+            pending,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for `space`'s memtable to be sealed, unless that is already under way.
+    fn request(&self, space: Space) {
+        if self.pending[space as usize].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let sent = self
+            .requests
+            .as_ref()
+            .is_some_and(|requests| requests.try_send(space).is_ok());
+        if !sent {
+            self.pending[space as usize].store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for FjallStore {
+    fn drop(&mut self) {
+        // The thread holds keyspace handles: it must be gone before the database closes.
+        drop(self.sealer.requests.take());
+        if let Some(thread) = self.sealer.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl From<fjall::Error> for StoreError {
@@ -80,7 +148,7 @@ impl FjallStore {
             .max_journaling_size(tuning.journal_bytes.max(MIN_JOURNAL_BYTES))
             .open()?;
         // fjall stores a keyspace's memtable size when it creates it (at mkfs) and never
-        // reads the option again; `rotate_if_full` applies the configured size instead.
+        // reads the option again; `seal_if_full` applies the configured size instead.
         let meta = db.keyspace("meta", || {
             KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_CEILING)
         })?;
@@ -91,21 +159,22 @@ impl FjallStore {
                 .max_memtable_size(FJALL_MEMTABLE_CEILING)
                 .with_kv_separation(Some(KvSeparationOptions::default()))
         })?;
+        let sealer = Sealer::start(meta.clone(), data.clone())?;
         Ok(Self {
             db,
             meta,
             data,
             memtable_limit: (tuning.memtable_bytes * 100 / MEMTABLE_MEMORY_PERCENT).max(1),
+            sealer,
         })
     }
 
-    /// Seals a keyspace's memtable once it passes the configured size, so a flush writes
-    /// it out.
-    fn rotate_if_full(&self, keyspace: &Keyspace) -> Result<(), StoreError> {
-        if keyspace.tree.active_memtable().size() > self.memtable_limit {
-            keyspace.rotate_memtable()?;
+    /// Has a keyspace's memtable sealed once it passes the configured size, so a flush
+    /// writes it out.
+    fn seal_if_full(&self, space: Space) {
+        if self.keyspace(space).tree.active_memtable().size() > self.memtable_limit {
+            self.sealer.request(space);
         }
-        Ok(())
     }
 
     fn keyspace(&self, space: Space) -> &Keyspace {
@@ -158,7 +227,7 @@ impl Store for FjallStore {
         fjall_batch.commit()?;
         for space in [Space::Meta, Space::Data] {
             if touched[space as usize] {
-                self.rotate_if_full(self.keyspace(space))?;
+                self.seal_if_full(space);
             }
         }
         Ok(())
