@@ -372,6 +372,18 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     );
     gauge(
         out,
+        "shoal_heap_in_use_bytes",
+        "Heap memory the allocator has handed out.",
+        memory.heap_in_use_bytes,
+    );
+    gauge(
+        out,
+        "shoal_heap_free_bytes",
+        "Heap memory freed but still held by the allocator.",
+        memory.heap_free_bytes,
+    );
+    gauge(
+        out,
         "shoal_referenced_inodes",
         "Inodes the kernel holds references to.",
         memory.referenced_inodes,
@@ -385,7 +397,7 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     gauge(
         out,
         "shoal_memory_budget_bytes",
-        "Bound on the kernel-reference table plus the block cache (memory=).",
+        "Bound on the daemon's resident memory, kept by dropping kernel references (memory=).",
         memory.budget_bytes,
     );
     counter(
@@ -435,6 +447,7 @@ mod tests {
         report.engine.commits = 7;
         report.engine.log_bytes = 12_345;
         report.memory.rss_bytes = 40 << 20;
+        report.memory.heap_free_bytes = 3 << 20;
         report
     }
 
@@ -489,6 +502,7 @@ mod tests {
         assert_eq!(samples["shoal_commits_total"], 7.0);
         assert_eq!(samples["shoal_log_bytes_total"], 12_345.0);
         assert_eq!(samples["shoal_rss_bytes"], (40u64 << 20) as f64);
+        assert_eq!(samples["shoal_heap_free_bytes"], (3u64 << 20) as f64);
         assert_eq!(
             samples["shoal_op_latency_seconds_count{op=\"create\"}"],
             3.0
