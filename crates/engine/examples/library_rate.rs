@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use shoal_engine::{Caller, Engine, EngineConfig, FileKind, NewInode, ROOT_INO};
+use shoal_engine::{Caller, Engine, EngineConfig, NewInode, ROOT_INO};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -23,12 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Engine::open(&dir, EngineConfig::default())?
     };
     let dir = engine.mkdir(ROOT_INO, b"d", 0o755, Caller::ROOT)?.ino;
-    let file = NewInode {
-        kind: FileKind::Regular,
-        perm: 0o644,
-        rdev: 0,
-        target: b"",
-    };
+    let file = NewInode::regular(0o644);
     let payload = [7u8; 100];
 
     let started = Instant::now();

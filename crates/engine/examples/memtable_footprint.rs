@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use shoal_engine::{Caller, Engine, EngineConfig, FileKind, NewInode, ROOT_INO};
+use shoal_engine::{Caller, Engine, EngineConfig, NewInode, ROOT_INO};
 
 fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -31,12 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.commit_interval = None;
     Engine::mkfs(&dir, false)?;
     let engine = Engine::open(&dir, config)?;
-    let file = NewInode {
-        kind: FileKind::Regular,
-        perm: 0o644,
-        rdev: 0,
-        target: b"",
-    };
+    let file = NewInode::regular(0o644);
     let rss_before = resident_bytes().unwrap_or(0);
     let buffered_before = engine.stats_snapshot().1.write_buffer_counted_bytes;
     let mut parent = ROOT_INO;

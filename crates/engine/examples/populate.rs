@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use shoal_engine::{Caller, Engine, EngineConfig, FileKind, NewInode, ROOT_INO};
+use shoal_engine::{Caller, Engine, EngineConfig, NewInode, ROOT_INO};
 
 const FILES_PER_DIR: u64 = 1000;
 
@@ -26,12 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = PathBuf::from(store);
     Engine::mkfs(&store, false)?;
     let engine = Engine::open(&store, EngineConfig::default())?;
-    let file = NewInode {
-        kind: FileKind::Regular,
-        perm: 0o644,
-        rdev: 0,
-        target: b"",
-    };
+    let file = NewInode::regular(0o644);
     let payload = [7u8; 100];
     let started = Instant::now();
     let mut dir = ROOT_INO;

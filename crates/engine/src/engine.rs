@@ -236,6 +236,11 @@ impl Engine {
         (self.stats.snapshot(), self.store.metrics())
     }
 
+    /// Memory the store holds whatever the kernel does (see `Store::memory_bytes`).
+    pub fn store_memory_bytes(&self) -> u64 {
+        self.store.memory_bytes()
+    }
+
     /// Makes everything durable, then compacts the store (see `Store::compact`); for
     /// measuring the settled size of a store and for offline maintenance.
     pub fn compact(&self) -> FsResult<()> {

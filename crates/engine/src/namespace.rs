@@ -21,6 +21,18 @@ pub struct NewInode<'a> {
     pub target: &'a [u8],
 }
 
+impl NewInode<'static> {
+    /// A regular file with permission bits `perm`.
+    pub fn regular(perm: u16) -> Self {
+        NewInode {
+            kind: FileKind::Regular,
+            perm,
+            rdev: 0,
+            target: b"",
+        }
+    }
+}
+
 impl Engine {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
         self.stats().count(Op::Lookup);

@@ -59,9 +59,7 @@ pub fn spawn(
                 };
                 // The store's block cache, write buffers (memtables) and in-memory content
                 // are held whatever the kernel does; the lookup table gives way to fit them.
-                let store = engine.stats_snapshot().1;
-                let store_bytes =
-                    store.cache_used_bytes + store.write_buffer_bytes + store.in_memory_bytes;
+                let store_bytes = engine.store_memory_bytes();
                 drop(engine);
                 round += 1;
                 if round.is_multiple_of(RETRY_ROUNDS) {

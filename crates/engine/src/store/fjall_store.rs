@@ -242,6 +242,10 @@ impl Store for FjallStore {
         self.db.disk_space().unwrap_or(0)
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.db.cache_size() + memtable_memory_bytes(self.db.write_buffer_size())
+    }
+
     fn snapshot(&self) -> Box<dyn StoreView> {
         Box::new(FjallSnapshot {
             snapshot: self.db.snapshot(),
@@ -266,7 +270,6 @@ impl Store for FjallStore {
         StoreMetrics {
             write_buffer_bytes: memtable_memory_bytes(self.db.write_buffer_size()),
             write_buffer_counted_bytes: self.db.write_buffer_size(),
-            in_memory_bytes: 0,
             sealed_memtables: sum(&Keyspace::sealed_memtable_count),
             pending_flushes: self.db.outstanding_flushes() as u64,
             journal_count: self.db.journal_count() as u64,

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use parking_lot::RwLock;
 
-use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use super::{Batch, Scan, Space, Store, StoreError, StoreView};
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -82,11 +82,8 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn metrics(&self) -> StoreMetrics {
-        StoreMetrics {
-            in_memory_bytes: self.spaces.read().bytes,
-            ..StoreMetrics::default()
-        }
+    fn memory_bytes(&self) -> u64 {
+        self.spaces.read().bytes
     }
 
     fn sync(&self) -> Result<(), StoreError> {
@@ -162,11 +159,11 @@ mod tests {
         let store = MemoryStore::new();
         write(&store, Space::Meta, b"key", Some(b"12345"));
         write(&store, Space::Data, b"key", Some(b"1"));
-        assert_eq!(store.metrics().in_memory_bytes, 8 + 4);
+        assert_eq!(store.memory_bytes(), 8 + 4);
         write(&store, Space::Meta, b"key", Some(b"12"));
-        assert_eq!(store.metrics().in_memory_bytes, 5 + 4);
+        assert_eq!(store.memory_bytes(), 5 + 4);
         write(&store, Space::Meta, b"key", None);
         write(&store, Space::Meta, b"absent", None);
-        assert_eq!(store.metrics().in_memory_bytes, 4);
+        assert_eq!(store.memory_bytes(), 4);
     }
 }

@@ -114,8 +114,6 @@ pub struct StoreMetrics {
     pub write_buffer_bytes: u64,
     /// The same memtables as the store counts them (keys, values, a fixed part per entry).
     pub write_buffer_counted_bytes: u64,
-    /// Key and value bytes of a store that lives in memory (the memory store's content).
-    pub in_memory_bytes: u64,
     /// Memtables sealed and waiting to be flushed; fjall halts writers at 4 per keyspace.
     pub sealed_memtables: u64,
     /// Flush tasks queued.
@@ -178,6 +176,11 @@ pub trait Store: StoreView {
     fn metrics(&self) -> StoreMetrics {
         StoreMetrics::default()
     }
+
+    /// Memory the store holds whatever the kernel does (block cache, write buffers, or all
+    /// of its content for a store in RAM), for the memory budget. Cheap: no I/O, no locks
+    /// shared with writers.
+    fn memory_bytes(&self) -> u64;
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;

@@ -158,12 +158,7 @@ pub fn open_err(dir: &Path, config: EngineConfig) -> OpenError {
 }
 
 pub fn regular() -> NewInode<'static> {
-    NewInode {
-        kind: FileKind::Regular,
-        perm: 0o644,
-        rdev: 0,
-        target: b"",
-    }
+    NewInode::regular(0o644)
 }
 
 pub fn special(kind: FileKind) -> NewInode<'static> {
