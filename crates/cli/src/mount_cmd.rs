@@ -276,6 +276,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         capacity_path: request.store.clone(),
         memory_budget_bytes: Some(request.options.memory_bytes),
         writeback_cache: request.options.writeback,
+        io_uring: request.options.uring,
     };
     let session = shoal_fuse::mount(
         engine.clone(),
@@ -286,16 +287,27 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
     shoal_fuse::start_memory_budget(&session, &engine, &config, fuse_stats.clone())
         .context("cannot start the memory budget")?;
+    let transport = if session.uses_io_uring() {
+        "io_uring"
+    } else {
+        "/dev/fuse"
+    };
+    if !session.uses_io_uring() && request.options.uring {
+        tracing::info!(
+            "FUSE over io_uring is off in the kernel (fuse module parameter enable_uring=N)"
+        );
+    }
     let stats = Arc::new(StatsSource {
         engine: Arc::downgrade(&engine),
         fuse_stats,
         started: Instant::now(),
         memory_budget_bytes: request.options.memory_bytes,
+        fuse_transport: transport,
     });
     start_reporting(stats, metrics)?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
-        "mounted {} on {} ({:?})",
+        "mounted {} on {} over {transport} ({:?})",
         request
             .store
             .as_ref()

@@ -27,6 +27,8 @@ pub struct MountOptions {
     pub metrics: Option<SocketAddr>,
     /// The kernel's writeback cache (`writeback=on|off`).
     pub writeback: bool,
+    /// FUSE over io_uring when the kernel allows it (`uring=on|off`).
+    pub uring: bool,
 }
 
 impl Default for MountOptions {
@@ -43,6 +45,7 @@ impl Default for MountOptions {
             memory_bytes: 1024 << 20,
             metrics: None,
             writeback: true,
+            uring: true,
         }
     }
 }
@@ -102,11 +105,12 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "metrics" => options.metrics = Some(socket_address(key, value)?),
             "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
             "writeback" => options.writeback = on_off(key, value)?,
+            "uring" => options.uring = on_off(key, value)?,
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
         }
     }
     // The block cache and the two keyspaces' memtables count against the budget; at or
@@ -149,6 +153,8 @@ mod tests {
         assert_eq!(options.memory_bytes, 4 << 20);
         assert!(options.writeback, "writeback cache on by default");
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
+        assert!(options.uring, "io_uring offered by default");
+        assert!(!parse(&["uring=off".into()]).unwrap().uring);
         assert!(
             parse(&["writeback=off,writeback=on".into()])
                 .unwrap()

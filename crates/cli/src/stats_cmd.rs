@@ -98,10 +98,11 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "shoal stats {}  pid {}  up {}  interval {:.1}s",
+        "shoal stats {}  pid {}  up {}  over {}  interval {:.1}s",
         mountpoint.display(),
         current.daemon_pid,
         duration(current.uptime_ns),
+        current.fuse_transport,
         interval_s
     );
     let _ = writeln!(

@@ -16,6 +16,8 @@ pub struct StatsReport {
     /// daemon (counters back at zero) and compute rates over exact intervals.
     pub daemon_pid: u32,
     pub uptime_ns: u64,
+    /// How requests reach the daemon: "io_uring" or "/dev/fuse".
+    pub fuse_transport: String,
     /// Every FUSE request type, counted and timed from the handler's entry to its reply.
     pub ops: Vec<OpReport>,
     pub engine: EngineReport,
@@ -153,6 +155,7 @@ pub struct StatsSource {
     pub fuse_stats: Arc<FuseStats>,
     pub started: Instant,
     pub memory_budget_bytes: u64,
+    pub fuse_transport: &'static str,
 }
 
 impl StatsSource {
@@ -164,6 +167,7 @@ impl StatsSource {
         Some(StatsReport {
             daemon_pid: std::process::id(),
             uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            fuse_transport: self.fuse_transport.to_string(),
             ops: fuse
                 .ops
                 .iter()
@@ -221,6 +225,7 @@ mod tests {
             fuse_stats: Arc::new(FuseStats::default()),
             started: Instant::now(),
             memory_budget_bytes: 1 << 30,
+            fuse_transport: "io_uring",
         };
         let report = source.report().unwrap();
         assert!(report.memory.rss_bytes > 0);

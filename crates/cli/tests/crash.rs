@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{errno, errno_name, poll, read_tree, renamed_path, Mounted, TreeNode};
+use common::{
+    errno, errno_name, is_dead_connection, poll, read_tree, renamed_path, Mounted, TreeNode,
+};
 use shoal_bench::SplitMix64;
 
 const ROUNDS: u64 = 20;
@@ -337,10 +339,8 @@ fn kill_dash_nine_loses_nothing_acknowledged() {
                 ops[done].describe(),
                 errno_name(code)
             );
-            // An aborted connection fails new requests with ENOTCONN and the one in flight
-            // with ECONNABORTED.
             assert!(
-                code == libc::ENOTCONN || code == libc::ECONNABORTED,
+                is_dead_connection(code),
                 "round {round}: op {done} ({}) failed with {error} ({}) instead of a dead connection",
                 ops[done].describe(),
                 errno_name(code)

@@ -1040,6 +1040,12 @@ fn odd_sized_writes_without_the_writeback_cache() {
     odd_sized_writes(&["writeback=off"]);
 }
 
+/// Over /dev/fuse instead of io_uring (the transport used when the kernel has no ring).
+#[test]
+fn odd_sized_writes_over_dev_fuse() {
+    odd_sized_writes(&["uring=off"]);
+}
+
 fn odd_sized_writes(options: &[&str]) {
     let mut m = Mounted::with_options(options);
     let path = m.path("data");

@@ -206,3 +206,36 @@ fn bad_or_taken_metrics_addresses_fail_the_mount() {
         assert!(!is_mounted(&mnt), "{option} left a mount");
     }
 }
+
+/// What the kernel allows: FUSE over io_uring needs the fuse module's `enable_uring`
+/// (`scripts/setup` sets it when it can).
+fn kernel_offers_io_uring() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|value| value.trim() == "Y")
+}
+
+#[test]
+fn requests_come_over_io_uring_when_the_kernel_allows_and_uring_off_opts_out() {
+    let expected = if kernel_offers_io_uring() {
+        "io_uring"
+    } else {
+        "/dev/fuse"
+    };
+    let mut m = Mounted::new();
+    fs::write(m.path("f"), b"over the ring").unwrap();
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"over the ring");
+    let stats = stats_json(&m.mnt);
+    assert_eq!(stats["fuse_transport"], expected, "{stats}");
+    // Requests were answered on the transport the report names (creates and writes counted).
+    assert!(
+        count(&stats, "create") >= 1 && count(&stats, "write") >= 1,
+        "{stats}"
+    );
+    m.umount();
+
+    m.set_options(&["uring=off"]);
+    m.mount();
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"over the ring");
+    assert_eq!(stats_json(&m.mnt)["fuse_transport"], "/dev/fuse");
+    m.finish();
+}

@@ -43,6 +43,7 @@ pub struct ShoalFs {
     dirs: DirCursors,
     stats: Arc<FuseStats>,
     writeback_cache: bool,
+    io_uring: bool,
 }
 
 fn caller(req: &Request) -> Caller {
@@ -71,6 +72,9 @@ fn kernel_timestamp(at: SystemTime) -> Timestamp {
     }
 }
 
+/// Largest write the kernel sends in one request.
+const MAX_WRITE_BYTES: u32 = 1 << 20;
+
 impl ShoalFs {
     pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>, stats: Arc<FuseStats>) -> Self {
         Self {
@@ -80,7 +84,14 @@ impl ShoalFs {
             dirs: DirCursors::default(),
             stats,
             writeback_cache: true,
+            io_uring: true,
         }
+    }
+
+    /// Whether to offer FUSE over io_uring at init (used when the kernel offers it too).
+    pub fn with_io_uring(mut self, enabled: bool) -> Self {
+        self.io_uring = enabled;
+        self
     }
 
     /// Whether to ask the kernel for its writeback cache at init.
@@ -279,9 +290,13 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_OVER_IO_URING,
         ];
         for flag in wanted {
             if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
+                continue;
+            }
+            if flag == InitFlags::FUSE_OVER_IO_URING && !self.io_uring {
                 continue;
             }
             if config.add_capabilities(flag).is_err() {
@@ -289,6 +304,9 @@ impl fuser::Filesystem for ShoalFs {
             }
         }
         let _ = config.set_max_background(64);
+        // Requests are at most 1 MiB anyway (the kernel's page limit per request); a smaller
+        // max_write keeps each io_uring entry's payload buffer at 1 MiB instead of 16.
+        let _ = config.set_max_write(MAX_WRITE_BYTES);
         Ok(())
     }
 

@@ -527,6 +527,13 @@ pub fn assert_errno<T: std::fmt::Debug>(result: std::io::Result<T>, expected: i3
     }
 }
 
+/// How a request fails when the daemon died under it: a new request gets ENOTCONN, the one
+/// in flight on /dev/fuse ECONNABORTED, and one the dead daemon's io_uring held ECANCELED
+/// (the kernel ends it when the ring's task exits).
+pub fn is_dead_connection(errno: i32) -> bool {
+    matches!(errno, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+}
+
 pub fn errno_name(errno: i32) -> &'static str {
     match errno {
         libc::ENOENT => "ENOENT",
@@ -542,6 +549,8 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::ERANGE => "ERANGE",
         libc::EROFS => "EROFS",
         libc::ENOTCONN => "ENOTCONN",
+        libc::ECONNABORTED => "ECONNABORTED",
+        libc::ECANCELED => "ECANCELED",
         libc::EXDEV => "EXDEV",
         libc::EBUSY => "EBUSY",
         libc::EIO => "EIO",
