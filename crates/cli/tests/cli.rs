@@ -6,6 +6,7 @@ mod common;
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use common::{assert_errno, is_mounted, shoal, shoal_ok, test_dir, MountGuard, Mounted};
 use shoal_bench::{diff_manifests, manifest};
@@ -277,6 +278,35 @@ fn unknown_format_version_is_refused() {
     m.mount();
     assert_eq!(fs::read(m.path("file")).unwrap(), b"kept");
     m.finish();
+}
+
+/// After a plain `umount`, the old daemon exits on its own; it must not unmount the
+/// mountpoint again on the way out, which would take down a new mount made there meanwhile.
+#[test]
+fn a_new_mount_survives_the_old_daemon_exiting() {
+    let mut m = Mounted::new();
+    fs::write(m.path("file"), b"old").unwrap();
+    let old_daemon = m.daemon_pid().expect("the first daemon's pid");
+    // Stopped, the old daemon cannot finish before the new mount exists; it runs its exit
+    // path afterwards. A lazy unmount detaches the mountpoint without waiting for it.
+    // SAFETY: signals to a child process this test started.
+    assert_eq!(unsafe { libc::kill(old_daemon, libc::SIGSTOP) }, 0);
+    m.umount_with_no_wait(&["umount", "-l"]);
+    let _guard = MountGuard {
+        store: None,
+        mnt: m.mnt.clone(),
+    };
+    shoal_ok(&[OsStr::new("mount"), OsStr::new("--memory"), os(&m.mnt)]);
+    fs::write(m.path("new"), b"new mount").unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(old_daemon, libc::SIGCONT) }, 0);
+    common::wait_for("the first daemon to exit", Duration::from_secs(30), || {
+        !common::process_alive(old_daemon)
+    });
+    assert!(is_mounted(&m.mnt), "the old daemon unmounted the new mount");
+    assert_eq!(fs::read(m.path("new")).unwrap(), b"new mount");
+    shoal_ok(&[OsStr::new("umount"), os(&m.mnt)]);
+    m.fsck_clean();
 }
 
 #[test]

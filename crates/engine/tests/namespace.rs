@@ -26,6 +26,17 @@ both_backends! {
         assert_consistent(fs, &[]);
     }
 
+    fn lookup_child_finds_names_and_misses_without_checking_the_parent(fs) {
+        let dir = fs.mkdir(ROOT_INO, b"dir", 0o755, ME).unwrap();
+        let file = mkfile(fs, dir.ino, b"f");
+        assert_eq!(fs.lookup_child(dir.ino, b"f").unwrap().ino, file.ino);
+        assert_err!(fs.lookup_child(dir.ino, b"g"), FsError::NotFound);
+        assert_err!(fs.lookup_child(dir.ino, &[b'n'; 256]), FsError::NameTooLong);
+        // Same answers as lookup wherever the parent is a directory.
+        assert_eq!(fs.lookup(dir.ino, b"f").unwrap().ino, file.ino);
+        assert_err!(fs.lookup(dir.ino, b"g"), FsError::NotFound);
+    }
+
     fn operations_inside_a_file_are_not_dir(fs) {
         let file = mkfile(fs, ROOT_INO, b"f");
         assert_err!(fs.lookup(file.ino, b"x"), FsError::NotDir);

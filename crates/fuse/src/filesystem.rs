@@ -318,7 +318,8 @@ impl fuser::Filesystem for ShoalFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.stats.time(FuseOp::Lookup);
-        match self.engine.lookup(parent.0, name.as_bytes()) {
+        // The kernel sends LOOKUP only for directories it holds.
+        match self.engine.lookup_child(parent.0, name.as_bytes()) {
             Ok(inode) => {
                 self.lookups.add(inode.ino, parent.0, name.as_bytes());
                 reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);

@@ -207,7 +207,10 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // /dev/fuse polls POLLERR once the connection is gone (unmounted); fuser 0.18
+            // had this test inverted, so a daemon whose filesystem was already unmounted
+            // unmounted the mountpoint again on exit, including a new mount made there.
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
