@@ -313,7 +313,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 continue;
             }
             let commit_id = entry.header.ent_in_out.commit_id;
-            answer(entry, session, &mut request, &mut reply)?;
+            answer(entry, session, &mut request, &mut reply);
             let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);
             // SAFETY: as above; the ring holds at most QUEUE_DEPTH commands, half its size.
             unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
@@ -323,38 +323,53 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     Ok(())
 }
 
-/// Dispatches the entry's request and leaves the reply in the entry.
+/// Dispatches the entry's request and leaves the reply in the entry. Never fails: a request
+/// that cannot be answered gets EIO, because the entry (and the caller waiting on it) is
+/// only released by a reply.
 fn answer<FS: Filesystem>(
     entry: &mut RingEntry,
+    session: &SessionEventLoop<FS>,
+    request: &mut Vec<u8>,
+    reply: &mut Vec<u8>,
+) {
+    let unique = u64::from_ne_bytes(entry.header.in_out[8..16].try_into().expect("8 bytes"));
+    if let Err(error) =
+        dispatch_into(entry, session, request, reply).and_then(|()| entry.store_reply(reply))
+    {
+        error!("fuse ring: request {unique}: {error}; answering EIO");
+        let eio = error_reply(unique, libc::EIO);
+        entry
+            .store_reply(&eio)
+            .expect("an out header alone always fits");
+    }
+}
+
+/// Parses and dispatches the request; the reply bytes end up in `reply`.
+fn dispatch_into<FS: Filesystem>(
+    entry: &RingEntry,
     session: &SessionEventLoop<FS>,
     request: &mut Vec<u8>,
     reply: &mut Vec<u8>,
 ) -> io::Result<()> {
     entry.request_bytes(request)?;
     entry.reply.sent.store(false, Ordering::Release);
-    let unique = u64::from_ne_bytes(request[8..16].try_into().expect("8 bytes"));
-    let Some(parsed) =
-        RequestWithSender::new_ring(session.ch.sender(), entry.reply.clone(), request)
-    else {
-        return entry.store_reply(&error_reply(unique, libc::EIO));
-    };
+    let parsed = RequestWithSender::new_ring(session.ch.sender(), entry.reply.clone(), request)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable request"))?;
     if let Ok(ll::Operation::Destroy(_)) = parsed.request.operation() {
         parsed.reply::<crate::reply::ReplyEmpty>().ok();
     } else {
         parsed.dispatch(session);
     }
-    reply.clear();
-    if entry.reply.sent.load(Ordering::Acquire) {
-        let bytes = entry
-            .reply
-            .bytes
-            .lock()
-            .map_err(|_| io::Error::other("ring reply poisoned"))?;
-        reply.extend_from_slice(&bytes);
-    } else {
-        // Every request on a ring expects a reply, and the entry is only re-armed by one.
-        error!("fuse ring: request {unique} got no reply while dispatching; answering EIO");
-        reply.extend_from_slice(&error_reply(unique, libc::EIO));
+    if !entry.reply.sent.load(Ordering::Acquire) {
+        // Every request on a ring expects a reply while it is dispatched.
+        return Err(io::Error::other("no reply while dispatching"));
     }
-    entry.store_reply(reply)
+    let bytes = entry
+        .reply
+        .bytes
+        .lock()
+        .map_err(|_| io::Error::other("ring reply poisoned"))?;
+    reply.clear();
+    reply.extend_from_slice(&bytes);
+    Ok(())
 }
