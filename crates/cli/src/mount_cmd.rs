@@ -287,12 +287,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
     shoal_fuse::start_memory_budget(&session, &engine, &config, fuse_stats.clone())
         .context("cannot start the memory budget")?;
-    let transport = if session.uses_io_uring() {
-        "io_uring"
-    } else {
-        "/dev/fuse"
-    };
-    if !session.uses_io_uring() && request.options.uring {
+    let io_uring = session.uses_io_uring();
+    let transport = if io_uring { "io_uring" } else { "/dev/fuse" };
+    if !io_uring && request.options.uring {
         tracing::info!(
             "FUSE over io_uring is off in the kernel (fuse module parameter enable_uring=N)"
         );

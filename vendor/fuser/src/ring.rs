@@ -79,9 +79,9 @@ const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 /// Where a reply made while dispatching a ring request is kept until it is committed.
 #[derive(Debug, Default)]
 pub(crate) struct RingReply {
-    /// Out header and data, as they would be written to /dev/fuse.
+    /// Out header and data, as they would be written to /dev/fuse; empty until a reply is
+    /// sent (a reply always has its 16-byte header).
     bytes: Mutex<Vec<u8>>,
-    sent: AtomicBool,
 }
 
 impl RingReply {
@@ -94,7 +94,6 @@ impl RingReply {
         for part in data {
             bytes.extend_from_slice(part);
         }
-        self.sent.store(true, Ordering::Release);
         Ok(())
     }
 }
@@ -280,7 +279,6 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
     }
     let mut request = Vec::with_capacity(payload_size + 512);
-    let mut reply = Vec::new();
     let mut completions = Vec::with_capacity(QUEUE_DEPTH);
     let wait = types::Timespec::from(STOP_POLL);
     while entries.iter().any(|entry| entry.live) && !stop.load(Ordering::Acquire) {
@@ -313,7 +311,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 continue;
             }
             let commit_id = entry.header.ent_in_out.commit_id;
-            answer(entry, session, &mut request, &mut reply);
+            answer(entry, session, &mut request);
             let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);
             // SAFETY: as above; the ring holds at most QUEUE_DEPTH commands, half its size.
             unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
@@ -330,12 +328,21 @@ fn answer<FS: Filesystem>(
     entry: &mut RingEntry,
     session: &SessionEventLoop<FS>,
     request: &mut Vec<u8>,
-    reply: &mut Vec<u8>,
 ) {
     let unique = u64::from_ne_bytes(entry.header.in_out[8..16].try_into().expect("8 bytes"));
-    if let Err(error) =
-        dispatch_into(entry, session, request, reply).and_then(|()| entry.store_reply(reply))
-    {
+    let ring_reply = entry.reply.clone();
+    let stored = dispatch(entry, session, request).and_then(|()| {
+        let bytes = ring_reply
+            .bytes
+            .lock()
+            .map_err(|_| io::Error::other("ring reply poisoned"))?;
+        if bytes.is_empty() {
+            // Every request on a ring expects a reply while it is dispatched.
+            return Err(io::Error::other("no reply while dispatching"));
+        }
+        entry.store_reply(&bytes)
+    });
+    if let Err(error) = stored {
         error!("fuse ring: request {unique}: {error}; answering EIO");
         let eio = error_reply(unique, libc::EIO);
         entry
@@ -344,15 +351,19 @@ fn answer<FS: Filesystem>(
     }
 }
 
-/// Parses and dispatches the request; the reply bytes end up in `reply`.
-fn dispatch_into<FS: Filesystem>(
+/// Parses and dispatches the request; its reply lands in `entry.reply`.
+fn dispatch<FS: Filesystem>(
     entry: &RingEntry,
     session: &SessionEventLoop<FS>,
     request: &mut Vec<u8>,
-    reply: &mut Vec<u8>,
 ) -> io::Result<()> {
     entry.request_bytes(request)?;
-    entry.reply.sent.store(false, Ordering::Release);
+    entry
+        .reply
+        .bytes
+        .lock()
+        .map_err(|_| io::Error::other("ring reply poisoned"))?
+        .clear();
     let parsed = RequestWithSender::new_ring(session.ch.sender(), entry.reply.clone(), request)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable request"))?;
     if let Ok(ll::Operation::Destroy(_)) = parsed.request.operation() {
@@ -360,16 +371,5 @@ fn dispatch_into<FS: Filesystem>(
     } else {
         parsed.dispatch(session);
     }
-    if !entry.reply.sent.load(Ordering::Acquire) {
-        // Every request on a ring expects a reply while it is dispatched.
-        return Err(io::Error::other("no reply while dispatching"));
-    }
-    let bytes = entry
-        .reply
-        .bytes
-        .lock()
-        .map_err(|_| io::Error::other("ring reply poisoned"))?;
-    reply.clear();
-    reply.extend_from_slice(&bytes);
     Ok(())
 }
