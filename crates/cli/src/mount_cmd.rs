@@ -189,6 +189,8 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
             worker_threads: options.compaction_threads,
             journal_bytes: options.journal_bytes,
         },
+        checkpoint_bytes: options.checkpoint_bytes,
+        metadata_cache_bytes: options.metadata_cache_bytes,
     }
 }
 

@@ -101,6 +101,17 @@ pub struct StoreReport {
     pub cache_used_bytes: u64,
     pub block_cache_hits: u64,
     pub block_cache_misses: u64,
+    /// Operations staged in memory and not yet checkpointed to the store, and checkpoints.
+    #[serde(default)]
+    pub staged_bytes: u64,
+    #[serde(default)]
+    pub checkpoints: u64,
+    #[serde(default)]
+    pub metadata_cache_bytes: u64,
+    #[serde(default)]
+    pub metadata_cache_hits: u64,
+    #[serde(default)]
+    pub metadata_cache_misses: u64,
 }
 
 impl From<StoreMetrics> for StoreReport {
@@ -122,6 +133,11 @@ impl From<StoreMetrics> for StoreReport {
             cache_used_bytes: metrics.cache_used_bytes,
             block_cache_hits: metrics.block_cache_hits,
             block_cache_misses: metrics.block_cache_misses,
+            staged_bytes: metrics.staged_bytes,
+            checkpoints: metrics.checkpoints,
+            metadata_cache_bytes: metrics.metadata_cache_bytes,
+            metadata_cache_hits: metrics.metadata_cache_hits,
+            metadata_cache_misses: metrics.metadata_cache_misses,
         }
     }
 }

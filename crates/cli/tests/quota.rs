@@ -910,9 +910,12 @@ fn counters_survive_kill_dash_nine() {
     // in order. With it, the kernel sends a truncate before the cached pages below the new
     // size, and a kill in between leaves a file whose size covers bytes never stored (as on
     // XFS): the counters stay exact, but the walk below, which sums sizes, would not be.
-    let mut m = Mounted::with_options(&["writeback=off"]);
+    // Checkpoints every MiB (a hundred files or so), so the kill finds some of the files in
+    // the store and some staged.
+    let mut m = Mounted::with_options(&["writeback=off", "checkpoint=1"]);
     fs::create_dir(m.path("w")).unwrap();
     quota_ok(&["set", "-u", "60001", "--ihard", "100000"], &m.mnt);
+    File::open(&m.mnt).unwrap().sync_all().unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let killing = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -975,6 +978,10 @@ fn counters_survive_kill_dash_nine() {
     m.mount();
     assert_eq!(report(&m.mnt, "-u"), offline, "report after recovery");
     let (inodes, bytes) = count_tree(&m.mnt);
+    assert!(
+        inodes > 100,
+        "only {inodes} inodes came back: no checkpoint landed"
+    );
     for flag in ["-u", "-g", "-p"] {
         assert_eq!(
             sum_usage(&report(&m.mnt, flag)),

@@ -299,6 +299,8 @@ fn configured_memtable_size_applies_to_a_store_made_with_another() {
     // keyspace was made with, so the engine must seal memtables at the size it is given.
     let mut config = no_thread();
     config.tuning.memtable_bytes = 1 << 20;
+    // Checkpoints often, so the creates reach fjall while the test runs.
+    config.checkpoint_bytes = 64 << 10;
     let fs = disk_with(config);
     let dir = mkdir(&fs, ROOT_INO, b"d");
     for i in 0..20_000u32 {

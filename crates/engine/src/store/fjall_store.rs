@@ -212,11 +212,15 @@ impl Store for FjallStore {
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        self.write_borrowed(&batch)
+    }
+
+    fn write_borrowed(&self, batch: &Batch) -> Result<(), StoreError> {
         // Buffer: the journal reaches the OS before we reply, so kill -9 loses nothing
         // acknowledged; the fsync (group commit) happens in `sync`.
         let mut fjall_batch = self.db.batch().durability(Some(PersistMode::Buffer));
         let mut touched = [false; 2];
-        for (space, key, value) in batch.into_items() {
+        for (space, key, value) in batch.items() {
             let keyspace = self.keyspace(space);
             touched[space as usize] = true;
             match value {
@@ -286,6 +290,7 @@ impl Store for FjallStore {
             cache_used_bytes: self.db.cache_size(),
             block_cache_hits: sum(&|k| k.metrics().block_load_cached_count()),
             block_cache_misses: sum(&|k| k.metrics().block_load_io_count()),
+            ..StoreMetrics::default()
         }
     }
 }

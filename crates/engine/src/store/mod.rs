@@ -4,13 +4,18 @@
 //! file data never slows compaction of the metadata tree. A `Batch` is applied atomically
 //! across both spaces.
 
+mod cached_store;
 mod fjall_store;
 mod memory_store;
+mod staged_store;
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
+pub use cached_store::{CachedStore, DEFAULT_METADATA_CACHE_BYTES};
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
+pub use staged_store::{staged_memory_bound, StagedStore, DEFAULT_CHECKPOINT_BYTES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
@@ -38,7 +43,7 @@ pub enum Scan {
 /// A set of puts and deletes applied atomically. Later writes to the same key replace earlier
 /// ones, and reads through the batch see its own writes: an operation can update the same
 /// inode twice (rename within one directory) without a duplicate key reaching the store.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Batch {
     /// One map per space, so a read through the batch borrows the key instead of copying it
     /// (every transaction read passes here).
@@ -69,6 +74,50 @@ impl Batch {
 
     pub fn delete(&mut self, space: Space, key: Vec<u8>) {
         self.space_mut(space).insert(key, None);
+    }
+
+    /// A put (`Some`) or delete (`None`); returns what the batch held for the key before.
+    pub fn insert(
+        &mut self,
+        space: Space,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) -> Option<Option<Vec<u8>>> {
+        self.space_mut(space).insert(key, value)
+    }
+
+    /// The batch's items of one space from `start` up to `end` (excluded), in key order.
+    pub fn range<'a>(
+        &'a self,
+        space: Space,
+        start: Bound<&[u8]>,
+        end: &[u8],
+    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+        let items = self.space(space);
+        // BTreeMap::range panics on a start past the end; such a range is empty.
+        let empty = match start {
+            Bound::Included(start) => start > end,
+            Bound::Excluded(start) => start >= end,
+            Bound::Unbounded => false,
+        };
+        let range = (!empty).then(|| items.range::<[u8], _>((start, Bound::Excluded(end))));
+        range
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| (key.as_slice(), value.as_deref()))
+    }
+
+    /// Every item, borrowed, in the order `into_items` gives them.
+    pub fn items(&self) -> impl Iterator<Item = (Space, &[u8], Option<&[u8]>)> {
+        let meta = self
+            .meta
+            .iter()
+            .map(|(key, value)| (Space::Meta, key.as_slice(), value.as_deref()));
+        let data = self
+            .data
+            .iter()
+            .map(|(key, value)| (Space::Data, key.as_slice(), value.as_deref()));
+        meta.chain(data)
     }
 
     /// `Some(Some(v))`: written in this batch; `Some(None)`: deleted in it; `None`: untouched.
@@ -133,6 +182,15 @@ pub struct StoreMetrics {
     /// Block reads served by the block cache, and those that went to the OS.
     pub block_cache_hits: u64,
     pub block_cache_misses: u64,
+    /// Key and value bytes of operations staged in memory, not yet checkpointed.
+    pub staged_bytes: u64,
+    /// Checkpoints written: each moves every staged operation into the store at once.
+    pub checkpoints: u64,
+    /// The cache of recently read metadata pairs: bytes held, and point reads it answered
+    /// or passed on.
+    pub metadata_cache_bytes: u64,
+    pub metadata_cache_hits: u64,
+    pub metadata_cache_misses: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time
@@ -165,6 +223,12 @@ pub trait Store: StoreView {
     /// Applies the batch atomically. It reaches the operating system before this returns (so a
     /// killed daemon loses nothing), but is durable against power loss only after `sync`.
     fn write(&self, batch: Batch) -> Result<(), StoreError>;
+
+    /// `write` for a batch the caller keeps (a checkpoint keeps its batch readable until
+    /// the store has it). Stores that copy keys and values anyway override it.
+    fn write_borrowed(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.write(batch.clone())
+    }
 
     /// Makes every written batch durable.
     fn sync(&self) -> Result<(), StoreError>;
@@ -256,6 +320,12 @@ mod tests {
     #[test]
     fn memory_and_fjall_stores_agree() {
         exercise(&MemoryStore::new());
+        for checkpoint_bytes in [1, 1 << 20] {
+            exercise(&StagedStore::new(
+                Box::new(MemoryStore::new()),
+                checkpoint_bytes,
+            ));
+        }
         let dir = tempfile::tempdir().unwrap();
         exercise(&FjallStore::open(dir.path(), &FjallTuning::default()).unwrap());
     }

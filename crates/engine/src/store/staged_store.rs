@@ -1,0 +1,636 @@
+//! Delayed logging: batches are staged in memory and reach the inner store together, as one
+//! atomic checkpoint batch, the way XFS's delayed logging aggregates metadata changes.
+//!
+//! Writes to one key between two checkpoints merge in memory (a directory's inode on every
+//! create in it, a file's inode on create, write and setattr, the usage counters on every
+//! operation), so the inner store writes each key once per checkpoint and appends to its
+//! journal once per checkpoint instead of once per operation.
+//!
+//! A checkpoint is taken when the staged bytes reach a bound, on `sync` (group commit:
+//! fsync, the commit interval, unmount), before a snapshot or a compaction, and at drop.
+//! Each checkpoint holds every operation up to a point, atomically, so after a crash the
+//! store holds a prefix of the operations: at least all of them up to the last sync.
+
+use std::iter::Peekable;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+
+/// Staged key and value bytes at which a write first checkpoints.
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;
+
+/// Resident memory of staged pairs, in percent of their key and value bytes (B-tree nodes
+/// and one allocation per key and per value).
+const STAGED_MEMORY_PERCENT: u64 = 200;
+
+/// A pair as staged: `None` for a deletion.
+type StagedPair = (Vec<u8>, Option<Vec<u8>>);
+
+/// Staged pairs a scan copies at a time (see `StagedCursor`).
+const SCAN_CHUNK: usize = 64;
+
+pub struct StagedStore {
+    inner: Box<dyn Store>,
+    checkpoint_bytes: u64,
+    layers: RwLock<Layers>,
+    /// Held exclusively while a checkpoint moves staged pairs into the inner store, and
+    /// shared by scans: a scan merges the staged layers with the inner store, so nothing
+    /// may move from one to the other beneath it.
+    checkpointing: RwLock<()>,
+    checkpoints: AtomicU64,
+}
+
+#[derive(Default)]
+struct Layers {
+    /// Batches written since the last checkpoint began.
+    active: Staged,
+    /// What a checkpoint is writing (or failed to write) to the inner store; read from
+    /// until the inner store has it.
+    frozen: Option<Arc<Staged>>,
+}
+
+impl Layers {
+    /// The newest staged version of a key: `Some(None)` if it is staged as deleted.
+    fn lookup(&self, space: Space, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let staged = self.active.batch.lookup(space, key).or_else(|| {
+            self.frozen
+                .as_ref()
+                .and_then(|frozen| frozen.batch.lookup(space, key))
+        });
+        staged.map(|value| value.map(<[u8]>::to_vec))
+    }
+
+    fn staged_bytes(&self) -> u64 {
+        self.active.bytes + self.frozen.as_ref().map_or(0, |frozen| frozen.bytes)
+    }
+}
+
+/// One layer of staged batches, later writes to a key replacing earlier ones.
+#[derive(Default)]
+struct Staged {
+    batch: Batch,
+    /// Key and value bytes held.
+    bytes: u64,
+}
+
+impl Staged {
+    fn absorb(&mut self, batch: Batch) {
+        for (space, key, value) in batch.into_items() {
+            let added = pair_bytes(&key, value.as_deref());
+            let replaced = self.batch.insert(space, key.clone(), value);
+            let removed = replaced.map_or(0, |old| pair_bytes(&key, old.as_deref()));
+            self.bytes = (self.bytes + added).saturating_sub(removed);
+        }
+    }
+}
+
+fn pair_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
+    (key.len() + value.map_or(0, <[u8]>::len)) as u64
+}
+
+impl StagedStore {
+    pub fn new(inner: Box<dyn Store>, checkpoint_bytes: u64) -> Self {
+        Self {
+            inner,
+            checkpoint_bytes: checkpoint_bytes.max(1),
+            layers: RwLock::default(),
+            checkpointing: RwLock::new(()),
+            checkpoints: AtomicU64::new(0),
+        }
+    }
+
+    /// Writes everything staged so far to the inner store, oldest first: a frozen layer
+    /// a failed checkpoint left, then the active one. On failure what is staged stays
+    /// staged (and readable), and the next checkpoint tries again.
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        let _exclusive = self.checkpointing.write();
+        let retry = self.layers.read().frozen.clone();
+        if let Some(frozen) = retry {
+            self.write_frozen(&frozen)?;
+        }
+        let frozen = {
+            let mut layers = self.layers.write();
+            if layers.active.batch.is_empty() {
+                return Ok(());
+            }
+            let frozen = Arc::new(std::mem::take(&mut layers.active));
+            layers.frozen = Some(frozen.clone());
+            frozen
+        };
+        self.write_frozen(&frozen)
+    }
+
+    fn write_frozen(&self, frozen: &Staged) -> Result<(), StoreError> {
+        self.inner.write_borrowed(&frozen.batch)?;
+        self.layers.write().frozen = None;
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Up to `SCAN_CHUNK` staged pairs of `space` after `after` and before `end`, newest
+    /// version per key, in key order.
+    fn staged_chunk(&self, space: Space, after: Bound<&[u8]>, end: &[u8]) -> Vec<StagedPair> {
+        let layers = self.layers.read();
+        let active = layers.active.batch.range(space, after, end);
+        let frozen = layers
+            .frozen
+            .as_ref()
+            .map(|frozen| frozen.batch.range(space, after, end));
+        merge_newest_first(active, frozen.into_iter().flatten())
+            .take(SCAN_CHUNK)
+            .map(|(key, value)| (key.to_vec(), value.map(<[u8]>::to_vec)))
+            .collect()
+    }
+}
+
+/// Two ordered runs of pairs merged by key; where both hold a key, `newer`'s version wins.
+fn merge_newest_first<'a>(
+    newer: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    older: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+    let mut newer = newer.peekable();
+    let mut older = older.peekable();
+    std::iter::from_fn(move || match (newer.peek(), older.peek()) {
+        (Some((new_key, _)), Some((old_key, _))) => {
+            if new_key > old_key {
+                return older.next();
+            }
+            if new_key == old_key {
+                older.next();
+            }
+            newer.next()
+        }
+        (Some(_), None) => newer.next(),
+        (None, _) => older.next(),
+    })
+}
+
+/// The staged pairs of one scan, fetched a chunk at a time so a scan that stops early
+/// copies little, and so no lock is held while the scan's visitor runs.
+struct StagedCursor<'a> {
+    store: &'a StagedStore,
+    space: Space,
+    end: &'a [u8],
+    /// The last key fetched; the next chunk starts after it.
+    last: Option<Vec<u8>>,
+    chunk: Peekable<std::vec::IntoIter<StagedPair>>,
+    exhausted: bool,
+}
+
+impl<'a> StagedCursor<'a> {
+    fn new(store: &'a StagedStore, space: Space, start: &'a [u8], end: &'a [u8]) -> Self {
+        let chunk = store.staged_chunk(space, Bound::Included(start), end);
+        Self::with_chunk(store, space, end, None, chunk)
+    }
+
+    fn with_chunk(
+        store: &'a StagedStore,
+        space: Space,
+        end: &'a [u8],
+        last: Option<Vec<u8>>,
+        chunk: Vec<StagedPair>,
+    ) -> Self {
+        let exhausted = chunk.len() < SCAN_CHUNK;
+        let last = chunk.last().map(|(key, _)| key.clone()).or(last);
+        Self {
+            store,
+            space,
+            end,
+            last,
+            chunk: chunk.into_iter().peekable(),
+            exhausted,
+        }
+    }
+
+    fn peek_key(&mut self) -> Option<&[u8]> {
+        if self.chunk.peek().is_none() && !self.exhausted {
+            let after = self.last.take();
+            let chunk = match &after {
+                Some(last) => self
+                    .store
+                    .staged_chunk(self.space, Bound::Excluded(last), self.end),
+                None => Vec::new(),
+            };
+            *self = Self::with_chunk(self.store, self.space, self.end, after, chunk);
+        }
+        self.chunk.peek().map(|(key, _)| key.as_slice())
+    }
+
+    fn next(&mut self) -> Option<StagedPair> {
+        self.peek_key()?;
+        self.chunk.next()
+    }
+}
+
+/// Emits staged pairs before `key` (and the staged version of `key` itself, if any) to
+/// `visit`; returns whether the inner store's version of `key` is replaced, and whether
+/// the visitor stopped.
+fn emit_staged_through(
+    staged: &mut StagedCursor<'_>,
+    key: Option<&[u8]>,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+) -> (bool, Scan) {
+    while let Some(staged_key) = staged.peek_key() {
+        let replaces = match key {
+            Some(key) if staged_key > key => return (false, Scan::Continue),
+            Some(key) => staged_key == key,
+            None => false,
+        };
+        let Some((staged_key, value)) = staged.next() else {
+            break;
+        };
+        if let Some(value) = value {
+            if visit(&staged_key, &value) == Scan::Stop {
+                return (replaces, Scan::Stop);
+            }
+        }
+        if replaces {
+            return (true, Scan::Continue);
+        }
+    }
+    (false, Scan::Continue)
+}
+
+impl StoreView for StagedStore {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        let _no_checkpoint = self.checkpointing.read();
+        let mut staged = StagedCursor::new(self, space, start, end);
+        let mut stopped = false;
+        self.inner.scan(space, start, end, &mut |key, value| {
+            let (replaced, scan) = emit_staged_through(&mut staged, Some(key), visit);
+            if scan == Scan::Stop {
+                stopped = true;
+                return Scan::Stop;
+            }
+            if !replaced && visit(key, value) == Scan::Stop {
+                stopped = true;
+                return Scan::Stop;
+            }
+            Scan::Continue
+        })?;
+        if !stopped {
+            emit_staged_through(&mut staged, None, visit);
+        }
+        Ok(())
+    }
+
+    /// Rare (opening, checking): checkpoints, then asks the inner store.
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.checkpoint()?;
+        self.inner.last_key(space, start, end)
+    }
+}
+
+impl Store for StagedStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        // A checkpoint puts pairs into the inner store before it unstages them, so a key
+        // missing from both layers here is in the inner store, or was not written.
+        if let Some(staged) = self.layers.read().lookup(space, key) {
+            return Ok(staged);
+        }
+        self.inner.get(space, key)
+    }
+
+    /// Stages the batch. A checkpoint, when one is due, comes first: if it fails, this
+    /// batch is refused whole rather than staged and reported failed.
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        if self.layers.read().active.bytes >= self.checkpoint_bytes {
+            self.checkpoint()?;
+        }
+        self.layers.write().active.absorb(batch);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.checkpoint()?;
+        self.inner.sync()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.inner.disk_bytes()
+    }
+
+    fn metrics(&self) -> StoreMetrics {
+        StoreMetrics {
+            staged_bytes: self.layers.read().staged_bytes(),
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            ..self.inner.metrics()
+        }
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let staged = self.layers.read().staged_bytes() * STAGED_MEMORY_PERCENT / 100;
+        self.inner.memory_bytes() + staged
+    }
+
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        // Best effort: a failed checkpoint leaves its pairs staged, and the snapshot
+        // without them (the error shows again on the next write or sync).
+        if let Err(error) = self.checkpoint() {
+            tracing::warn!(%error, "checkpoint before a snapshot failed");
+        }
+        self.inner.snapshot()
+    }
+
+    fn compact(&self) -> Result<(), StoreError> {
+        self.checkpoint()?;
+        self.inner.compact()
+    }
+}
+
+impl Drop for StagedStore {
+    fn drop(&mut self) {
+        if let Err(error) = self.checkpoint().and_then(|()| self.inner.sync()) {
+            tracing::error!(%error, "final checkpoint failed: staged operations are lost");
+        }
+    }
+}
+
+/// The most memory staged pairs take at a checkpoint bound: the active layer up to the
+/// bound (plus one batch), and the frozen one being written.
+/// Zero when nothing is staged (`checkpoint_bytes` 0).
+pub fn staged_memory_bound(checkpoint_bytes: u64) -> u64 {
+    2 * checkpoint_bytes * STAGED_MEMORY_PERCENT / 100
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::store::MemoryStore;
+
+    /// An inner store the test can also read directly, and make fail.
+    #[derive(Clone, Default)]
+    struct Inner {
+        store: Arc<MemoryStore>,
+        failing: Arc<AtomicBool>,
+        writes: Arc<AtomicUsize>,
+    }
+
+    impl StoreView for Inner {
+        fn scan(
+            &self,
+            space: Space,
+            start: &[u8],
+            end: &[u8],
+            visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+        ) -> Result<(), StoreError> {
+            self.store.scan(space, start, end, visit)
+        }
+
+        fn last_key(
+            &self,
+            space: Space,
+            start: &[u8],
+            end: &[u8],
+        ) -> Result<Option<Vec<u8>>, StoreError> {
+            self.store.last_key(space, start, end)
+        }
+    }
+
+    impl Store for Inner {
+        fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.store.get(space, key)
+        }
+
+        fn write(&self, batch: Batch) -> Result<(), StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::NoSpace);
+            }
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            self.store.write(batch)
+        }
+
+        fn sync(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+
+        fn disk_bytes(&self) -> u64 {
+            0
+        }
+
+        fn memory_bytes(&self) -> u64 {
+            self.store.memory_bytes()
+        }
+
+        fn snapshot(&self) -> Box<dyn StoreView> {
+            self.store.snapshot()
+        }
+    }
+
+    fn staged(checkpoint_bytes: u64) -> (StagedStore, Inner) {
+        let inner = Inner::default();
+        (
+            StagedStore::new(Box::new(inner.clone()), checkpoint_bytes),
+            inner,
+        )
+    }
+
+    fn put(store: &dyn Store, key: &[u8], value: &[u8]) {
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, key.to_vec(), value.to_vec());
+        store.write(batch).unwrap();
+    }
+
+    fn delete(store: &dyn Store, key: &[u8]) {
+        let mut batch = Batch::default();
+        batch.delete(Space::Meta, key.to_vec());
+        store.write(batch).unwrap();
+    }
+
+    fn keys_in(store: &dyn StoreView, start: &[u8], end: &[u8], stop_after: usize) -> Vec<String> {
+        let mut seen = Vec::new();
+        store
+            .scan(Space::Meta, start, end, &mut |key, value| {
+                seen.push(format!(
+                    "{}={}",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(value)
+                ));
+                if seen.len() >= stop_after {
+                    Scan::Stop
+                } else {
+                    Scan::Continue
+                }
+            })
+            .unwrap();
+        seen
+    }
+
+    #[test]
+    fn staged_writes_shadow_the_inner_store_in_reads_and_scans() {
+        let (store, inner) = staged(1 << 20);
+        for key in ["a", "c", "e", "g"] {
+            put(&inner, key.as_bytes(), b"old");
+        }
+        put(&store, b"b", b"new");
+        put(&store, b"c", b"new");
+        delete(&store, b"e");
+        put(&store, b"h", b"new");
+        delete(&store, b"x");
+        assert_eq!(
+            inner.writes.load(Ordering::SeqCst),
+            4,
+            "nothing checkpointed yet"
+        );
+
+        assert_eq!(store.get(Space::Meta, b"c").unwrap(), Some(b"new".to_vec()));
+        assert_eq!(store.get(Space::Meta, b"e").unwrap(), None);
+        assert_eq!(store.get(Space::Meta, b"g").unwrap(), Some(b"old".to_vec()));
+        assert_eq!(
+            store.get(Space::Data, b"c").unwrap(),
+            None,
+            "spaces are apart"
+        );
+        let all = ["a=old", "b=new", "c=new", "g=old", "h=new"];
+        assert_eq!(keys_in(&store, b"", b"z", usize::MAX), all);
+        assert_eq!(keys_in(&store, b"b", b"h", usize::MAX), all[1..4]);
+        assert_eq!(
+            keys_in(&store, b"", b"z", 2),
+            all[..2],
+            "a stop is honoured"
+        );
+        assert_eq!(
+            keys_in(&store, b"c", b"c", usize::MAX),
+            Vec::<String>::new()
+        );
+
+        // After a sync, the inner store alone holds the same.
+        store.sync().unwrap();
+        assert_eq!(keys_in(&inner, b"", b"z", usize::MAX), all);
+        assert_eq!(keys_in(&store, b"", b"z", usize::MAX), all);
+        assert_eq!(store.metrics().staged_bytes, 0);
+        assert_eq!(store.metrics().checkpoints, 1);
+    }
+
+    #[test]
+    fn scans_merge_more_staged_pairs_than_one_chunk() {
+        let (store, inner) = staged(1 << 20);
+        let key = |i: usize| format!("k{i:04}");
+        for i in (0..3 * SCAN_CHUNK).step_by(3) {
+            put(&inner, key(i).as_bytes(), b"inner");
+        }
+        for i in (0..3 * SCAN_CHUNK).filter(|i| i % 3 != 2) {
+            put(&store, key(i).as_bytes(), b"staged");
+        }
+        let expected: Vec<String> = (0..3 * SCAN_CHUNK)
+            .filter(|i| i % 3 != 2)
+            .map(|i| format!("{}=staged", key(i)))
+            .collect();
+        assert_eq!(keys_in(&store, b"k", b"l", usize::MAX), expected);
+        let after = key(SCAN_CHUNK + 7);
+        let from: Vec<&String> = expected.iter().filter(|k| **k >= after).collect();
+        let scanned = keys_in(&store, after.as_bytes(), b"l", usize::MAX);
+        assert_eq!(scanned.iter().collect::<Vec<_>>(), from);
+    }
+
+    #[test]
+    fn a_checkpoint_comes_when_staged_bytes_reach_the_bound() {
+        let (store, inner) = staged(100);
+        for i in 0..10 {
+            // 2 + 18 bytes per pair: the fifth write finds 100 staged and checkpoints first.
+            put(&store, format!("k{i}").as_bytes(), &[b'v'; 18]);
+        }
+        assert_eq!(store.metrics().checkpoints, 1);
+        assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 5);
+        assert_eq!(store.metrics().staged_bytes, 100);
+        assert_eq!(keys_in(&store, b"", b"z", usize::MAX).len(), 10);
+    }
+
+    #[test]
+    fn rewriting_a_staged_key_replaces_its_bytes() {
+        let (store, _inner) = staged(100);
+        put(&store, b"k0", &[b'v'; 18]);
+        put(&store, b"k1", &[b'v'; 18]);
+        put(&store, b"k1", b"short");
+        delete(&store, b"k0");
+        assert_eq!(store.metrics().staged_bytes, 2 + 7);
+        assert_eq!(store.memory_bytes(), 9 * STAGED_MEMORY_PERCENT / 100);
+    }
+
+    #[test]
+    fn a_failed_checkpoint_keeps_everything_staged_and_refuses_the_new_batch() {
+        let (store, inner) = staged(10);
+        put(&store, b"first", b"0123456789");
+        inner.failing.store(true, Ordering::SeqCst);
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"second".to_vec(), b"x".to_vec());
+        assert!(matches!(store.write(batch), Err(StoreError::NoSpace)));
+        assert_eq!(
+            store.get(Space::Meta, b"first").unwrap(),
+            Some(b"0123456789".to_vec())
+        );
+        assert_eq!(
+            store.get(Space::Meta, b"second").unwrap(),
+            None,
+            "refused whole"
+        );
+        assert!(store.sync().is_err());
+
+        inner.failing.store(false, Ordering::SeqCst);
+        put(&store, b"third", b"3");
+        store.sync().unwrap();
+        assert_eq!(
+            keys_in(&inner, b"", b"z", usize::MAX),
+            ["first=0123456789", "third=3"]
+        );
+    }
+
+    #[test]
+    fn readers_never_miss_a_pair_while_checkpoints_move_it() {
+        // Tiny checkpoints: nearly every write moves pairs from the layers to the inner
+        // store while readers look.
+        let (store, _inner) = staged(64);
+        let store = Arc::new(store);
+        let written = Arc::new(AtomicUsize::new(0));
+        const KEYS: usize = 3000;
+        let key = |i: usize| format!("k{i:05}").into_bytes();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, written) = (store.clone(), written.clone());
+                std::thread::spawn(move || {
+                    while written.load(Ordering::SeqCst) < KEYS {
+                        let before = written.load(Ordering::SeqCst);
+                        let mut count = 0;
+                        store
+                            .scan(Space::Meta, b"k", b"l", &mut |_, _| {
+                                count += 1;
+                                Scan::Continue
+                            })
+                            .unwrap();
+                        assert!(count >= before, "scan saw {count} of {before} keys");
+                        if before > 0 {
+                            let probe = key(before - 1);
+                            assert!(store.get(Space::Meta, &probe).unwrap().is_some());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for i in 0..KEYS {
+            put(store.as_ref(), &key(i), b"value");
+            written.store(i + 1, Ordering::SeqCst);
+        }
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        assert!(store.metrics().checkpoints > 100);
+    }
+}
