@@ -283,24 +283,6 @@ fn render_store(out: &mut String, report: &StatsReport) {
         "Bytes of operations staged in memory, not yet checkpointed to the store.",
         store.staged_bytes,
     );
-    gauge(
-        out,
-        "shoal_metadata_cache_bytes",
-        "Bytes of the cache of recently read metadata pairs.",
-        store.metadata_cache_bytes,
-    );
-    counter(
-        out,
-        "shoal_metadata_cache_hits_total",
-        "Metadata point reads answered by the cache.",
-        store.metadata_cache_hits,
-    );
-    counter(
-        out,
-        "shoal_metadata_cache_misses_total",
-        "Metadata point reads passed on to the store.",
-        store.metadata_cache_misses,
-    );
     counter(
         out,
         "shoal_checkpoints_total",

@@ -190,7 +190,6 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
             journal_bytes: options.journal_bytes,
         },
         checkpoint_bytes: options.checkpoint_bytes,
-        metadata_cache_bytes: options.metadata_cache_bytes,
     }
 }
 

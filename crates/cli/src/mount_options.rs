@@ -24,8 +24,6 @@ pub struct MountOptions {
     pub journal_bytes: u64,
     /// Operations staged in memory before a checkpoint writes them to the store together.
     pub checkpoint_bytes: u64,
-    /// The cache of recently read metadata pairs (inodes, entries).
-    pub metadata_cache_bytes: u64,
     /// Bound on the daemon's table of kernel-referenced inodes plus the block cache.
     pub memory_bytes: u64,
     /// Where to serve Prometheus metrics (`metrics=ADDR:PORT`); off by default.
@@ -48,7 +46,6 @@ impl Default for MountOptions {
             compaction_threads: 2,
             journal_bytes: 512 << 20,
             checkpoint_bytes: 4 << 20,
-            metadata_cache_bytes: 32 << 20,
             memory_bytes: 1024 << 20,
             metrics: None,
             writeback: true,
@@ -110,7 +107,6 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
                 options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
             }
             "checkpoint" => options.checkpoint_bytes = number(key, value, 0, 1024)? << 20,
-            "metacache" => options.metadata_cache_bytes = number(key, value, 0, 1 << 20)? << 20,
             "metrics" => options.metrics = Some(socket_address(key, value)?),
             "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
             "writeback" => options.writeback = on_off(key, value)?,
@@ -119,7 +115,7 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, metacache=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
         }
     }
     // The block cache, the two keyspaces' memtables and the staged operations count
@@ -127,11 +123,10 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
     // as they filled.
     let store_bytes = options.cache_bytes
         + 2 * options.memtable_bytes
-        + staged_memory_bound(options.checkpoint_bytes)
-        + options.metadata_cache_bytes;
+        + staged_memory_bound(options.checkpoint_bytes);
     if options.memory_bytes <= store_bytes {
         bail!(
-            "option memory={} must exceed cache + 2 x memtable + 4 x checkpoint + metacache = {} (MiB): the block cache, the write buffers, staged operations and the metadata cache count against the memory budget",
+            "option memory={} must exceed cache + 2 x memtable + 4 x checkpoint = {} (MiB): the block cache, the write buffers and staged operations count against the memory budget",
             options.memory_bytes >> 20,
             store_bytes >> 20
         );
@@ -162,18 +157,11 @@ mod tests {
         assert_eq!(options.compaction_threads, 3);
         assert_eq!(options.journal_bytes, 128 << 20);
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
-        let options =
-            parse(&["cache=1,memtable=1,checkpoint=0,metacache=0,memory=4".into()]).unwrap();
+        let options = parse(&["cache=1,memtable=1,checkpoint=0,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
-        assert_eq!(
-            (options.checkpoint_bytes, options.metadata_cache_bytes),
-            (0, 0)
-        );
-        let options = parse(&["checkpoint=2,metacache=3".into()]).unwrap();
-        assert_eq!(
-            (options.checkpoint_bytes, options.metadata_cache_bytes),
-            (2 << 20, 3 << 20)
-        );
+        assert_eq!(options.checkpoint_bytes, 0);
+        let options = parse(&["checkpoint=2".into()]).unwrap();
+        assert_eq!(options.checkpoint_bytes, 2 << 20);
         assert!(options.writeback, "writeback cache on by default");
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
         assert!(options.uring, "io_uring offered by default");
@@ -212,7 +200,6 @@ mod tests {
             "cache=1,memtable=1,memory=4",
             "checkpoint=-1",
             "checkpoint=2000",
-            "metacache=x",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

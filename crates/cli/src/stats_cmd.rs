@@ -176,22 +176,10 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         store.active_compactions,
         store.compactions_completed.saturating_sub(was.compactions_completed),
     );
-    let meta_hits = store
-        .metadata_cache_hits
-        .saturating_sub(was.metadata_cache_hits);
-    let meta_misses = store
-        .metadata_cache_misses
-        .saturating_sub(was.metadata_cache_misses);
-    let meta_hit_rate = match meta_hits + meta_misses {
-        0 => "-".to_string(),
-        reads => format!("{:.1}%", meta_hits as f64 * 100.0 / reads as f64),
-    };
     let memory = &current.memory;
     let _ = writeln!(
         out,
-        "cache   metadata {} hits {}  blocks {} of {}  hits {}    memory  rss {} (heap {} used, {} free)  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
-        bytes(store.metadata_cache_bytes),
-        meta_hit_rate,
+        "cache   {} of {}  hits {}    memory  rss {} (heap {} used, {} free)  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
         bytes(store.cache_used_bytes),
         bytes(store.cache_capacity_bytes),
         hit_rate,

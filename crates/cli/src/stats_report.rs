@@ -106,12 +106,6 @@ pub struct StoreReport {
     pub staged_bytes: u64,
     #[serde(default)]
     pub checkpoints: u64,
-    #[serde(default)]
-    pub metadata_cache_bytes: u64,
-    #[serde(default)]
-    pub metadata_cache_hits: u64,
-    #[serde(default)]
-    pub metadata_cache_misses: u64,
 }
 
 impl From<StoreMetrics> for StoreReport {
@@ -135,9 +129,6 @@ impl From<StoreMetrics> for StoreReport {
             block_cache_misses: metrics.block_cache_misses,
             staged_bytes: metrics.staged_bytes,
             checkpoints: metrics.checkpoints,
-            metadata_cache_bytes: metrics.metadata_cache_bytes,
-            metadata_cache_hits: metrics.metadata_cache_hits,
-            metadata_cache_misses: metrics.metadata_cache_misses,
         }
     }
 }

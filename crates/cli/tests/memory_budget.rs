@@ -33,15 +33,9 @@ fn path(mnt: &Path, file: usize) -> std::path::PathBuf {
 
 #[test]
 fn referenced_inodes_stay_within_a_small_budget() {
-    // 4 MiB for the table and a 1 MiB block cache, nothing staged or cached besides: room
+    // 4 MiB for the table and a 1 MiB block cache, nothing staged besides: room
     // for a few tens of thousands of references, a fraction of the files.
-    let m = Mounted::with_options(&[
-        "cache=1",
-        "memtable=1",
-        "checkpoint=0",
-        "metacache=0",
-        "memory=4",
-    ]);
+    let m = Mounted::with_options(&["cache=1", "memtable=1", "checkpoint=0", "memory=4"]);
     for dir in 0..DIRS {
         fs::create_dir(m.path(format!("d{dir}"))).unwrap();
     }
@@ -82,19 +76,12 @@ fn referenced_inodes_stay_within_a_small_budget() {
 
 #[test]
 fn resident_set_stays_near_a_small_budget() {
-    // 32 MiB for everything: 2 MiB of block cache, 2 MiB memtables, up to 4 MiB of staged
-    // operations (checkpoint=1), a 1 MiB metadata cache, the lookup table, and what the
-    // daemon needs besides (program, stacks, allocator slack: about 15 MB). 100k creates
-    // hold about 70 MB of memtable and 10 MB of references if nothing were sealed or
-    // evicted.
-    let budget_bytes = 32u64 << 20;
-    let m = Mounted::with_options(&[
-        "cache=2",
-        "memtable=2",
-        "checkpoint=1",
-        "metacache=1",
-        "memory=32",
-    ]);
+    // 28 MiB for everything: 2 MiB of block cache, 2 MiB memtables, up to 4 MiB of staged
+    // operations (checkpoint=1), the lookup table, and what the daemon needs besides
+    // (program, stacks, allocator slack: about 15 MB). 100k creates hold about 70 MB of
+    // memtable and 10 MB of references if nothing were sealed or evicted.
+    let budget_bytes = 28u64 << 20;
+    let m = Mounted::with_options(&["cache=2", "memtable=2", "checkpoint=1", "memory=28"]);
     for dir in 0..DIRS {
         fs::create_dir(m.path(format!("d{dir}"))).unwrap();
     }

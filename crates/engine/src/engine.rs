@@ -15,8 +15,8 @@ use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
 use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::{
-    Batch, CachedStore, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store,
-    StoreMetrics, DEFAULT_CHECKPOINT_BYTES, DEFAULT_METADATA_CACHE_BYTES,
+    Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
+    DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
 
@@ -42,9 +42,6 @@ pub struct EngineConfig {
     /// together (see `store::StagedStore`), in key and value bytes. 0: none are; each
     /// reaches the store's journal (and the OS) before it completes.
     pub checkpoint_bytes: u64,
-    /// The cache of recently read metadata pairs in front of the on-disk store (see
-    /// `store::CachedStore`); 0: none.
-    pub metadata_cache_bytes: u64,
 }
 
 impl Default for EngineConfig {
@@ -54,7 +51,6 @@ impl Default for EngineConfig {
             commit_interval: Some(Duration::from_secs(5)),
             tuning: FjallTuning::default(),
             checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
-            metadata_cache_bytes: DEFAULT_METADATA_CACHE_BYTES,
         }
     }
 }
@@ -162,12 +158,8 @@ impl Engine {
     pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
-        // Layers, outermost first: staged operations, cached reads, the LSM.
         let mut store: Box<dyn Store> =
             Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
-        if config.metadata_cache_bytes > 0 {
-            store = Box::new(CachedStore::new(store, config.metadata_cache_bytes));
-        }
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes));
         }

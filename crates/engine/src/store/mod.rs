@@ -4,7 +4,6 @@
 //! file data never slows compaction of the metadata tree. A `Batch` is applied atomically
 //! across both spaces.
 
-mod cached_store;
 mod fjall_store;
 mod memory_store;
 mod staged_store;
@@ -12,7 +11,6 @@ mod staged_store;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-pub use cached_store::{CachedStore, DEFAULT_METADATA_CACHE_BYTES};
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
 pub use staged_store::{staged_memory_bound, StagedStore, DEFAULT_CHECKPOINT_BYTES};
@@ -186,11 +184,6 @@ pub struct StoreMetrics {
     pub staged_bytes: u64,
     /// Checkpoints written: each moves every staged operation into the store at once.
     pub checkpoints: u64,
-    /// The cache of recently read metadata pairs: bytes held, and point reads it answered
-    /// or passed on.
-    pub metadata_cache_bytes: u64,
-    pub metadata_cache_hits: u64,
-    pub metadata_cache_misses: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time
