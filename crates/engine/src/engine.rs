@@ -161,7 +161,7 @@ impl Engine {
         let mut store: Box<dyn Store> =
             Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
         if config.checkpoint_bytes > 0 {
-            store = Box::new(StagedStore::new(store, config.checkpoint_bytes));
+            store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
         }
         Self::start(store, config, Some(lock))
     }

@@ -314,10 +314,7 @@ mod tests {
     fn memory_and_fjall_stores_agree() {
         exercise(&MemoryStore::new());
         for checkpoint_bytes in [1, 1 << 20] {
-            exercise(&StagedStore::new(
-                Box::new(MemoryStore::new()),
-                checkpoint_bytes,
-            ));
+            exercise(&StagedStore::new(Box::new(MemoryStore::new()), checkpoint_bytes).unwrap());
         }
         let dir = tempfile::tempdir().unwrap();
         exercise(&FjallStore::open(dir.path(), &FjallTuning::default()).unwrap());

@@ -6,17 +6,21 @@
 //! operation), so the inner store writes each key once per checkpoint and appends to its
 //! journal once per checkpoint instead of once per operation.
 //!
-//! A checkpoint is taken when the staged bytes reach a bound, on `sync` (group commit:
-//! fsync, the commit interval, unmount), before a snapshot or a compaction, and at drop.
-//! Each checkpoint holds every operation up to a point, atomically, so after a crash the
-//! store holds a prefix of the operations: at least all of them up to the last sync.
+//! When the staged bytes reach a bound, the write that finds them there freezes them and a
+//! checkpointer thread writes them while new batches stage beside them; a writer waits
+//! only if the next bound is reached before that checkpoint is done. `sync` (group commit:
+//! fsync, the commit interval, unmount), a snapshot, a compaction and drop checkpoint
+//! everything at once. Each checkpoint holds every operation up to a point, atomically, so
+//! after a crash the store holds a prefix of the operations: at least all of them up to
+//! the last sync.
 
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use parking_lot::RwLock;
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 
@@ -34,6 +38,11 @@ type StagedPair = (Vec<u8>, Option<Vec<u8>>);
 const SCAN_CHUNK: usize = 64;
 
 pub struct StagedStore {
+    shared: Arc<Shared>,
+    checkpointer: Option<JoinHandle<()>>,
+}
+
+struct Shared {
     inner: Box<dyn Store>,
     checkpoint_bytes: u64,
     layers: RwLock<Layers>,
@@ -42,6 +51,19 @@ pub struct StagedStore {
     /// may move from one to the other beneath it.
     checkpointing: RwLock<()>,
     checkpoints: AtomicU64,
+    background: Mutex<Background>,
+    /// Wakes the checkpointer thread.
+    handed_over: Condvar,
+    /// Wakes writers waiting for the checkpointer to finish.
+    written: Condvar,
+}
+
+/// The checkpointer thread's work.
+#[derive(Default)]
+struct Background {
+    /// A frozen layer is handed to the thread and not yet written (or failed).
+    busy: bool,
+    stopping: bool,
 }
 
 #[derive(Default)]
@@ -93,42 +115,112 @@ fn pair_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
 }
 
 impl StagedStore {
-    pub fn new(inner: Box<dyn Store>, checkpoint_bytes: u64) -> Self {
-        Self {
+    pub fn new(inner: Box<dyn Store>, checkpoint_bytes: u64) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared {
             inner,
             checkpoint_bytes: checkpoint_bytes.max(1),
             layers: RwLock::default(),
             checkpointing: RwLock::new(()),
             checkpoints: AtomicU64::new(0),
-        }
+            background: Mutex::default(),
+            handed_over: Condvar::new(),
+            written: Condvar::new(),
+        });
+        let thread_shared = shared.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("shoal-checkpoint".into())
+            .spawn(move || thread_shared.run_checkpointer())?;
+        Ok(Self {
+            shared,
+            checkpointer: Some(checkpointer),
+        })
     }
+}
 
+impl Shared {
     /// Writes everything staged so far to the inner store, oldest first: a frozen layer
-    /// a failed checkpoint left, then the active one. On failure what is staged stays
-    /// staged (and readable), and the next checkpoint tries again.
+    /// (handed to the checkpointer, or left by a failed checkpoint), then the active one.
+    /// On failure what is staged stays staged (and readable), and the next checkpoint
+    /// tries again.
     fn checkpoint(&self) -> Result<(), StoreError> {
         let _exclusive = self.checkpointing.write();
-        let retry = self.layers.read().frozen.clone();
-        if let Some(frozen) = retry {
-            self.write_frozen(&frozen)?;
+        self.write_frozen()?;
+        if self.freeze() {
+            self.write_frozen()?;
         }
-        let frozen = {
-            let mut layers = self.layers.write();
-            if layers.active.batch.is_empty() {
-                return Ok(());
-            }
-            let frozen = Arc::new(std::mem::take(&mut layers.active));
-            layers.frozen = Some(frozen.clone());
-            frozen
-        };
-        self.write_frozen(&frozen)
+        Ok(())
     }
 
-    fn write_frozen(&self, frozen: &Staged) -> Result<(), StoreError> {
+    /// Makes the active layer the frozen one; false if it is empty or a frozen layer
+    /// is still there.
+    fn freeze(&self) -> bool {
+        let mut layers = self.layers.write();
+        if layers.active.batch.is_empty() || layers.frozen.is_some() {
+            return false;
+        }
+        layers.frozen = Some(Arc::new(std::mem::take(&mut layers.active)));
+        true
+    }
+
+    /// Writes the frozen layer, if any, to the inner store and unstages it. Callers hold
+    /// `checkpointing` exclusively, so no layer is written twice.
+    fn write_frozen(&self) -> Result<(), StoreError> {
+        let Some(frozen) = self.layers.read().frozen.clone() else {
+            return Ok(());
+        };
         self.inner.write_borrowed(&frozen.batch)?;
         self.layers.write().frozen = None;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Before a write that finds the bound reached: hands the active layer to the
+    /// checkpointer. Waits while the previous hand-over is still being written; if that
+    /// one failed, checkpoints here so the error reaches this write.
+    fn make_room(&self) -> Result<(), StoreError> {
+        let mut background = self.wait_for_checkpointer();
+        if self.layers.read().frozen.is_some() {
+            drop(background);
+            return self.checkpoint();
+        }
+        if self.freeze() {
+            background.busy = true;
+            self.handed_over.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Waits until the checkpointer has nothing in hand.
+    fn wait_for_checkpointer(&self) -> parking_lot::MutexGuard<'_, Background> {
+        let mut background = self.background.lock();
+        while background.busy {
+            self.written.wait(&mut background);
+        }
+        background
+    }
+
+    fn run_checkpointer(&self) {
+        loop {
+            {
+                let mut background = self.background.lock();
+                while !background.busy && !background.stopping {
+                    self.handed_over.wait(&mut background);
+                }
+                if !background.busy {
+                    return;
+                }
+            }
+            let written = {
+                let _exclusive = self.checkpointing.write();
+                self.write_frozen()
+            };
+            if let Err(error) = written {
+                // The frozen layer stays staged; the next write to need room retries it.
+                tracing::warn!(%error, "background checkpoint failed");
+            }
+            self.background.lock().busy = false;
+            self.written.notify_all();
+        }
     }
 
     /// Up to `SCAN_CHUNK` staged pairs of `space` after `after` and before `end`, newest
@@ -172,7 +264,7 @@ fn merge_newest_first<'a>(
 /// The staged pairs of one scan, fetched a chunk at a time so a scan that stops early
 /// copies little, and so no lock is held while the scan's visitor runs.
 struct StagedCursor<'a> {
-    store: &'a StagedStore,
+    store: &'a Shared,
     space: Space,
     end: &'a [u8],
     /// The last key fetched; the next chunk starts after it.
@@ -182,13 +274,13 @@ struct StagedCursor<'a> {
 }
 
 impl<'a> StagedCursor<'a> {
-    fn new(store: &'a StagedStore, space: Space, start: &'a [u8], end: &'a [u8]) -> Self {
+    fn new(store: &'a Shared, space: Space, start: &'a [u8], end: &'a [u8]) -> Self {
         let chunk = store.staged_chunk(space, Bound::Included(start), end);
         Self::with_chunk(store, space, end, None, chunk)
     }
 
     fn with_chunk(
-        store: &'a StagedStore,
+        store: &'a Shared,
         space: Space,
         end: &'a [u8],
         last: Option<Vec<u8>>,
@@ -255,7 +347,7 @@ fn emit_staged_through(
     (false, Scan::Continue)
 }
 
-impl StoreView for StagedStore {
+impl Shared {
     fn scan(
         &self,
         space: Space,
@@ -294,9 +386,7 @@ impl StoreView for StagedStore {
         self.checkpoint()?;
         self.inner.last_key(space, start, end)
     }
-}
 
-impl Store for StagedStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         // A checkpoint puts pairs into the inner store before it unstages them, so a key
         // missing from both layers here is in the inner store, or was not written.
@@ -306,11 +396,11 @@ impl Store for StagedStore {
         self.inner.get(space, key)
     }
 
-    /// Stages the batch. A checkpoint, when one is due, comes first: if it fails, this
-    /// batch is refused whole rather than staged and reported failed.
+    /// Stages the batch. Room is made first when the bound is reached: if a checkpoint
+    /// fails there, this batch is refused whole rather than staged and reported failed.
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
         if self.layers.read().active.bytes >= self.checkpoint_bytes {
-            self.checkpoint()?;
+            self.make_room()?;
         }
         self.layers.write().active.absorb(batch);
         Ok(())
@@ -353,9 +443,70 @@ impl Store for StagedStore {
     }
 }
 
+impl StoreView for StagedStore {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.shared.scan(space, start, end, visit)
+    }
+
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.shared.last_key(space, start, end)
+    }
+}
+
+impl Store for StagedStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.shared.get(space, key)
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        self.shared.write(batch)
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.shared.sync()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.shared.disk_bytes()
+    }
+
+    fn metrics(&self) -> StoreMetrics {
+        self.shared.metrics()
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.shared.memory_bytes()
+    }
+
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        self.shared.snapshot()
+    }
+
+    fn compact(&self) -> Result<(), StoreError> {
+        self.shared.compact()
+    }
+}
+
 impl Drop for StagedStore {
     fn drop(&mut self) {
-        if let Err(error) = self.checkpoint().and_then(|()| self.inner.sync()) {
+        self.shared.background.lock().stopping = true;
+        self.shared.handed_over.notify_one();
+        if let Some(thread) = self.checkpointer.take() {
+            let _ = thread.join();
+        }
+        let shared = &self.shared;
+        if let Err(error) = shared.checkpoint().and_then(|()| shared.inner.sync()) {
             tracing::error!(%error, "final checkpoint failed: staged operations are lost");
         }
     }
@@ -438,7 +589,7 @@ mod tests {
     fn staged(checkpoint_bytes: u64) -> (StagedStore, Inner) {
         let inner = Inner::default();
         (
-            StagedStore::new(Box::new(inner.clone()), checkpoint_bytes),
+            StagedStore::new(Box::new(inner.clone()), checkpoint_bytes).unwrap(),
             inner,
         )
     }
@@ -545,9 +696,10 @@ mod tests {
     fn a_checkpoint_comes_when_staged_bytes_reach_the_bound() {
         let (store, inner) = staged(100);
         for i in 0..10 {
-            // 2 + 18 bytes per pair: the fifth write finds 100 staged and checkpoints first.
+            // 2 + 18 bytes per pair: the sixth write finds 100 staged and hands them over.
             put(&store, format!("k{i}").as_bytes(), &[b'v'; 18]);
         }
+        drop(store.shared.wait_for_checkpointer());
         assert_eq!(store.metrics().checkpoints, 1);
         assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 5);
         assert_eq!(store.metrics().staged_bytes, 100);
@@ -570,8 +722,11 @@ mod tests {
         let (store, inner) = staged(10);
         put(&store, b"first", b"0123456789");
         inner.failing.store(true, Ordering::SeqCst);
+        // The bound is reached: `first` goes to the checkpointer, whose write fails.
+        put(&store, b"second", b"0123456789");
+        // The next write to need room retries that checkpoint itself, and is refused.
         let mut batch = Batch::default();
-        batch.put(Space::Meta, b"second".to_vec(), b"x".to_vec());
+        batch.put(Space::Meta, b"third".to_vec(), b"x".to_vec());
         assert!(matches!(store.write(batch), Err(StoreError::NoSpace)));
         assert_eq!(
             store.get(Space::Meta, b"first").unwrap(),
@@ -579,18 +734,26 @@ mod tests {
         );
         assert_eq!(
             store.get(Space::Meta, b"second").unwrap(),
+            Some(b"0123456789".to_vec())
+        );
+        assert_eq!(
+            store.get(Space::Meta, b"third").unwrap(),
             None,
             "refused whole"
         );
         assert!(store.sync().is_err());
+        assert_eq!(inner.writes.load(Ordering::SeqCst), 0);
 
         inner.failing.store(false, Ordering::SeqCst);
-        put(&store, b"third", b"3");
+        put(&store, b"fourth", b"4");
         store.sync().unwrap();
         assert_eq!(
             keys_in(&inner, b"", b"z", usize::MAX),
-            ["first=0123456789", "third=3"]
+            ["first=0123456789", "fourth=4", "second=0123456789"]
         );
+        // In order: `fourth` needed room, so `first` and then `second` were checkpointed
+        // before it was staged; the sync wrote `fourth`.
+        assert_eq!(inner.writes.load(Ordering::SeqCst), 3);
     }
 
     #[test]
