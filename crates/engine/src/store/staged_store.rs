@@ -169,7 +169,11 @@ impl Shared {
             return Ok(());
         };
         self.inner.write_borrowed(&frozen.batch)?;
-        self.layers.write().frozen = None;
+        let unstaged = self.layers.write().frozen.take();
+        // Freed outside the lock: tens of thousands of pairs take milliseconds to free, and
+        // every read waits while the layers are locked for writing.
+        drop(unstaged);
+        drop(frozen);
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
