@@ -102,16 +102,17 @@ struct Staged {
 impl Staged {
     fn absorb(&mut self, batch: Batch) {
         for (space, key, value) in batch.into_items() {
-            let added = pair_bytes(&key, value.as_deref());
-            let replaced = self.batch.insert(space, key.clone(), value);
-            let removed = replaced.map_or(0, |old| pair_bytes(&key, old.as_deref()));
+            let key_len = key.len();
+            let added = pair_bytes(key_len, value.as_deref());
+            let replaced = self.batch.insert(space, key, value);
+            let removed = replaced.map_or(0, |old| pair_bytes(key_len, old.as_deref()));
             self.bytes = (self.bytes + added).saturating_sub(removed);
         }
     }
 }
 
-fn pair_bytes(key: &[u8], value: Option<&[u8]>) -> u64 {
-    (key.len() + value.map_or(0, <[u8]>::len)) as u64
+fn pair_bytes(key_len: usize, value: Option<&[u8]>) -> u64 {
+    (key_len + value.map_or(0, <[u8]>::len)) as u64
 }
 
 impl StagedStore {
@@ -351,7 +352,7 @@ fn emit_staged_through(
     (false, Scan::Continue)
 }
 
-impl Shared {
+impl StoreView for StagedStore {
     fn scan(
         &self,
         space: Space,
@@ -359,10 +360,11 @@ impl Shared {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
-        let _no_checkpoint = self.checkpointing.read();
-        let mut staged = StagedCursor::new(self, space, start, end);
+        let shared = self.shared.as_ref();
+        let _no_checkpoint = shared.checkpointing.read();
+        let mut staged = StagedCursor::new(shared, space, start, end);
         let mut stopped = false;
-        self.inner.scan(space, start, end, &mut |key, value| {
+        shared.inner.scan(space, start, end, &mut |key, value| {
             let (replaced, scan) = emit_staged_through(&mut staged, Some(key), visit);
             if scan == Scan::Stop {
                 stopped = true;
@@ -387,118 +389,69 @@ impl Shared {
         start: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.checkpoint()?;
-        self.inner.last_key(space, start, end)
-    }
-
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        // A checkpoint puts pairs into the inner store before it unstages them, so a key
-        // missing from both layers here is in the inner store, or was not written.
-        if let Some(staged) = self.layers.read().lookup(space, key) {
-            return Ok(staged);
-        }
-        self.inner.get(space, key)
-    }
-
-    /// Stages the batch. Room is made first when the bound is reached: if a checkpoint
-    /// fails there, this batch is refused whole rather than staged and reported failed.
-    fn write(&self, batch: Batch) -> Result<(), StoreError> {
-        if self.layers.read().active.bytes >= self.checkpoint_bytes {
-            self.make_room()?;
-        }
-        self.layers.write().active.absorb(batch);
-        Ok(())
-    }
-
-    fn sync(&self) -> Result<(), StoreError> {
-        self.checkpoint()?;
-        self.inner.sync()
-    }
-
-    fn disk_bytes(&self) -> u64 {
-        self.inner.disk_bytes()
-    }
-
-    fn metrics(&self) -> StoreMetrics {
-        StoreMetrics {
-            staged_bytes: self.layers.read().staged_bytes(),
-            checkpoints: self.checkpoints.load(Ordering::Relaxed),
-            ..self.inner.metrics()
-        }
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        let staged = self.layers.read().staged_bytes() * STAGED_MEMORY_PERCENT / 100;
-        self.inner.memory_bytes() + staged
-    }
-
-    fn snapshot(&self) -> Box<dyn StoreView> {
-        // Best effort: a failed checkpoint leaves its pairs staged, and the snapshot
-        // without them (the error shows again on the next write or sync).
-        if let Err(error) = self.checkpoint() {
-            tracing::warn!(%error, "checkpoint before a snapshot failed");
-        }
-        self.inner.snapshot()
-    }
-
-    fn compact(&self) -> Result<(), StoreError> {
-        self.checkpoint()?;
-        self.inner.compact()
-    }
-}
-
-impl StoreView for StagedStore {
-    fn scan(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
-    ) -> Result<(), StoreError> {
-        self.shared.scan(space, start, end, visit)
-    }
-
-    fn last_key(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.shared.last_key(space, start, end)
+        self.shared.checkpoint()?;
+        self.shared.inner.last_key(space, start, end)
     }
 }
 
 impl Store for StagedStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.shared.get(space, key)
+        // A checkpoint puts pairs into the inner store before it unstages them, so a key
+        // missing from both layers here is in the inner store, or was not written.
+        if let Some(staged) = self.shared.layers.read().lookup(space, key) {
+            return Ok(staged);
+        }
+        self.shared.inner.get(space, key)
     }
 
+    /// Stages the batch. Room is made first when the bound is reached: if a checkpoint
+    /// fails there, this batch is refused whole rather than staged and reported failed.
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
-        self.shared.write(batch)
+        let shared = self.shared.as_ref();
+        let mut layers = shared.layers.write();
+        if layers.active.bytes >= shared.checkpoint_bytes {
+            drop(layers);
+            shared.make_room()?;
+            layers = shared.layers.write();
+        }
+        layers.active.absorb(batch);
+        Ok(())
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.shared.sync()
+        self.shared.checkpoint()?;
+        self.shared.inner.sync()
     }
 
     fn disk_bytes(&self) -> u64 {
-        self.shared.disk_bytes()
+        self.shared.inner.disk_bytes()
     }
 
     fn metrics(&self) -> StoreMetrics {
-        self.shared.metrics()
+        StoreMetrics {
+            staged_bytes: self.shared.layers.read().staged_bytes(),
+            checkpoints: self.shared.checkpoints.load(Ordering::Relaxed),
+            ..self.shared.inner.metrics()
+        }
     }
 
     fn memory_bytes(&self) -> u64 {
-        self.shared.memory_bytes()
+        let staged = self.shared.layers.read().staged_bytes() * STAGED_MEMORY_PERCENT / 100;
+        self.shared.inner.memory_bytes() + staged
     }
 
     fn snapshot(&self) -> Box<dyn StoreView> {
-        self.shared.snapshot()
+        // Best effort: a failed checkpoint leaves its pairs staged, and the snapshot
+        // without them (the error shows again on the next write or sync).
+        if let Err(error) = self.shared.checkpoint() {
+            tracing::warn!(%error, "checkpoint before a snapshot failed");
+        }
+        self.shared.inner.snapshot()
     }
 
     fn compact(&self) -> Result<(), StoreError> {
-        self.shared.compact()
+        self.shared.checkpoint()?;
+        self.shared.inner.compact()
     }
 }
 
