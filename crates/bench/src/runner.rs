@@ -95,14 +95,9 @@ pub fn staging_parent(params: &Params, fallback: &Path) -> PathBuf {
 }
 
 fn free_bytes(path: &Path) -> Option<u64> {
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is valid for statvfs to overwrite.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a writable statvfs.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return None;
-    }
-    Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+    crate::sys::free_space(path)
+        .ok()
+        .map(|space| space.free_bytes)
 }
 
 pub fn run(plan: &Plan, targets: &[Target], progress: &Progress) -> Result<Vec<Sample>> {

@@ -1,5 +1,5 @@
 //! The few raw syscalls std does not offer: nanosecond timestamps without following
-//! symlinks, and extended attributes.
+//! symlinks, extended attributes and free space.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -100,4 +100,26 @@ pub(crate) fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
     let (path, name) = (c_path(path)?, c_name(name)?);
     // SAFETY: both strings are NUL-terminated; read_sized passes a buffer of the stated length.
     read_sized(|buf, len| unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf, len) })
+}
+
+/// Free space of the filesystem holding `path`, as an unprivileged writer sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct FreeSpace {
+    pub free_bytes: u64,
+    /// The allocation unit: a small file takes at least this much.
+    pub block_bytes: u64,
+}
+
+pub fn free_space(path: &Path) -> io::Result<FreeSpace> {
+    let c_path = c_path(path)?;
+    // SAFETY: an all-zero statvfs is valid for statvfs to overwrite.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statvfs.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FreeSpace {
+        free_bytes: stat.f_bavail as u64 * stat.f_frsize as u64,
+        block_bytes: (stat.f_frsize as u64).max(1),
+    })
 }

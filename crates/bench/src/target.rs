@@ -120,6 +120,16 @@ impl Target {
         })
     }
 
+    /// For a loop filesystem: the directory holding its sparse image, whose disk must have
+    /// room for every block the filesystem writes.
+    pub fn backing_dir(&self) -> Option<&Path> {
+        let teardown = self.teardown.as_ref()?;
+        teardown
+            .loop_device
+            .as_ref()
+            .map(|_| teardown.base.as_path())
+    }
+
     pub fn is_shoal(&self) -> bool {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }

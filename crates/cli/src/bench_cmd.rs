@@ -12,7 +12,7 @@ use shoal_bench::progress::Progress;
 use shoal_bench::report::{self, Report};
 use shoal_bench::runner::{self, Plan};
 use shoal_bench::target::{self, MakeKind, MakeOptions, Target};
-use shoal_bench::workload::{Params, Size, Workload};
+use shoal_bench::workload::{Params, Size, TimeLimit, Workload};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// Objects written by the objects workload.
     #[arg(long, value_name = "N")]
     objects_count: Option<u64>,
+    /// Stop the objects workload after this many minutes short of the count, "as far as
+    /// time allows": MINUTES for every target, or TARGET=MINUTES,... (e.g. xfs=25).
+    #[arg(long, value_name = "LIST")]
+    objects_minutes: Option<String>,
     #[arg(long)]
     seed: Option<u64>,
     /// Also run fs_mark and bonnie++ with matching parameters, where installed.
@@ -73,8 +77,11 @@ pub struct BenchArgs {
     keep: bool,
 }
 
-fn params(args: &BenchArgs, size: Size) -> Params {
+fn params(args: &BenchArgs, size: Size) -> Result<Params> {
     let mut params = Params::for_size(size);
+    if let Some(list) = &args.objects_minutes {
+        params.objects_minutes = TimeLimit::parse_list(list)?;
+    }
     params.threads = args.threads.unwrap_or(params.threads);
     params.files_per_thread = args.files.unwrap_or(params.files_per_thread);
     params.file_size_bytes = args.file_size.unwrap_or(params.file_size_bytes);
@@ -84,7 +91,7 @@ fn params(args: &BenchArgs, size: Size) -> Params {
     params.seed = args.seed.unwrap_or(params.seed);
     params.fsync = args.fsync;
     params.external = args.external;
-    params
+    Ok(params)
 }
 
 fn workloads(names: &[String]) -> Result<Vec<Workload>> {
@@ -156,7 +163,7 @@ fn command_line() -> String {
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     let size = Size::parse(&args.size)?;
-    let params = params(args, size);
+    let params = params(args, size)?;
     params.validate()?;
     if args.runs == 0 {
         bail!("--runs must be at least 1");

@@ -114,6 +114,9 @@ pub struct Params {
     /// objects: total objects written.
     pub objects_count: u64,
     pub objects_size_bytes: usize,
+    /// objects: how long a target may write before it stops short of the count ("as far as
+    /// time allows"), for all targets or per target label.
+    pub objects_minutes: Vec<TimeLimit>,
     /// Also run fs_mark and bonnie++ with matching parameters, where installed.
     pub external: bool,
 }
@@ -135,6 +138,7 @@ impl Params {
             seed: 1,
             objects_count,
             objects_size_bytes: 1024,
+            objects_minutes: Vec::new(),
             external: false,
         }
     }
@@ -153,6 +157,53 @@ impl Params {
             }
         }
         Ok(())
+    }
+}
+
+/// A time limit of the objects workload: for every target, or for the one labelled so.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimeLimit {
+    pub target: Option<String>,
+    pub minutes: f64,
+}
+
+impl TimeLimit {
+    /// `25` (every target) or `xfs=25,ext4=10` (per target label).
+    pub fn parse_list(list: &str) -> Result<Vec<TimeLimit>> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(TimeLimit::parse)
+            .collect()
+    }
+
+    fn parse(item: &str) -> Result<TimeLimit> {
+        let (target, minutes) = match item.split_once('=') {
+            Some((label, minutes)) => (Some(label.trim().to_string()), minutes),
+            None => (None, item),
+        };
+        let bad = || {
+            BenchError::Invalid(format!(
+                "--objects-minutes: '{item}' is not MINUTES or TARGET=MINUTES (minutes > 0)"
+            ))
+        };
+        let minutes: f64 = minutes.trim().parse().map_err(|_| bad())?;
+        if !(minutes.is_finite() && minutes > 0.0) || target.as_deref() == Some("") {
+            return Err(bad());
+        }
+        Ok(TimeLimit { target, minutes })
+    }
+}
+
+impl Params {
+    /// The objects time limit of the target labelled `label`: its own, else the general one.
+    pub fn objects_minutes_for(&self, label: &str) -> Option<f64> {
+        let own = self
+            .objects_minutes
+            .iter()
+            .find(|limit| limit.target.as_deref() == Some(label));
+        let general = self.objects_minutes.iter().find(|l| l.target.is_none());
+        own.or(general).map(|limit| limit.minutes)
     }
 }
 
@@ -332,4 +383,28 @@ pub fn count_tree(dir: &Path) -> Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_limits_parse_general_and_per_target() {
+        let limits = TimeLimit::parse_list("30, xfs=12.5").unwrap();
+        assert_eq!(limits.len(), 2);
+        let mut params = Params::for_size(Size::Small);
+        params.objects_minutes = limits;
+        assert_eq!(params.objects_minutes_for("xfs"), Some(12.5));
+        assert_eq!(params.objects_minutes_for("shoal"), Some(30.0));
+        params.objects_minutes = TimeLimit::parse_list("xfs=5").unwrap();
+        assert_eq!(params.objects_minutes_for("shoal"), None);
+    }
+
+    #[test]
+    fn bad_time_limits_are_refused() {
+        for bad in ["0", "-3", "soon", "=5", "xfs=", "xfs=nan"] {
+            assert!(TimeLimit::parse_list(bad).is_err(), "{bad} was accepted");
+        }
+    }
 }

@@ -8,13 +8,14 @@ use std::io::{ErrorKind, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{count_tree, in_threads, Better, Ctx, CurvePoint, Outcome};
 use crate::cpu::{process_rss_bytes, system_used_bytes};
-use crate::error::{IoContext, Result};
+use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
 use crate::rng::SplitMix64;
+use crate::sys::free_space;
 
 /// Directories per hash level, as Swift's partition / suffix layout.
 const FANOUT: u64 = 1000;
@@ -22,6 +23,11 @@ const FANOUT: u64 = 1000;
 const MAX_RECOUNTED_OBJECTS: u64 = 200_000;
 /// A sample every 1% of the target, but at least every this many objects.
 const MAX_SAMPLE_INTERVAL: u64 = 100_000;
+/// Disk an object takes besides its data: inode, directory entry, its share of the
+/// directories (an estimate on the safe side for XFS, ext4, btrfs and shoal).
+const OBJECT_OVERHEAD_BYTES: u64 = 1024;
+/// Share of the free space the run may fill.
+const FILLABLE_PERCENT: u64 = 90;
 
 /// Objects between two curve points.
 pub fn sample_interval(count: u64) -> u64 {
@@ -72,6 +78,60 @@ fn write_object(root: &Path, tmp: &Path, hash: u64, payload: &[u8], fsync: bool)
     }
 }
 
+/// Bytes one object is expected to take on the target: its data rounded up to the block
+/// size, except on shoal, which keeps small contents inline in the inode record.
+fn bytes_per_object(payload_bytes: u64, block_bytes: u64, inline: bool) -> u64 {
+    let data = if inline {
+        payload_bytes
+    } else {
+        payload_bytes.div_ceil(block_bytes) * block_bytes
+    };
+    data + OBJECT_OVERHEAD_BYTES
+}
+
+/// How many of `wanted` objects fit in `free_bytes`, keeping a margin free.
+fn objects_that_fit(wanted: u64, free_bytes: u64, per_object: u64) -> u64 {
+    let fillable = free_bytes / 100 * FILLABLE_PERCENT;
+    wanted.min(fillable / per_object.max(1))
+}
+
+/// Checks free disk before a long run and scales the count down, saying so, when short.
+/// A loop filesystem needs room both inside its image and on the disk under the image.
+fn count_for_free_space(ctx: &Ctx, outcome: &mut Outcome) -> Result<u64> {
+    let wanted = ctx.params.objects_count;
+    let mut dirs = vec![ctx.dir.as_path()];
+    dirs.extend(ctx.target.backing_dir());
+    let mut free_bytes = u64::MAX;
+    let mut block_bytes = 1;
+    for dir in dirs {
+        let space = free_space(dir).context(|| format!("statvfs {}", dir.display()))?;
+        free_bytes = free_bytes.min(space.free_bytes);
+        block_bytes = block_bytes.max(space.block_bytes);
+    }
+    let payload = ctx.params.objects_size_bytes as u64;
+    let per_object = bytes_per_object(payload, block_bytes, ctx.target.is_shoal());
+    let count = objects_that_fit(wanted, free_bytes, per_object);
+    if count == 0 {
+        return Err(BenchError::Invalid(format!(
+            "objects: no room on {}: {} MiB free, about {per_object} bytes per object",
+            ctx.target.label,
+            free_bytes >> 20
+        )));
+    }
+    if count < wanted {
+        let message = format!(
+            "objects: {wanted} objects need about {} GiB on {}, which has {} GiB free: \
+             writing {count} instead",
+            (wanted * per_object) >> 30,
+            ctx.target.label,
+            free_bytes >> 30
+        );
+        eprintln!("{message}");
+        outcome.notes.push(message);
+    }
+    Ok(count)
+}
+
 pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let params = ctx.params;
     let root = ctx.dir.join("objects");
@@ -79,16 +139,23 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     for dir in [&root, &tmp] {
         fs::create_dir(dir).context(|| format!("mkdir {}", dir.display()))?;
     }
-    let target = params.objects_count;
+    let mut outcome = Outcome::default();
+    let target = count_for_free_space(ctx, &mut outcome)?;
+    let minutes = params.objects_minutes_for(&ctx.target.label);
     let interval = sample_interval(target);
     let next = AtomicU64::new(0);
+    let written = AtomicU64::new(0);
     let samples: Mutex<Vec<RawSample>> =
         Mutex::new(vec![(0, 0, memory_bytes(&ctx.target.daemon_pids))]);
     let payload = vec![b'o'; params.objects_size_bytes];
     let started = Instant::now();
+    let deadline = minutes.map(|m| started + Duration::from_secs_f64(m * 60.0));
     let ((), timed) = ctx.timed(|| {
         in_threads(params.threads, |_| {
             loop {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(());
+                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 if index >= target {
                     return Ok(());
@@ -96,6 +163,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                 // SplitMix64 of the index: a uniform, collision-free 64-bit "hash".
                 let hash = SplitMix64::new(params.seed ^ index).next_u64();
                 write_object(&root, &tmp, hash, &payload, params.fsync)?;
+                written.fetch_add(1, Ordering::Relaxed);
                 let done = index + 1;
                 if done.is_multiple_of(interval) || done == target {
                     interrupt::check()?;
@@ -113,16 +181,37 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         })?;
         Ok(())
     })?;
-    let raw = samples.into_inner().unwrap_or_default();
+    let elapsed_ns = started.elapsed().as_nanos();
+    let written = written.into_inner();
+    let mut raw = samples.into_inner().unwrap_or_default();
+    if written < target {
+        // Stopped by the time limit: the curve ends where the writing did.
+        raw.push((written, elapsed_ns, memory_bytes(&ctx.target.daemon_pids)));
+        outcome.notes.push(format!(
+            "stopped at the time limit ({} minutes) after {written} of {target} objects",
+            minutes.unwrap_or_default()
+        ));
+    }
     let curve = curve_from(raw);
-    let mut outcome = Outcome::default();
-    outcome.rate_and_cpu("object create", "object", target, &timed);
-    if let Some(last) = tail_rate(&curve) {
+    outcome.rate_and_cpu("object create", "object", written, &timed);
+    if let (Some(first), Some(last)) = (head_rate(&curve), tail_rate(&curve)) {
+        outcome.metric(
+            "object create rate, first 10%",
+            "object/s",
+            Better::Higher,
+            first,
+        );
         outcome.metric(
             "object create rate, last 10%",
             "object/s",
             Better::Higher,
             last,
+        );
+        outcome.metric(
+            "object create rate, last 10% / first 10%",
+            "x",
+            Better::Higher,
+            last / first.max(1e-9),
         );
     }
     let peak = curve.iter().map(|p| p.memory_bytes).max().unwrap_or(0);
@@ -138,12 +227,12 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         peak as f64 / (1 << 20) as f64,
     );
     // Recounting walks the whole tree twice: minutes per million objects on a FUSE mount.
-    if target <= MAX_RECOUNTED_OBJECTS {
+    if written <= MAX_RECOUNTED_OBJECTS {
         let files = count_tree(&root)? - count_dirs(&root)?;
         outcome.count("objects", files);
     } else {
         outcome.notes.push(format!(
-            "{target} objects written; not recounted (over {MAX_RECOUNTED_OBJECTS})"
+            "{written} objects written; not recounted (over {MAX_RECOUNTED_OBJECTS})"
         ));
     }
     outcome.count("temp_files_left", count_tree(&tmp)?);
@@ -179,6 +268,14 @@ fn curve_from(mut raw: Vec<RawSample>) -> Vec<CurvePoint> {
         .collect()
 }
 
+/// The rate over the first tenth of the run (objects written, not time), against which
+/// the last tenth is compared.
+fn head_rate(curve: &[CurvePoint]) -> Option<f64> {
+    let last = curve.last()?;
+    let end = curve.iter().find(|p| p.files >= last.files / 10)?;
+    Some(end.files as f64 / (end.elapsed_ms / 1e3).max(1e-9))
+}
+
 /// The rate over the last tenth of the run: a store that slows with size shows it here.
 fn tail_rate(curve: &[CurvePoint]) -> Option<f64> {
     let last = curve.last()?;
@@ -209,5 +306,45 @@ mod tests {
         assert!((curve[0].rate_per_s - 10.0).abs() < 1e-9);
         assert_eq!(curve[1].memory_bytes, 3);
         assert!((tail_rate(&curve).unwrap() - 10.0).abs() < 1e-9);
+        assert!((head_rate(&curve).unwrap() - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn head_and_tail_show_a_slowdown() {
+        // 100 objects at 10/s, then 100 at 5/s: the last tenth is half the first.
+        let mut raw = vec![(0, 0, 0)];
+        for step in 1..=20u64 {
+            let secs = if step <= 10 {
+                step
+            } else {
+                10 + 2 * (step - 10)
+            };
+            raw.push((step * 10, u128::from(secs) * 1_000_000_000, 0));
+        }
+        let curve = curve_from(raw);
+        assert!((head_rate(&curve).unwrap() - 10.0).abs() < 1e-9);
+        assert!((tail_rate(&curve).unwrap() - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn object_size_and_fit_follow_the_disk() {
+        assert_eq!(
+            bytes_per_object(1024, 4096, false),
+            4096 + OBJECT_OVERHEAD_BYTES
+        );
+        assert_eq!(
+            bytes_per_object(1024, 4096, true),
+            1024 + OBJECT_OVERHEAD_BYTES
+        );
+        assert_eq!(
+            bytes_per_object(5000, 4096, false),
+            8192 + OBJECT_OVERHEAD_BYTES
+        );
+        // Plenty of room: the count stands.
+        assert_eq!(objects_that_fit(1_000, 1 << 40, 5120), 1_000);
+        // 10 GiB free, 90% fillable, 5 KiB each: about 1.9M.
+        let fit = objects_that_fit(20_000_000, 10 << 30, 5120);
+        assert_eq!(fit, (10u64 << 30) / 100 * 90 / 5120);
+        assert_eq!(objects_that_fit(5, 100, 5120), 0);
     }
 }
