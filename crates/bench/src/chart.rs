@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::error::{BenchError, Result};
 use crate::report::{ChartFile, Report, SummaryRow};
-use crate::workload::Workload;
+use crate::workload::{CurvePoint, Workload};
 
 const WIDTH_PX: u32 = 900;
 const ROW_PX: u32 = 26;
@@ -65,17 +65,52 @@ pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<ChartFile>> {
         }
     }
     if report.workloads.contains(&Workload::Objects) {
-        let name = "objects-rate-over-time.svg";
-        let title = "objects: create rate as the file count grows".to_string();
-        if objects_curve(report, &dir.join(name), &title, &targets)? {
-            files.push(ChartFile {
-                workload: Workload::Objects,
-                title,
-                relative_path: format!("charts/{name}"),
-            });
+        let curves = [
+            (
+                "objects-rate-over-time.svg",
+                "objects: create rate as the file count grows",
+                CurveAxis::Rate,
+            ),
+            (
+                "objects-memory-over-time.svg",
+                "objects: memory as the file count grows (shoal: daemon RSS; others: system memory used)",
+                CurveAxis::Memory,
+            ),
+        ];
+        for (name, title, axis) in curves {
+            if objects_curve(report, &dir.join(name), title, &targets, axis)? {
+                files.push(ChartFile {
+                    workload: Workload::Objects,
+                    title: title.to_string(),
+                    relative_path: format!("charts/{name}"),
+                });
+            }
         }
     }
     Ok(files)
+}
+
+/// What an objects curve plots against the object count.
+#[derive(Clone, Copy)]
+enum CurveAxis {
+    Rate,
+    Memory,
+}
+
+impl CurveAxis {
+    fn value(self, point: &CurvePoint) -> f64 {
+        match self {
+            CurveAxis::Rate => point.rate_per_s,
+            CurveAxis::Memory => point.memory_bytes as f64 / (1u64 << 20) as f64,
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            CurveAxis::Rate => "objects/s over the last interval",
+            CurveAxis::Memory => "MiB",
+        }
+    }
 }
 
 fn better_word(row: &SummaryRow) -> &'static str {
@@ -186,7 +221,13 @@ fn bar_chart(
 
 /// The rate-over-time lines of every objects sample, one colour per target. False when no
 /// sample has a curve (all failed).
-fn objects_curve(report: &Report, path: &Path, title: &str, targets: &[String]) -> Result<bool> {
+fn objects_curve(
+    report: &Report,
+    path: &Path,
+    title: &str,
+    targets: &[String],
+    axis: CurveAxis,
+) -> Result<bool> {
     let samples: Vec<_> = report
         .samples
         .iter()
@@ -203,7 +244,7 @@ fn objects_curve(report: &Report, path: &Path, title: &str, targets: &[String]) 
     let y_max = samples
         .iter()
         .flat_map(|s| &s.outcome.curve)
-        .map(|p| p.rate_per_s)
+        .map(|p| axis.value(p))
         .fold(1.0, f64::max)
         * 1.1;
     let root = SVGBackend::new(path, (WIDTH_PX, 500)).into_drawing_area();
@@ -218,7 +259,7 @@ fn objects_curve(report: &Report, path: &Path, title: &str, targets: &[String]) 
     chart
         .configure_mesh()
         .x_desc("objects so far")
-        .y_desc("objects/s over the last interval")
+        .y_desc(axis.description())
         .draw()
         .map_err(chart_error)?;
     let mut labelled: Vec<&str> = Vec::new();
@@ -228,7 +269,7 @@ fn objects_curve(report: &Report, path: &Path, title: &str, targets: &[String]) 
             .outcome
             .curve
             .iter()
-            .map(|p| (p.files as f64, p.rate_per_s));
+            .map(|p| (p.files as f64, axis.value(p)));
         let series = chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(chart_error)?;

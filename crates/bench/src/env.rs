@@ -2,12 +2,12 @@
 
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpu::system_total_bytes;
 use crate::tools::{has_tool, is_root, version_line};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Environment {
     pub kernel: String,
     pub cpu_model: String,
@@ -22,7 +22,7 @@ pub struct Environment {
     pub note: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ToolVersion {
     pub tool: String,
     /// None: not installed (or prints no version).

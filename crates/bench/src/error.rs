@@ -5,12 +5,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: io::Error,
-    },
+    /// The io::Error is in the message, not a `source`: chained display would repeat it.
+    #[error("{context}: {error}")]
+    Io { context: String, error: io::Error },
     #[error("`{command}` failed: {detail}")]
     Tool { command: String, detail: String },
     #[error("target {path}: {reason}")]
@@ -30,9 +27,9 @@ pub trait IoContext<T> {
 
 impl<T> IoContext<T> for io::Result<T> {
     fn context(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| BenchError::Io {
+        self.map_err(|error| BenchError::Io {
             context: context(),
-            source,
+            error,
         })
     }
 }

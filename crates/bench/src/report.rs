@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::chart;
 use crate::env::Environment;
@@ -16,7 +16,7 @@ use crate::stats::{ratio, summarize};
 use crate::target::TargetInfo;
 use crate::workload::{Better, Params, Workload};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     /// The exact command line that produced this report.
     pub command: String,
@@ -30,7 +30,7 @@ pub struct Report {
 }
 
 /// One metric on one target over all runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SummaryRow {
     pub workload: Workload,
     pub metric: String,
@@ -168,6 +168,17 @@ pub fn write_json(report: &Report, path: &Path) -> Result<()> {
     let text = serde_json::to_string_pretty(report)
         .map_err(|e| BenchError::Invalid(format!("serializing the report: {e}")))?;
     fs::write(path, text + "\n").context(|| format!("writing {}", path.display()))
+}
+
+/// A report written by [`write_json`], to render its table, charts and page again.
+pub fn read_json(path: &Path) -> Result<Report> {
+    let text = fs::read_to_string(path).context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        BenchError::Invalid(format!(
+            "{} is not a shoal bench report: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// Writes DIR/bench.json, DIR/charts/*.svg and DIR/BENCHMARKS.md; returns the page path.
@@ -385,7 +396,15 @@ mod tests {
         assert_eq!(json["samples"].as_array().unwrap().len(), 3);
         let page = fs::read_to_string(page_path).unwrap();
         assert!(page.contains("shoal bench --target a --target b"));
-        for name in ["create-file-per-s.svg", "objects-rate-over-time.svg"] {
+        let again = read_json(&dir.path().join("bench.json")).unwrap();
+        assert_eq!(again.samples.len(), 3);
+        assert_eq!(again.summary.len(), report.summary.len());
+        assert_eq!(markdown(&again, &[]), markdown(&report, &[]));
+        for name in [
+            "create-file-per-s.svg",
+            "objects-rate-over-time.svg",
+            "objects-memory-over-time.svg",
+        ] {
             assert!(
                 page.contains(&format!("(charts/{name})")),
                 "{name} embedded"

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
@@ -28,7 +28,7 @@ pub struct Plan {
     pub staging_parent: PathBuf,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
     pub run: usize,
     pub workload: Workload,

@@ -1,9 +1,9 @@
 //! Summary statistics of repeated samples: median, min, max, and ratios between targets.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median, min and max of one metric on one target over the runs.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub median: f64,
     pub min: f64,

@@ -7,14 +7,14 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, IoContext, Result};
 use crate::mounts::{self, MountInfo};
 use crate::tools::{self, run_capture};
 
 /// Filesystems `--make` knows how to create.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MakeKind {
     Xfs,
@@ -81,7 +81,7 @@ pub struct Target {
 }
 
 /// What the report says about a target.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TargetInfo {
     pub label: String,
     pub path: PathBuf,

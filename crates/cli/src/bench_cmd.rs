@@ -75,6 +75,10 @@ pub struct BenchArgs {
     /// Keep each sample's directory instead of removing it (for inspection).
     #[arg(long)]
     keep: bool,
+    /// Run nothing: render the table, and --report DIR or --json FILE, again from the JSON
+    /// of an earlier session (e.g. after the charts changed).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["targets", "make"])]
+    from_json: Option<PathBuf>,
 }
 
 fn params(args: &BenchArgs, size: Size) -> Result<Params> {
@@ -162,6 +166,10 @@ fn command_line() -> String {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if let Some(path) = &args.from_json {
+        let report = report::read_json(path)?;
+        return output(args, &report);
+    }
     let size = Size::parse(&args.size)?;
     let params = params(args, size)?;
     params.validate()?;
@@ -224,12 +232,17 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     };
     // Tear down made filesystems before writing: the report needs nothing from them.
     drop(targets);
+    output(args, &report)
+}
+
+/// The table on the terminal, then the JSON and the report directory when asked for.
+fn output(args: &BenchArgs, report: &Report) -> Result<ExitCode> {
     print!("{}", report::table(&report.summary));
     if let Some(path) = &args.json {
-        report::write_json(&report, path)?;
+        report::write_json(report, path)?;
     }
     if let Some(dir) = &args.report {
-        let page = report::write_report_dir(&report, dir)?;
+        let page = report::write_report_dir(report, dir)?;
         eprintln!("shoal bench: report in {}", page.display());
     }
     let failures = report.samples.iter().filter(|s| s.error.is_some()).count();

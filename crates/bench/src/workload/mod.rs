@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpu::{CpuSnapshot, CpuUsage};
 use crate::error::{BenchError, Result};
 use crate::target::Target;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     Create,
@@ -75,7 +75,7 @@ impl Workload {
 }
 
 /// Preset scales of `--size`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Size {
     Small,
@@ -97,7 +97,7 @@ impl Size {
 }
 
 /// Every knob of every workload. Presets come from [`Params::for_size`]; the CLI overrides.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Params {
     pub threads: usize,
     /// create / stat / unlink: files per thread; rmtree trees and bonnie use threads x this.
@@ -116,6 +116,7 @@ pub struct Params {
     pub objects_size_bytes: usize,
     /// objects: how long a target may write before it stops short of the count ("as far as
     /// time allows"), for all targets or per target label.
+    #[serde(default)]
     pub objects_minutes: Vec<TimeLimit>,
     /// Also run fs_mark and bonnie++ with matching parameters, where installed.
     pub external: bool,
@@ -161,7 +162,7 @@ impl Params {
 }
 
 /// A time limit of the objects workload: for every target, or for the one labelled so.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimeLimit {
     pub target: Option<String>,
     pub minutes: f64,
@@ -208,14 +209,14 @@ impl Params {
 }
 
 /// Which way a metric improves, for ratios and the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Better {
     Higher,
     Lower,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Metric {
     pub name: String,
     pub unit: String,
@@ -224,7 +225,7 @@ pub struct Metric {
 }
 
 /// One point of the objects rate-over-time curve.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CurvePoint {
     pub files: u64,
     pub elapsed_ms: f64,
@@ -235,13 +236,13 @@ pub struct CurvePoint {
 }
 
 /// What one workload run on one target produced.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Outcome {
     pub metrics: Vec<Metric>,
     /// Independent counts (by readdir, after the timed part) for validation.
     pub counts: BTreeMap<String, u64>,
     pub notes: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub curve: Vec<CurvePoint>,
 }
 
