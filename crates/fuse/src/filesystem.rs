@@ -114,7 +114,8 @@ impl ShoalFs {
     fn reply_entry(&self, reply: ReplyEntry, parent: u64, name: &[u8], result: FsResult<Inode>) {
         match result {
             Ok(inode) => {
-                self.lookups.add(inode.ino, parent, name);
+                self.lookups
+                    .add(inode.ino, parent, name, is_directory(&inode));
                 reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
             }
             Err(error) => reply.error(errno(&error)),
@@ -246,6 +247,10 @@ impl ShoalFs {
     }
 }
 
+fn is_directory(inode: &Inode) -> bool {
+    inode.kind == FileKind::Directory
+}
+
 fn first_nonzero(a: u64, b: u64) -> Option<u64> {
     [a, b].into_iter().find(|&limit| limit > 0)
 }
@@ -321,7 +326,8 @@ impl fuser::Filesystem for ShoalFs {
         // The kernel sends LOOKUP only for directories it holds.
         match self.engine.lookup_child(parent.0, name.as_bytes()) {
             Ok(inode) => {
-                self.lookups.add(inode.ino, parent.0, name.as_bytes());
+                self.lookups
+                    .add(inode.ino, parent.0, name.as_bytes(), is_directory(&inode));
                 reply.entry(&ENTRY_TTL, &file_attr(&inode), GENERATION);
             }
             // Inode 0 with a timeout: the kernel caches the absence.
@@ -703,7 +709,7 @@ impl fuser::Filesystem for ShoalFs {
                         GENERATION,
                     );
                     if !full {
-                        lookups.add(inode.ino, ino.0, name);
+                        lookups.add(inode.ino, ino.0, name, is_directory(inode));
                     }
                     full
                 }
@@ -845,7 +851,8 @@ impl fuser::Filesystem for ShoalFs {
             .create(parent.0, name.as_bytes(), &new, caller(req))
         {
             Ok(inode) => {
-                self.lookups.add(inode.ino, parent.0, name.as_bytes());
+                self.lookups
+                    .add(inode.ino, parent.0, name.as_bytes(), is_directory(&inode));
                 self.engine.open_file(inode.ino);
                 reply.created(
                     &ENTRY_TTL,

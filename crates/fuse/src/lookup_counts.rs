@@ -3,7 +3,9 @@
 //!
 //! Each entry also remembers the name the kernel last reached the inode by, and when: the
 //! memory budget asks the kernel to drop the least recently looked-up names
-//! (`inval_entry(parent, name)`), after which it forgets their inodes.
+//! (`inval_entry(parent, name)`), after which it forgets their inodes. Directories go
+//! last: dropping a directory's name drops every name under it, which turns one round of
+//! a few thousand evictions into millions of forgets at once (a stall, then a rebuild).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,9 +20,20 @@ struct Reference {
     name: Box<[u8]>,
     /// `LookupCounts::clock` at the last lookup: recency for eviction.
     last_lookup: u64,
-    /// Asked the kernel to drop it at this clock value and not looked up since; skipped by
-    /// the next eviction rounds (an open file or a cwd keeps its inode however we ask).
-    evicted_at: Option<u64>,
+    /// Asked the kernel to drop it at this clock value and not looked up since
+    /// (`NOT_EVICTED` otherwise); skipped by the next eviction rounds (an open file or a
+    /// cwd keeps its inode however we ask). A sentinel, not an Option, so the flag below
+    /// costs no extra bytes per entry.
+    evicted_at: u64,
+    directory: bool,
+}
+
+const NOT_EVICTED: u64 = u64::MAX;
+
+impl Reference {
+    fn asked_to_evict(&self) -> bool {
+        self.evicted_at != NOT_EVICTED
+    }
 }
 
 /// A name the kernel reaches an inode by, chosen for eviction.
@@ -46,14 +59,14 @@ impl LookupCounts {
     }
 
     /// The kernel took one more reference to `ino`, which it reached as `name` in `parent`.
-    pub fn add(&self, ino: u64, parent: u64, name: &[u8]) {
+    pub fn add(&self, ino: u64, parent: u64, name: &[u8], directory: bool) {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut shard = self.shard(ino).lock();
         match shard.get_mut(&ino) {
             Some(reference) => {
                 reference.count += 1;
                 reference.last_lookup = now;
-                reference.evicted_at = None;
+                reference.evicted_at = NOT_EVICTED;
                 self.rename_reference(reference, parent, name);
             }
             None => {
@@ -67,7 +80,8 @@ impl LookupCounts {
                         parent,
                         name: name.into(),
                         last_lookup: now,
-                        evicted_at: None,
+                        evicted_at: NOT_EVICTED,
+                        directory,
                     },
                 );
             }
@@ -157,14 +171,15 @@ impl LookupCounts {
             return Vec::new();
         }
         let now = self.clock.load(Ordering::Relaxed);
-        let mut oldest: Vec<(u64, u64)> = Vec::new();
+        // Sorted by (is a directory, last lookup): files oldest first, then directories.
+        let mut oldest: Vec<(bool, u64, u64)> = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock();
             oldest.extend(
                 shard
                     .iter()
-                    .filter(|(_, reference)| reference.evicted_at.is_none())
-                    .map(|(&ino, reference)| (reference.last_lookup, ino)),
+                    .filter(|(_, reference)| !reference.asked_to_evict())
+                    .map(|(&ino, reference)| (reference.directory, reference.last_lookup, ino)),
             );
         }
         if oldest.len() > wanted {
@@ -172,10 +187,10 @@ impl LookupCounts {
             oldest.truncate(wanted);
         }
         let mut candidates = Vec::with_capacity(oldest.len());
-        for (_, ino) in oldest {
+        for (_, _, ino) in oldest {
             let mut shard = self.shard(ino).lock();
             if let Some(reference) = shard.get_mut(&ino) {
-                reference.evicted_at = Some(now);
+                reference.evicted_at = now;
                 candidates.push(EvictionCandidate {
                     ino,
                     parent: reference.parent,
@@ -191,8 +206,8 @@ impl LookupCounts {
     pub fn retry_kept_evictions(&self, clock_limit: u64) {
         for shard in &self.shards {
             for reference in shard.lock().values_mut() {
-                if reference.evicted_at.is_some_and(|at| at < clock_limit) {
-                    reference.evicted_at = None;
+                if reference.asked_to_evict() && reference.evicted_at < clock_limit {
+                    reference.evicted_at = NOT_EVICTED;
                 }
             }
         }
@@ -210,7 +225,7 @@ mod tests {
     #[test]
     fn eviction_asks_for_the_name_after_a_rename() {
         let counts = LookupCounts::default();
-        counts.add(7, 1, b"tmp.1234");
+        counts.add(7, 1, b"tmp.1234", false);
         let before = counts.table_bytes();
         counts.renamed(7, 9, b"object");
         counts.renamed(8, 9, b"never-looked-up"); // not referenced: nothing to follow
@@ -234,9 +249,9 @@ mod tests {
     #[test]
     fn counts_follow_lookups_and_forgets() {
         let counts = LookupCounts::default();
-        counts.add(5, 1, b"a");
-        counts.add(5, 1, b"a");
-        counts.add(21, 1, b"b");
+        counts.add(5, 1, b"a", false);
+        counts.add(5, 1, b"a", false);
+        counts.add(21, 1, b"b", false);
         assert_eq!(counts.referenced_inodes(), 2);
         counts.forget(5, 1);
         assert_eq!(counts.referenced_inodes(), 2);
@@ -251,7 +266,7 @@ mod tests {
         let counts = LookupCounts::default();
         assert_eq!(counts.table_bytes(), 0);
         for ino in 0..10_000 {
-            counts.add(ino, 1, b"some-file.c");
+            counts.add(ino, 1, b"some-file.c", false);
         }
         let bytes = counts.table_bytes();
         assert!(bytes >= 10_000 * 60, "{bytes} bytes for 10000 entries");
@@ -262,10 +277,10 @@ mod tests {
     fn eviction_takes_the_least_recently_looked_up_once() {
         let counts = LookupCounts::default();
         for ino in 0..100 {
-            counts.add(ino, 1, format!("f{ino}").as_bytes());
+            counts.add(ino, 1, format!("f{ino}").as_bytes(), false);
         }
         // Looked up again: now the most recent.
-        counts.add(3, 1, b"f3");
+        counts.add(3, 1, b"f3", false);
         let first = counts.take_eviction_candidates(5);
         let inos: Vec<u64> = first.iter().map(|c| c.ino).collect();
         let mut sorted = inos.clone();
@@ -284,5 +299,27 @@ mod tests {
         );
         counts.retry_kept_evictions(counts.clock() + 1);
         assert_eq!(counts.take_eviction_candidates(1)[0].ino, 0);
+    }
+
+    #[test]
+    fn directories_are_evicted_after_every_file() {
+        let counts = LookupCounts::default();
+        // The directories were looked up first (the oldest), as a tree's parents are.
+        for ino in 0..10 {
+            counts.add(ino, 1, format!("d{ino}").as_bytes(), true);
+        }
+        for ino in 10..20 {
+            counts.add(ino, 0, format!("f{ino}").as_bytes(), false);
+        }
+        let files: Vec<u64> = counts
+            .take_eviction_candidates(10)
+            .iter()
+            .map(|c| c.ino)
+            .collect();
+        assert!(files.iter().all(|&ino| ino >= 10), "{files:?}");
+        let directories = counts.take_eviction_candidates(3);
+        let mut inos: Vec<u64> = directories.iter().map(|c| c.ino).collect();
+        inos.sort_unstable();
+        assert_eq!(inos, vec![0, 1, 2], "then the oldest directories");
     }
 }
