@@ -7,7 +7,7 @@
 //! last: dropping a directory's name drops every name under it, which turns one round of
 //! a few thousand evictions into millions of forgets at once (a stall, then a rebuild).
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -29,6 +29,16 @@ struct Reference {
 }
 
 const NOT_EVICTED: u64 = u64::MAX;
+
+/// Heap bytes of a std `HashMap<u64, Reference>` of this capacity: a power-of-two number
+/// of slots, at most 7/8 full, each one (ino, Reference) pair plus one control byte.
+fn hash_table_bytes(capacity: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let slot_bytes = (std::mem::size_of::<(u64, Reference)>() + 1) as u64;
+    (capacity as u64 * 8 / 7).next_power_of_two() * slot_bytes
+}
 
 impl Reference {
     fn asked_to_evict(&self) -> bool {
@@ -147,21 +157,32 @@ impl LookupCounts {
     /// 16-byte granule). The tables follow their high-water mark: std maps do not shrink
     /// on remove.
     pub fn table_bytes(&self) -> u64 {
-        let slot_bytes = (std::mem::size_of::<(u64, Reference)>() + 1) as u64;
         let tables: u64 = self
             .shards
             .iter()
-            .map(|shard| {
-                let capacity = shard.lock().capacity() as u64;
-                if capacity == 0 {
-                    0
-                } else {
-                    (capacity * 8 / 7).next_power_of_two() * slot_bytes
-                }
-            })
+            .map(|shard| hash_table_bytes(shard.lock().capacity()))
             .sum();
         let names = self.name_bytes.load(Ordering::Relaxed) + 16 * self.referenced_inodes();
         tables + names
+    }
+
+    /// What the shards' hash tables would add if every shard within 10% of its capacity
+    /// grew now (each doubles). Inode numbers spread evenly over the shards, so they fill
+    /// and grow together: the table can jump by half at once (127 MiB in a 20M-file run,
+    /// which took the daemon over its budget before evictions caught up).
+    pub fn imminent_growth_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock();
+                let (len, capacity) = (shard.len(), shard.capacity());
+                if capacity > 0 && len * 10 >= capacity * 9 {
+                    hash_table_bytes(capacity)
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     /// Up to `wanted` of the least recently looked-up references not already asked for,
@@ -171,21 +192,26 @@ impl LookupCounts {
             return Vec::new();
         }
         let now = self.clock.load(Ordering::Relaxed);
-        // Sorted by (is a directory, last lookup): files oldest first, then directories.
-        let mut oldest: Vec<(bool, u64, u64)> = Vec::new();
+        // Ordered by (is a directory, last lookup): files oldest first, then directories.
+        // A bounded max-heap keeps the `wanted` smallest: memory follows `wanted`, not
+        // the millions of entries scanned.
+        let mut oldest: BinaryHeap<(bool, u64, u64)> = BinaryHeap::with_capacity(wanted + 1);
         for shard in &self.shards {
             let shard = shard.lock();
-            oldest.extend(
-                shard
-                    .iter()
-                    .filter(|(_, reference)| !reference.asked_to_evict())
-                    .map(|(&ino, reference)| (reference.directory, reference.last_lookup, ino)),
-            );
+            for (&ino, reference) in shard.iter() {
+                if reference.asked_to_evict() {
+                    continue;
+                }
+                let key = (reference.directory, reference.last_lookup, ino);
+                if oldest.len() < wanted {
+                    oldest.push(key);
+                } else if oldest.peek().is_some_and(|newest| key < *newest) {
+                    oldest.pop();
+                    oldest.push(key);
+                }
+            }
         }
-        if oldest.len() > wanted {
-            oldest.select_nth_unstable(wanted);
-            oldest.truncate(wanted);
-        }
+        let oldest = oldest.into_vec();
         let mut candidates = Vec::with_capacity(oldest.len());
         for (_, _, ino) in oldest {
             let mut shard = self.shard(ino).lock();
@@ -299,6 +325,34 @@ mod tests {
         );
         counts.retry_kept_evictions(counts.clock() + 1);
         assert_eq!(counts.take_eviction_candidates(1)[0].ino, 0);
+    }
+
+    #[test]
+    fn growth_is_counted_only_for_shards_about_to_grow() {
+        let counts = LookupCounts::default();
+        assert_eq!(counts.imminent_growth_bytes(), 0);
+        for ino in 0..(SHARDS as u64 * 1000) {
+            counts.add(ino, 1, b"f", false);
+        }
+        let growth = counts.imminent_growth_bytes();
+        let nearly_full = counts
+            .shards
+            .iter()
+            .filter(|shard| {
+                let shard = shard.lock();
+                shard.len() * 10 >= shard.capacity() * 9
+            })
+            .count() as u64;
+        let per_shard = hash_table_bytes(counts.shards[0].lock().capacity());
+        assert_eq!(growth, nearly_full * per_shard);
+        // Fill one shard to the brim: it is about to double, whatever the others do.
+        let shard_zero = || counts.shards[0].lock().len();
+        let mut ino = SHARDS as u64 * 1000;
+        while shard_zero() * 10 < counts.shards[0].lock().capacity() * 9 {
+            counts.add(ino, 1, b"f", false);
+            ino += SHARDS as u64;
+        }
+        assert!(counts.imminent_growth_bytes() >= per_shard);
     }
 
     #[test]

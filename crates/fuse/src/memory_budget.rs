@@ -128,9 +128,10 @@ pub(crate) fn references_to_drop(
 }
 
 fn enforce(budget_bytes: u64, held_bytes: u64, stats: &FuseStats, notifier: &Notifier) {
+    // Room is kept for the table's next growth, which comes all at once.
     let wanted = references_to_drop(
         budget_bytes,
-        held_bytes,
+        held_bytes + stats.lookups.imminent_growth_bytes(),
         stats.lookups.table_bytes(),
         stats.lookups.referenced_inodes(),
     );
