@@ -8,6 +8,7 @@
 #   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
 #   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
 #   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
+#   docs/bench/stalls.md  a sustained objects run with stats polled (latency maxima), by hand
 # Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ assembles this page from the reports under `docs/bench/`.
 - [shoal bench, all workloads (small size)](#all-workloads): `docs/bench/small/`
 - [cross-check of create against fs_mark](#cross-check) (bonnie++ against bonnie: in the first section): `docs/bench/crosscheck/`
 - [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
+- [stalls: request latency maxima over a sustained run, before and after the lsm-tree fix](#stalls): `docs/bench/stalls.md`
 - [quotas](#quotas-issue-4): `docs/bench/quota.md`
 - [metadata bytes per empty file](#store-bytes): `docs/bench/store-bytes.md`
 - [one directory grown to a million files](#bigdir): `docs/bench/bigdir.md`
@@ -56,6 +58,12 @@ echo
 embed docs/bench/objects "shoal bench: objects curve"
 echo
 if [[ -f docs/bench/objects/notes.md ]]; then cat docs/bench/objects/notes.md; echo; fi
+if [[ -f docs/bench/stalls.md ]]; then
+    echo '<a id="stalls"></a>'
+    echo
+    sed -e 's/^#/##/' docs/bench/stalls.md
+    echo
+fi
 cat docs/bench/quota.md
 echo
 echo '<a id="store-bytes"></a>'
