@@ -126,8 +126,9 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
         + staged_memory_bound(options.checkpoint_bytes);
     if options.memory_bytes <= store_bytes {
         bail!(
-            "option memory={} must exceed cache + 2 x memtable + 4 x checkpoint = {} (MiB): the block cache, the write buffers and staged operations count against the memory budget",
+            "option memory={} must exceed cache + 2 x memtable + {} x checkpoint = {} (MiB): the block cache, the write buffers and staged operations count against the memory budget",
             options.memory_bytes >> 20,
+            staged_memory_bound(1 << 20) >> 20,
             store_bytes >> 20
         );
     }

@@ -76,7 +76,7 @@ fn referenced_inodes_stay_within_a_small_budget() {
 
 #[test]
 fn resident_set_stays_near_a_small_budget() {
-    // 24 MiB for everything: 2 MiB of block cache, 2 MiB memtables, up to 4 MiB of staged
+    // 24 MiB for everything: 2 MiB of block cache, 2 MiB memtables, up to 8 MiB of staged
     // operations (checkpoint=1), the lookup table, and what the daemon needs besides
     // (program, stacks, allocator slack: about 15 MB). 100k creates hold about 70 MB of
     // memtable and 10 MB of references if nothing were sealed or evicted.

@@ -153,6 +153,9 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let ((), timed) = ctx.timed(|| {
         in_threads(params.threads, |_| {
             loop {
+                // Every object, not only at samples: a thread that never hits a sample
+                // boundary would otherwise write on after Ctrl-C.
+                interrupt::check()?;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(());
                 }
@@ -166,7 +169,6 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                 written.fetch_add(1, Ordering::Relaxed);
                 let done = index + 1;
                 if done.is_multiple_of(interval) || done == target {
-                    interrupt::check()?;
                     let memory = memory_bytes(&ctx.target.daemon_pids);
                     let elapsed_ns = started.elapsed().as_nanos();
                     if let Ok(mut list) = samples.lock() {

@@ -7,8 +7,10 @@
 //! journal once per checkpoint instead of once per operation.
 //!
 //! When the staged bytes reach a bound, the write that finds them there freezes them and a
-//! checkpointer thread writes them while new batches stage beside them; a writer waits
-//! only if the next bound is reached before that checkpoint is done. `sync` (group commit:
+//! checkpointer thread writes them while new batches stage beside them. If that checkpoint
+//! is held up in the inner store (a flush or a compaction stall there), the new layer may
+//! grow to `HARD_BOUND_FACTOR` times the bound before a writer waits for it: a hiccup of a
+//! few hundred milliseconds in the inner store then delays no operation. `sync` (group commit:
 //! fsync, the commit interval, unmount), a snapshot, a compaction and drop checkpoint
 //! everything at once. Each checkpoint holds every operation up to a point, atomically, so
 //! after a crash the store holds a prefix of the operations: at least all of them up to
@@ -26,6 +28,11 @@ use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 
 /// Staged key and value bytes at which a write first checkpoints.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;
+
+/// How far past the checkpoint bound the active layer may grow while the previous layer is
+/// still being written, before writers wait: at the default bound and ~4 MiB staged per
+/// second of creates, about a second of slack.
+const HARD_BOUND_FACTOR: u64 = 2;
 
 /// Resident memory of staged pairs, in percent of their key and value bytes (B-tree nodes
 /// and one allocation per key and per value).
@@ -180,9 +187,14 @@ impl Shared {
     }
 
     /// Before a write that finds the bound reached: hands the active layer to the
-    /// checkpointer. Waits while the previous hand-over is still being written; if that
-    /// one failed, checkpoints here so the error reaches this write.
-    fn make_room(&self) -> Result<(), StoreError> {
+    /// checkpointer. While the previous hand-over is still being written, the write goes
+    /// ahead below the hard bound and waits at it; if that hand-over failed, checkpoints
+    /// here so the error reaches this write.
+    fn make_room(&self, active_bytes: u64) -> Result<(), StoreError> {
+        let hard_bound = self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
+        if active_bytes < hard_bound && self.background.lock().busy {
+            return Ok(());
+        }
         let mut background = self.wait_for_checkpointer();
         if self.layers.read().frozen.is_some() {
             drop(background);
@@ -409,9 +421,10 @@ impl Store for StagedStore {
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
         let mut layers = shared.layers.write();
-        if layers.active.bytes >= shared.checkpoint_bytes {
+        let active_bytes = layers.active.bytes;
+        if active_bytes >= shared.checkpoint_bytes {
             drop(layers);
-            shared.make_room()?;
+            shared.make_room(active_bytes)?;
             layers = shared.layers.write();
         }
         layers.active.absorb(batch);
@@ -470,10 +483,10 @@ impl Drop for StagedStore {
 }
 
 /// The most memory staged pairs take at a checkpoint bound: the active layer up to the
-/// bound (plus one batch), and the frozen one being written.
-/// Zero when nothing is staged (`checkpoint_bytes` 0).
+/// hard bound (plus one batch), and the frozen one being written, which may have grown as
+/// far. Zero when nothing is staged (`checkpoint_bytes` 0).
 pub fn staged_memory_bound(checkpoint_bytes: u64) -> u64 {
-    2 * checkpoint_bytes * STAGED_MEMORY_PERCENT / 100
+    2 * HARD_BOUND_FACTOR * checkpoint_bytes * STAGED_MEMORY_PERCENT / 100
 }
 
 #[cfg(test)]
@@ -490,6 +503,8 @@ mod tests {
         store: Arc<MemoryStore>,
         failing: Arc<AtomicBool>,
         writes: Arc<AtomicUsize>,
+        /// Held by a test to hold up the inner store's writes.
+        gate: Arc<Mutex<()>>,
     }
 
     impl StoreView for Inner {
@@ -519,6 +534,7 @@ mod tests {
         }
 
         fn write(&self, batch: Batch) -> Result<(), StoreError> {
+            let _gate = self.gate.lock();
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::NoSpace);
             }
@@ -664,6 +680,33 @@ mod tests {
     }
 
     #[test]
+    fn writers_stage_past_the_bound_while_a_checkpoint_is_held_up_and_wait_at_the_hard_bound() {
+        let (store, inner) = staged(100);
+        let held_up = inner.gate.lock();
+        // 20 bytes a pair: the sixth write hands 100 bytes to the checkpointer, which waits
+        // at the gate; the next ten stage beside it, up to the hard bound of 200.
+        for i in 0..15 {
+            put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
+        }
+        assert_eq!(store.metrics().staged_bytes, 100 + 200);
+        let (sender, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                put(&store, b"k15", &[b'v'; 17]);
+                let _ = sender.send(());
+            });
+            let early = written.recv_timeout(std::time::Duration::from_millis(200));
+            assert!(early.is_err(), "a write at the hard bound went ahead");
+            drop(held_up);
+            written
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the write stayed blocked after the checkpoint");
+        });
+        store.sync().unwrap();
+        assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 16);
+    }
+
+    #[test]
     fn rewriting_a_staged_key_replaces_its_bytes() {
         let (store, _inner) = staged(100);
         put(&store, b"k0", &[b'v'; 18]);
@@ -681,6 +724,7 @@ mod tests {
         inner.failing.store(true, Ordering::SeqCst);
         // The bound is reached: `first` goes to the checkpointer, whose write fails.
         put(&store, b"second", b"0123456789");
+        drop(store.shared.wait_for_checkpointer());
         // The next write to need room retries that checkpoint itself, and is refused.
         let mut batch = Batch::default();
         batch.put(Space::Meta, b"third".to_vec(), b"x".to_vec());
