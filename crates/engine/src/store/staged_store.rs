@@ -9,8 +9,9 @@
 //! When the staged bytes reach a bound, the write that finds them there freezes them and a
 //! checkpointer thread writes them while new batches stage beside them. If that checkpoint
 //! is held up in the inner store (a flush or a compaction stall there), the new layer may
-//! grow to `HARD_BOUND_FACTOR` times the bound before a writer waits for it: a hiccup of a
-//! few hundred milliseconds in the inner store then delays no operation. `sync` (group commit:
+//! grow to `HARD_BOUND_FACTOR` times the bound before a writer waits for it, writes slowed
+//! gradually on the way (up to `MAX_WRITE_DELAY` each): a hiccup of a few hundred
+//! milliseconds in the inner store then stalls no operation. `sync` (group commit:
 //! fsync, the commit interval, unmount), a snapshot, a compaction and drop checkpoint
 //! everything at once. Each checkpoint holds every operation up to a point, atomically, so
 //! after a crash the store holds a prefix of the operations: at least all of them up to
@@ -21,6 +22,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -33,6 +35,10 @@ pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;
 /// still being written, before writers wait: at the default bound and ~4 MiB staged per
 /// second of creates, about a second of slack.
 const HARD_BOUND_FACTOR: u64 = 2;
+
+/// The delay of a write that finds the active layer nearly at the hard bound while the
+/// previous layer is still being written; less below (see `Shared::write_delay`).
+const MAX_WRITE_DELAY: Duration = Duration::from_millis(1);
 
 /// Resident memory of staged pairs, in percent of their key and value bytes (B-tree nodes
 /// and one allocation per key and per value).
@@ -188,11 +194,12 @@ impl Shared {
 
     /// Before a write that finds the bound reached: hands the active layer to the
     /// checkpointer. While the previous hand-over is still being written, the write goes
-    /// ahead below the hard bound and waits at it; if that hand-over failed, checkpoints
-    /// here so the error reaches this write.
+    /// ahead below the hard bound, slowed a little, and waits at it; if that hand-over
+    /// failed, checkpoints here so the error reaches this write.
     fn make_room(&self, active_bytes: u64) -> Result<(), StoreError> {
         let hard_bound = self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
         if active_bytes < hard_bound && self.background.lock().busy {
+            std::thread::sleep(self.write_delay(active_bytes));
             return Ok(());
         }
         let mut background = self.wait_for_checkpointer();
@@ -205,6 +212,16 @@ impl Shared {
             self.handed_over.notify_one();
         }
         Ok(())
+    }
+
+    /// Nothing at the bound, growing with the square of the way to the hard bound up to
+    /// `MAX_WRITE_DELAY`: writers slow down gradually while a checkpoint is held up, so it
+    /// can catch up before any writer has to wait for it whole.
+    fn write_delay(&self, active_bytes: u64) -> Duration {
+        let over = active_bytes.saturating_sub(self.checkpoint_bytes) as f64;
+        let room = (self.checkpoint_bytes * (HARD_BOUND_FACTOR - 1)) as f64;
+        let fraction = (over / room).min(1.0);
+        MAX_WRITE_DELAY.mul_f64(fraction * fraction)
     }
 
     /// Waits until the checkpointer has nothing in hand.
@@ -704,6 +721,16 @@ mod tests {
         });
         store.sync().unwrap();
         assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 16);
+    }
+
+    #[test]
+    fn writes_past_the_bound_slow_down_gradually() {
+        let (store, _inner) = staged(1000);
+        let delay = |bytes| store.shared.write_delay(bytes);
+        assert_eq!(delay(1000), Duration::ZERO);
+        assert_eq!(delay(1500), MAX_WRITE_DELAY / 4);
+        assert!(delay(1250) < delay(1500) && delay(1500) < delay(1999));
+        assert_eq!(delay(2000), MAX_WRITE_DELAY);
     }
 
     #[test]
