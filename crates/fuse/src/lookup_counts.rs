@@ -34,6 +34,9 @@ struct Reference {
 
 const NOT_EVICTED: u64 = u64::MAX;
 
+/// A shard's capacity below which it is not shrunk: 256 shards of this size hold 2 MB.
+const MIN_SHRINK_CAPACITY: usize = 64;
+
 /// Heap bytes of a std `HashMap<u64, Reference>` of this capacity: a power-of-two number
 /// of slots, at most 7/8 full, each one (ino, Reference) pair plus one control byte.
 fn hash_table_bytes(capacity: usize) -> u64 {
@@ -153,7 +156,7 @@ impl LookupCounts {
             self.referenced_inodes.fetch_sub(1, Ordering::Relaxed);
             // Give memory back once the kernel let go of most entries (std maps never
             // shrink by themselves); halving at a quarter full keeps it amortized O(1).
-            if shard.capacity() > 1024 && shard.len() * 4 < shard.capacity() {
+            if shard.capacity() > MIN_SHRINK_CAPACITY && shard.len() * 4 < shard.capacity() {
                 let keep = shard.len() * 2;
                 shard.shrink_to(keep);
             }
@@ -311,6 +314,21 @@ mod tests {
         let bytes = counts.table_bytes();
         assert!(bytes >= 10_000 * 60, "{bytes} bytes for 10000 entries");
         assert!(bytes <= 10_000 * 60 * 4, "{bytes} bytes for 10000 entries");
+    }
+
+    #[test]
+    fn the_table_shrinks_when_the_kernel_forgets_its_entries() {
+        let counts = LookupCounts::default();
+        for ino in 0..100_000 {
+            counts.add(ino, 1, b"f", false);
+        }
+        let full = counts.table_bytes();
+        for ino in 0..100_000 {
+            counts.forget(ino, 1);
+        }
+        let floor = SHARDS as u64 * hash_table_bytes(2 * MIN_SHRINK_CAPACITY);
+        let left = counts.table_bytes();
+        assert!(left <= floor, "{left} bytes left of {full}, floor {floor}");
     }
 
     #[test]
