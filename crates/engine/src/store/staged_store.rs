@@ -193,12 +193,13 @@ impl Shared {
     }
 
     /// Before a write that finds the bound reached: hands the active layer to the
-    /// checkpointer. While the previous hand-over is still being written, the write goes
-    /// ahead below the hard bound, slowed a little, and waits at it; if that hand-over
-    /// failed, checkpoints here so the error reaches this write.
+    /// checkpointer. While a frozen layer is still being written (by the checkpointer, or
+    /// by a sync), the write goes ahead below the hard bound, slowed a little, and waits
+    /// at it. A frozen layer left by a failed checkpoint is written here, at the hard
+    /// bound, so the error reaches this write.
     fn make_room(&self, active_bytes: u64) -> Result<(), StoreError> {
         let hard_bound = self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
-        if active_bytes < hard_bound && self.background.lock().busy {
+        if active_bytes < hard_bound && self.frozen_in_hand() {
             std::thread::sleep(self.write_delay(active_bytes));
             return Ok(());
         }
@@ -212,6 +213,12 @@ impl Shared {
             self.handed_over.notify_one();
         }
         Ok(())
+    }
+
+    /// The checkpointer is writing, or a frozen layer waits (a sync writing it, or a
+    /// failed checkpoint's).
+    fn frozen_in_hand(&self) -> bool {
+        self.background.lock().busy || self.layers.read().frozen.is_some()
     }
 
     /// Nothing at the bound, growing with the square of the way to the hard bound up to
@@ -724,6 +731,33 @@ mod tests {
     }
 
     #[test]
+    fn writers_stage_past_the_bound_while_a_sync_is_held_up() {
+        let (store, inner) = staged(100);
+        put(&store, b"k00", &[b'v'; 17]);
+        let held_up = inner.gate.lock();
+        let (sender, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let syncing = scope.spawn(|| store.sync());
+            while store.shared.layers.read().frozen.is_none() {
+                std::thread::yield_now();
+            }
+            // The sync holds `k00` frozen; ten more writes reach the bound and pass it.
+            scope.spawn(|| {
+                for i in 1..11 {
+                    put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
+                }
+                let _ = sender.send(());
+            });
+            let wrote = written.recv_timeout(std::time::Duration::from_secs(10));
+            drop(held_up);
+            wrote.expect("writers waited for the sync below the hard bound");
+            syncing.join().unwrap().unwrap();
+        });
+        store.sync().unwrap();
+        assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 11);
+    }
+
+    #[test]
     fn writes_past_the_bound_slow_down_gradually() {
         let (store, _inner) = staged(1000);
         let delay = |bytes| store.shared.write_delay(bytes);
@@ -752,9 +786,11 @@ mod tests {
         // The bound is reached: `first` goes to the checkpointer, whose write fails.
         put(&store, b"second", b"0123456789");
         drop(store.shared.wait_for_checkpointer());
-        // The next write to need room retries that checkpoint itself, and is refused.
+        // Below the hard bound (20) writes stage beside the failed layer.
+        put(&store, b"third", b"0123456789");
+        // The next write, at the hard bound, retries that checkpoint itself and is refused.
         let mut batch = Batch::default();
-        batch.put(Space::Meta, b"third".to_vec(), b"x".to_vec());
+        batch.put(Space::Meta, b"fourth".to_vec(), b"x".to_vec());
         assert!(matches!(store.write(batch), Err(StoreError::NoSpace)));
         assert_eq!(
             store.get(Space::Meta, b"first").unwrap(),
@@ -766,6 +802,10 @@ mod tests {
         );
         assert_eq!(
             store.get(Space::Meta, b"third").unwrap(),
+            Some(b"0123456789".to_vec())
+        );
+        assert_eq!(
+            store.get(Space::Meta, b"fourth").unwrap(),
             None,
             "refused whole"
         );
@@ -773,14 +813,19 @@ mod tests {
         assert_eq!(inner.writes.load(Ordering::SeqCst), 0);
 
         inner.failing.store(false, Ordering::SeqCst);
-        put(&store, b"fourth", b"4");
+        put(&store, b"fifth", b"5");
         store.sync().unwrap();
         assert_eq!(
             keys_in(&inner, b"", b"z", usize::MAX),
-            ["first=0123456789", "fourth=4", "second=0123456789"]
+            [
+                "fifth=5",
+                "first=0123456789",
+                "second=0123456789",
+                "third=0123456789"
+            ]
         );
-        // In order: `fourth` needed room, so `first` and then `second` were checkpointed
-        // before it was staged; the sync wrote `fourth`.
+        // In order: `fifth` needed room, so `first` and then `second` with `third` were
+        // checkpointed before it was staged; the sync wrote `fifth`.
         assert_eq!(inner.writes.load(Ordering::SeqCst), 3);
     }
 
