@@ -3,7 +3,7 @@
 # each produced by the command at its own top (they are not rerun here):
 #   docs/bench/small/    shoal bench --make xfs,ext4,shoal,shoal-memory --size small --runs 3 ...
 #   docs/bench/crosscheck/  shoal bench --make ... --runs 5 --external create (+ notes.md)
-#   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects
+#   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects (docs/bench/objects-a3b0fbb/: the first run)
 #   docs/bench/quota.md  scripts/bench-quota.sh
 #   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
 #   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
