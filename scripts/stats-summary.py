@@ -24,10 +24,18 @@ def bucket_lower_ns(index):
     return (1 << exponent) + ((index % SUB) << (exponent - SUB_BITS))
 
 
+def sample_paths(directory):
+    return sorted(glob.glob(directory + "/0*.json"))
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def samples(directory):
-    for path in sorted(glob.glob(directory + "/0*.json")):
-        with open(path) as f:
-            yield json.load(f)
+    for path in sample_paths(directory):
+        yield load(path)
 
 
 def ops(sample):
@@ -59,7 +67,7 @@ def csv(directory):
 
 
 def latency(directory):
-    last = list(samples(directory))[-1]
+    last = load(sample_paths(directory)[-1])
     print(f"uptime {last['uptime_ns'] / 1e9:.0f} s, {creates(last)} creates")
     print("| request | count | p50 µs | p99 µs | p99.9 µs | max ms | over 10 ms | over 50 ms | over 100 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

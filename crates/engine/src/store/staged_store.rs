@@ -198,14 +198,20 @@ impl Shared {
     /// at it. A frozen layer left by a failed checkpoint is written here, at the hard
     /// bound, so the error reaches this write.
     fn make_room(&self, active_bytes: u64) -> Result<(), StoreError> {
-        let hard_bound = self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
-        if active_bytes < hard_bound && self.frozen_in_hand() {
-            std::thread::sleep(self.write_delay(active_bytes));
-            return Ok(());
+        let at_hard_bound = active_bytes >= self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
+        let mut background = self.background.lock();
+        while at_hard_bound && background.busy {
+            self.written.wait(&mut background);
         }
-        let mut background = self.wait_for_checkpointer();
-        if self.layers.read().frozen.is_some() {
+        // Checked once, under the lock the checkpointer hands over with: a sync may still
+        // freeze the layer after this, and then `freeze` below finds it frozen.
+        let frozen_in_hand = background.busy || self.layers.read().frozen.is_some();
+        if frozen_in_hand {
             drop(background);
+            if !at_hard_bound {
+                std::thread::sleep(self.write_delay(active_bytes));
+                return Ok(());
+            }
             return self.checkpoint();
         }
         if self.freeze() {
@@ -213,12 +219,6 @@ impl Shared {
             self.handed_over.notify_one();
         }
         Ok(())
-    }
-
-    /// The checkpointer is writing, or a frozen layer waits (a sync writing it, or a
-    /// failed checkpoint's).
-    fn frozen_in_hand(&self) -> bool {
-        self.background.lock().busy || self.layers.read().frozen.is_some()
     }
 
     /// Nothing at the bound, growing with the square of the way to the hard bound up to
@@ -231,7 +231,8 @@ impl Shared {
         MAX_WRITE_DELAY.mul_f64(fraction * fraction)
     }
 
-    /// Waits until the checkpointer has nothing in hand.
+    /// Waits until the checkpointer has nothing in hand (tests: a settled state).
+    #[cfg(test)]
     fn wait_for_checkpointer(&self) -> parking_lot::MutexGuard<'_, Background> {
         let mut background = self.background.lock();
         while background.busy {
