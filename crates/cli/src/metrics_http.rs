@@ -418,6 +418,23 @@ fn render_memory(out: &mut String, report: &StatsReport) {
         "Names the daemon asked the kernel to drop to stay within the memory budget.",
         memory.evictions,
     );
+    counter(
+        out,
+        "shoal_heap_trims_total",
+        "Times free heap memory was handed back to the system near the memory budget.",
+        memory.heap_trims,
+    );
+    describe(
+        out,
+        "shoal_heap_trim_seconds_total",
+        "counter",
+        "Time spent handing free heap memory back, holding malloc's locks.",
+    );
+    sample(
+        out,
+        "shoal_heap_trim_seconds_total",
+        seconds(memory.heap_trim_ns),
+    );
     gauge(
         out,
         "shoal_uptime_seconds",

@@ -152,6 +152,14 @@ pub struct MemoryReport {
     pub budget_bytes: u64,
     pub evictions: u64,
     pub failed_evictions: u64,
+    /// Free heap handed back to the system near the budget, and how long malloc's locks
+    /// were held for it.
+    #[serde(default)]
+    pub heap_trims: u64,
+    #[serde(default)]
+    pub heap_trim_ns: u64,
+    #[serde(default)]
+    pub heap_trim_max_ns: u64,
 }
 
 /// What the daemon reports from: shared with the FUSE session and the engine.
@@ -209,6 +217,9 @@ impl StatsSource {
                 budget_bytes: self.memory_budget_bytes,
                 evictions: fuse.evictions,
                 failed_evictions: fuse.failed_evictions,
+                heap_trims: fuse.heap_trims,
+                heap_trim_ns: fuse.heap_trim_ns,
+                heap_trim_max_ns: fuse.heap_trim_max_ns,
             },
         })
     }

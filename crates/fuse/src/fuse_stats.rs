@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shoal_engine::histogram::{Histogram, HistogramSnapshot};
 
@@ -124,6 +124,11 @@ pub struct FuseStats {
     /// Names the memory budget asked the kernel to drop, and those it had no longer.
     pub(crate) evictions: AtomicU64,
     pub(crate) failed_evictions: AtomicU64,
+    /// Heap trims (free malloc memory handed back to the system) and how long they held
+    /// malloc's locks: every allocating thread waits meanwhile.
+    pub(crate) heap_trims: AtomicU64,
+    pub(crate) heap_trim_ns: AtomicU64,
+    pub(crate) heap_trim_max_ns: AtomicU64,
 }
 
 impl Default for FuseStats {
@@ -133,6 +138,9 @@ impl Default for FuseStats {
             lookups: Arc::new(LookupCounts::default()),
             evictions: AtomicU64::new(0),
             failed_evictions: AtomicU64::new(0),
+            heap_trims: AtomicU64::new(0),
+            heap_trim_ns: AtomicU64::new(0),
+            heap_trim_max_ns: AtomicU64::new(0),
         }
     }
 }
@@ -161,9 +169,19 @@ pub struct FuseStatsSnapshot {
     pub lookup_table_bytes: u64,
     pub evictions: u64,
     pub failed_evictions: u64,
+    pub heap_trims: u64,
+    pub heap_trim_ns: u64,
+    pub heap_trim_max_ns: u64,
 }
 
 impl FuseStats {
+    pub(crate) fn record_heap_trim(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.heap_trims.fetch_add(1, Ordering::Relaxed);
+        self.heap_trim_ns.fetch_add(ns, Ordering::Relaxed);
+        self.heap_trim_max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
     pub(crate) fn time(&self, op: FuseOp) -> RequestTimer<'_> {
         RequestTimer {
             histogram: &self.latency[op as usize],
@@ -181,6 +199,9 @@ impl FuseStats {
             lookup_table_bytes: self.lookups.table_bytes(),
             evictions: self.evictions.load(Ordering::Relaxed),
             failed_evictions: self.failed_evictions.load(Ordering::Relaxed),
+            heap_trims: self.heap_trims.load(Ordering::Relaxed),
+            heap_trim_ns: self.heap_trim_ns.load(Ordering::Relaxed),
+            heap_trim_max_ns: self.heap_trim_max_ns.load(Ordering::Relaxed),
         }
     }
 }

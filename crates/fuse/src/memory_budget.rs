@@ -11,7 +11,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
 use shoal_engine::Engine;
@@ -68,7 +68,7 @@ pub fn spawn(
                 }
                 if round.is_multiple_of(TRIM_ROUNDS) {
                     let counted = store_bytes + stats.lookups.table_bytes();
-                    uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted);
+                    uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted, &stats);
                     if !warned && store_bytes + uncounted_bytes >= budget_bytes {
                         warned = true;
                         tracing::warn!(
@@ -95,13 +95,15 @@ pub fn spawn(
 /// thread stacks, request buffers, allocator slack. Near the budget, free heap memory
 /// (freed table entries, flushed memtables) is first handed back to the system, so it is
 /// not taken for memory in use and is not in the resident set either.
-fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64) -> u64 {
+fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64, stats: &FuseStats) -> u64 {
     let Some(mut resident) = resident_bytes() else {
         return 0;
     };
     if resident > budget_bytes * TARGET_PERCENT / 100 {
+        let started = Instant::now();
         // SAFETY: malloc_trim has no preconditions; it only releases free memory.
         unsafe { libc::malloc_trim(0) };
+        stats.record_heap_trim(started.elapsed());
         resident = resident_bytes().unwrap_or(resident);
     }
     resident.saturating_sub(counted_bytes)
