@@ -1,4 +1,4 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use fjall::{
     Readable,
 };
 
+use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 
 /// fjall refuses (panics on) a journal limit below this.
@@ -55,6 +56,8 @@ impl Default for FjallTuning {
 /// The on-disk store: one fjall database with a keyspace per `Space`.
 pub struct FjallStore {
     db: Database,
+    /// Where fjall keeps its journals (`journal_sync`).
+    folder: PathBuf,
     meta: Keyspace,
     data: Keyspace,
     /// `FjallTuning::memtable_bytes` in fjall's count (see `MEMTABLE_MEMORY_PERCENT`).
@@ -64,7 +67,10 @@ pub struct FjallStore {
 
 /// Seals full memtables on its own thread, as fjall does for the size it knows: sealing
 /// takes 5-25 ms here (version and journal upkeep), too long for the request that filled
-/// the memtable to wait.
+/// the memtable to wait. The flush fjall starts for a sealed memtable fsyncs the journal
+/// (or rotates it, which fsyncs too) under fjall's journal lock: the journal is made
+/// durable just before the seal, outside that lock, so that fsync finds little to write
+/// and batch writes are not held up behind it.
 struct Sealer {
     /// `None` once the store is being dropped, which ends the thread.
     requests: Option<SyncSender<Space>>,
@@ -74,7 +80,12 @@ struct Sealer {
 }
 
 impl Sealer {
-    fn start(meta: Keyspace, data: Keyspace) -> Result<Self, StoreError> {
+    fn start(
+        db: Database,
+        folder: PathBuf,
+        meta: Keyspace,
+        data: Keyspace,
+    ) -> Result<Self, StoreError> {
         let (requests, received) = sync_channel::<Space>(2);
         let pending: Arc<[AtomicBool; 2]> = Arc::default();
         let done = pending.clone();
@@ -86,6 +97,9 @@ impl Sealer {
                         Space::Meta => &meta,
                         Space::Data => &data,
                     };
+                    if let Err(error) = sync_journal(&db, &folder) {
+                        tracing::warn!(%error, "syncing the journal before a seal failed");
+                    }
                     if let Err(error) = keyspace.rotate_memtable() {
                         tracing::warn!(?space, %error, "sealing a full memtable failed");
                     }
@@ -159,9 +173,11 @@ impl FjallStore {
                 .max_memtable_size(FJALL_MEMTABLE_CEILING)
                 .with_kv_separation(Some(KvSeparationOptions::default()))
         })?;
-        let sealer = Sealer::start(meta.clone(), data.clone())?;
+        let folder = path.to_path_buf();
+        let sealer = Sealer::start(db.clone(), folder.clone(), meta.clone(), data.clone())?;
         Ok(Self {
             db,
+            folder,
             meta,
             data,
             memtable_limit: (tuning.memtable_bytes * 100 / MEMTABLE_MEMORY_PERCENT).max(1),
@@ -238,8 +254,7 @@ impl Store for FjallStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.db.persist(PersistMode::SyncAll)?;
-        Ok(())
+        sync_journal(&self.db, &self.folder)
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -390,5 +405,60 @@ mod tests {
             assert!(scanned_ok);
             assert_eq!(scanned, vec![b"key".to_vec()]);
         });
+    }
+
+    /// `journal_sync` fsyncs the newest `<id>.jnl` in the database folder: that must be the
+    /// file fjall writes batches to, before and after fjall rotates the journal (at a
+    /// flush, once it holds 64 MB).
+    #[test]
+    fn sync_finds_the_journal_fjall_writes_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let tuning = FjallTuning {
+            memtable_bytes: 1 << 20,
+            ..FjallTuning::default()
+        };
+        let store = FjallStore::open(dir.path(), &tuning).unwrap();
+        let journal_holding = |value: &[u8]| {
+            let mut batch = Batch::default();
+            batch.put(Space::Meta, b"probe".to_vec(), value.to_vec());
+            store.write(batch).unwrap();
+            store.sync().unwrap();
+            let path = super::super::journal_sync::active_journal(dir.path())
+                .unwrap()
+                .expect("a journal file");
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                bytes.windows(value.len()).any(|window| window == value),
+                "{} lacks the batch just synced",
+                path.display()
+            );
+            path
+        };
+        let first = journal_holding(b"first-value-written-to-the-journal");
+        // Incompressible, as fjall may compress its journal.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let filler: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        for round in 0u32.. {
+            let active = super::super::journal_sync::active_journal(dir.path()).unwrap();
+            if active.as_ref() != Some(&first) {
+                break;
+            }
+            assert!(round < 1000, "fjall never rotated its journal");
+            let mut batch = Batch::default();
+            batch.put(Space::Meta, round.to_be_bytes().to_vec(), filler.clone());
+            store.write(batch).unwrap();
+            if round >= 64 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let second = journal_holding(b"second-value-written-after-a-seal");
+        assert_ne!(first, second, "a seal starts a new journal");
     }
 }

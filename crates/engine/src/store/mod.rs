@@ -5,6 +5,7 @@
 //! across both spaces.
 
 mod fjall_store;
+mod journal_sync;
 mod memory_store;
 mod staged_store;
 
