@@ -52,7 +52,7 @@ def over(latency, ms):
 
 def csv(directory):
     print("uptime_s,objects_created,rss_mib,lookup_table_mib,referenced_inodes,evictions,"
-          "store_disk_mib,l0_tables,compactions,write_slowdowns,staged_kib,"
+          "store_disk_mib,l0_tables,compactions,write_slowdowns,staged_kib,heap_trims,max_heap_trim_ms,"
           "max_lookup_ms,max_getattr_ms,max_create_ms,max_rename_ms,max_setattr_ms,max_forget_ms")
     for s in samples(directory):
         m, st, o = s["memory"], s["store"], ops(s)
@@ -63,6 +63,7 @@ def csv(directory):
             m["lookup_table_bytes"] >> 20, m["referenced_inodes"], m["evictions"],
             st["disk_bytes"] >> 20, st["l0_table_count"], st["compactions_completed"],
             s["engine"]["write_slowdowns"], st.get("staged_bytes", 0) >> 10,
+            m.get("heap_trims", 0), round(m.get("heap_trim_max_ns", 0) / 1e6, 1),
         ] + [f"{x:.1f}" for x in maxima]))
 
 

@@ -179,13 +179,15 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     let memory = &current.memory;
     let _ = writeln!(
         out,
-        "cache   {} of {}  hits {}    memory  rss {} (heap {} used, {} free)  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
+        "cache   {} of {}  hits {}    memory  rss {} (heap {} used, {} free, {} trims up to {})  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
         bytes(store.cache_used_bytes),
         bytes(store.cache_capacity_bytes),
         hit_rate,
         bytes(memory.rss_bytes),
         bytes(memory.heap_in_use_bytes),
         bytes(memory.heap_free_bytes),
+        memory.heap_trims.saturating_sub(previous.memory.heap_trims),
+        duration(memory.heap_trim_max_ns),
         memory.referenced_inodes,
         memory.lookup_table_bytes_per_inode,
         bytes(memory.budget_bytes),

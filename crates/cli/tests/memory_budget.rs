@@ -109,5 +109,9 @@ fn resident_set_stays_near_a_small_budget() {
     );
     let last = memory(&m.mnt);
     assert!(field(&last, "evictions") > 0, "{last}");
+    // Over 85% of the budget the daemon hands free heap back to the system, and counts it.
+    if highest > budget_bytes * 85 / 100 {
+        assert!(field(&last, "heap_trims") > 0, "{last}");
+    }
     m.finish();
 }
