@@ -126,9 +126,7 @@ pub struct FuseStats {
     pub(crate) failed_evictions: AtomicU64,
     /// Heap trims (free malloc memory handed back to the system) and how long they held
     /// malloc's locks: every allocating thread waits meanwhile.
-    pub(crate) heap_trims: AtomicU64,
-    pub(crate) heap_trim_ns: AtomicU64,
-    pub(crate) heap_trim_max_ns: AtomicU64,
+    heap_trim_latency: Histogram,
 }
 
 impl Default for FuseStats {
@@ -138,9 +136,7 @@ impl Default for FuseStats {
             lookups: Arc::new(LookupCounts::default()),
             evictions: AtomicU64::new(0),
             failed_evictions: AtomicU64::new(0),
-            heap_trims: AtomicU64::new(0),
-            heap_trim_ns: AtomicU64::new(0),
-            heap_trim_max_ns: AtomicU64::new(0),
+            heap_trim_latency: Histogram::default(),
         }
     }
 }
@@ -176,10 +172,7 @@ pub struct FuseStatsSnapshot {
 
 impl FuseStats {
     pub(crate) fn record_heap_trim(&self, took: Duration) {
-        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.heap_trims.fetch_add(1, Ordering::Relaxed);
-        self.heap_trim_ns.fetch_add(ns, Ordering::Relaxed);
-        self.heap_trim_max_ns.fetch_max(ns, Ordering::Relaxed);
+        self.heap_trim_latency.record(took);
     }
 
     pub(crate) fn time(&self, op: FuseOp) -> RequestTimer<'_> {
@@ -190,6 +183,7 @@ impl FuseStats {
     }
 
     pub fn snapshot(&self) -> FuseStatsSnapshot {
+        let heap_trims = self.heap_trim_latency.snapshot();
         FuseStatsSnapshot {
             ops: FUSE_OPS
                 .iter()
@@ -199,9 +193,9 @@ impl FuseStats {
             lookup_table_bytes: self.lookups.table_bytes(),
             evictions: self.evictions.load(Ordering::Relaxed),
             failed_evictions: self.failed_evictions.load(Ordering::Relaxed),
-            heap_trims: self.heap_trims.load(Ordering::Relaxed),
-            heap_trim_ns: self.heap_trim_ns.load(Ordering::Relaxed),
-            heap_trim_max_ns: self.heap_trim_max_ns.load(Ordering::Relaxed),
+            heap_trims: heap_trims.count,
+            heap_trim_ns: heap_trims.sum_ns,
+            heap_trim_max_ns: heap_trims.max_ns,
         }
     }
 }

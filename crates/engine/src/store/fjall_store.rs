@@ -412,6 +412,7 @@ mod tests {
     /// flush, once it holds 64 MB).
     #[test]
     fn sync_finds_the_journal_fjall_writes_to() {
+        use crate::store::journal_sync::active_journal;
         let dir = tempfile::tempdir().unwrap();
         let tuning = FjallTuning {
             memtable_bytes: 1 << 20,
@@ -423,9 +424,7 @@ mod tests {
             batch.put(Space::Meta, b"probe".to_vec(), value.to_vec());
             store.write(batch).unwrap();
             store.sync().unwrap();
-            let path = super::super::journal_sync::active_journal(dir.path())
-                .unwrap()
-                .expect("a journal file");
+            let path = active_journal(dir.path()).unwrap().expect("a journal file");
             let bytes = std::fs::read(&path).unwrap();
             assert!(
                 bytes.windows(value.len()).any(|window| window == value),
@@ -446,7 +445,7 @@ mod tests {
             })
             .collect();
         for round in 0u32.. {
-            let active = super::super::journal_sync::active_journal(dir.path()).unwrap();
+            let active = active_journal(dir.path()).unwrap();
             if active.as_ref() != Some(&first) {
                 break;
             }
