@@ -289,6 +289,34 @@ fn render_store(out: &mut String, report: &StatsReport) {
         "Checkpoints: staged operations written to the store as one batch.",
         store.checkpoints,
     );
+    describe(
+        out,
+        "shoal_checkpoint_write_seconds_total",
+        "counter",
+        "Time checkpoints spent writing staged operations into the store.",
+    );
+    sample(
+        out,
+        "shoal_checkpoint_write_seconds_total",
+        seconds(store.checkpoint_write_ns),
+    );
+    counter(
+        out,
+        "shoal_held_writes_total",
+        "Writes that found twice checkpoint= staged and waited for the checkpoint in progress.",
+        store.held_writes,
+    );
+    describe(
+        out,
+        "shoal_held_write_seconds_total",
+        "counter",
+        "Time writes waited for a held-up checkpoint.",
+    );
+    sample(
+        out,
+        "shoal_held_write_seconds_total",
+        seconds(store.held_write_ns),
+    );
     gauge(
         out,
         "shoal_journals",

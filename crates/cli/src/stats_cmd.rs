@@ -163,9 +163,10 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     };
     let _ = writeln!(
         out,
-        "store   staged {} (checkpoints/s {:.1})  memtables {} ({} sealed, {} flushes queued)  journals {} ({})  tables {} (L0 {})  compactions {} running, {} done",
+        "store   staged {} (checkpoints/s {:.1}, held writes {})  memtables {} ({} sealed, {} flushes queued)  journals {} ({})  tables {} (L0 {})  compactions {} running, {} done",
         bytes(store.staged_bytes),
         rate(store.checkpoints, was.checkpoints),
+        store.held_writes.saturating_sub(was.held_writes),
         bytes(store.write_buffer_bytes),
         store.sealed_memtables,
         store.pending_flushes,

@@ -106,6 +106,18 @@ pub struct StoreReport {
     pub staged_bytes: u64,
     #[serde(default)]
     pub checkpoints: u64,
+    /// Time checkpoints spent writing into the store, in all and at most once.
+    #[serde(default)]
+    pub checkpoint_write_ns: u64,
+    #[serde(default)]
+    pub checkpoint_write_max_ns: u64,
+    /// Writes that waited for a held-up checkpoint at twice `checkpoint=`, and how long.
+    #[serde(default)]
+    pub held_writes: u64,
+    #[serde(default)]
+    pub held_write_ns: u64,
+    #[serde(default)]
+    pub held_write_max_ns: u64,
 }
 
 impl From<StoreMetrics> for StoreReport {
@@ -129,6 +141,11 @@ impl From<StoreMetrics> for StoreReport {
             block_cache_misses: metrics.block_cache_misses,
             staged_bytes: metrics.staged_bytes,
             checkpoints: metrics.checkpoints,
+            checkpoint_write_ns: metrics.checkpoint_write_ns,
+            checkpoint_write_max_ns: metrics.checkpoint_write_max_ns,
+            held_writes: metrics.held_writes,
+            held_write_ns: metrics.held_write_ns,
+            held_write_max_ns: metrics.held_write_max_ns,
         }
     }
 }

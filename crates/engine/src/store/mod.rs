@@ -185,6 +185,14 @@ pub struct StoreMetrics {
     pub staged_bytes: u64,
     /// Checkpoints written: each moves every staged operation into the store at once.
     pub checkpoints: u64,
+    /// Time checkpoints spent writing into the store, in all and at most once.
+    pub checkpoint_write_ns: u64,
+    pub checkpoint_write_max_ns: u64,
+    /// Writes that found the staged operations at the hard bound and waited for the
+    /// checkpoint in progress, with the time they waited, in all and at most once.
+    pub held_writes: u64,
+    pub held_write_ns: u64,
+    pub held_write_max_ns: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time

@@ -22,11 +22,12 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use crate::histogram::Histogram;
 
 /// Staged key and value bytes at which a write first checkpoints.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;
@@ -59,11 +60,19 @@ struct Shared {
     inner: Box<dyn Store>,
     checkpoint_bytes: u64,
     layers: RwLock<Layers>,
-    /// Held exclusively while a checkpoint moves staged pairs into the inner store, and
-    /// shared by scans: a scan merges the staged layers with the inner store, so nothing
-    /// may move from one to the other beneath it.
-    checkpointing: RwLock<()>,
+    /// Held by the one checkpoint writing a frozen layer into the inner store at a time.
+    checkpoint_writer: Mutex<()>,
+    /// Held exclusively while a written layer leaves the staged layers, and shared by
+    /// scans: a scan merges the staged layers with the inner store, and may have read the
+    /// inner store before the layer reached it. Scans wait for that moment only, never
+    /// for the inner store's write.
+    unstaging: RwLock<()>,
     checkpoints: AtomicU64,
+    /// How long each checkpoint took to write into the inner store.
+    checkpoint_writes: Histogram,
+    /// Writes that found the active layer at the hard bound, and how long each waited for
+    /// the checkpoint in progress: the stalls delayed logging exists to avoid.
+    held_writes: Histogram,
     background: Mutex<Background>,
     /// Wakes the checkpointer thread.
     handed_over: Condvar,
@@ -134,8 +143,11 @@ impl StagedStore {
             inner,
             checkpoint_bytes: checkpoint_bytes.max(1),
             layers: RwLock::default(),
-            checkpointing: RwLock::new(()),
+            checkpoint_writer: Mutex::new(()),
+            unstaging: RwLock::new(()),
             checkpoints: AtomicU64::new(0),
+            checkpoint_writes: Histogram::default(),
+            held_writes: Histogram::default(),
             background: Mutex::default(),
             handed_over: Condvar::new(),
             written: Condvar::new(),
@@ -157,7 +169,7 @@ impl Shared {
     /// On failure what is staged stays staged (and readable), and the next checkpoint
     /// tries again.
     fn checkpoint(&self) -> Result<(), StoreError> {
-        let _exclusive = self.checkpointing.write();
+        let _writer = self.checkpoint_writer.lock();
         self.write_frozen()?;
         if self.freeze() {
             self.write_frozen()?;
@@ -177,13 +189,18 @@ impl Shared {
     }
 
     /// Writes the frozen layer, if any, to the inner store and unstages it. Callers hold
-    /// `checkpointing` exclusively, so no layer is written twice.
+    /// `checkpoint_writer`, so no layer is written twice.
     fn write_frozen(&self) -> Result<(), StoreError> {
         let Some(frozen) = self.layers.read().frozen.clone() else {
             return Ok(());
         };
+        let started = Instant::now();
         self.inner.write_borrowed(&frozen.batch)?;
-        let unstaged = self.layers.write().frozen.take();
+        self.checkpoint_writes.record(started.elapsed());
+        let unstaged = {
+            let _no_scans = self.unstaging.write();
+            self.layers.write().frozen.take()
+        };
         // Freed outside the lock: tens of thousands of pairs take milliseconds to free, and
         // every read waits while the layers are locked for writing.
         drop(unstaged);
@@ -195,30 +212,47 @@ impl Shared {
     /// Before a write that finds the bound reached: hands the active layer to the
     /// checkpointer. While a frozen layer is still being written (by the checkpointer, or
     /// by a sync), the write goes ahead below the hard bound, slowed a little, and waits
-    /// at it. A frozen layer left by a failed checkpoint is written here, at the hard
-    /// bound, so the error reaches this write.
+    /// at it for that checkpoint only: the layer it then hands over is written in the
+    /// background like any other.
     fn make_room(&self, active_bytes: u64) -> Result<(), StoreError> {
-        let at_hard_bound = active_bytes >= self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR);
-        let mut background = self.background.lock();
-        while at_hard_bound && background.busy {
-            self.written.wait(&mut background);
+        if active_bytes >= self.checkpoint_bytes.saturating_mul(HARD_BOUND_FACTOR) {
+            self.wait_for_checkpoint()?;
         }
+        let mut background = self.background.lock();
         // Checked once, under the lock the checkpointer hands over with: a sync may still
         // freeze the layer after this, and then `freeze` below finds it frozen.
         let frozen_in_hand = background.busy || self.layers.read().frozen.is_some();
         if frozen_in_hand {
             drop(background);
-            if !at_hard_bound {
-                std::thread::sleep(self.write_delay(active_bytes));
-                return Ok(());
-            }
-            return self.checkpoint();
+            std::thread::sleep(self.write_delay(active_bytes));
+            return Ok(());
         }
         if self.freeze() {
             background.busy = true;
             self.handed_over.notify_one();
         }
         Ok(())
+    }
+
+    /// At the hard bound: waits until no frozen layer is left. One that the checkpointer
+    /// or a sync is writing is waited for; one left by a failed checkpoint is written
+    /// here, so its error reaches this write.
+    fn wait_for_checkpoint(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        {
+            let mut background = self.background.lock();
+            while background.busy {
+                self.written.wait(&mut background);
+            }
+        }
+        let written = if self.layers.read().frozen.is_some() {
+            let _writer = self.checkpoint_writer.lock();
+            self.write_frozen()
+        } else {
+            Ok(())
+        };
+        self.held_writes.record(started.elapsed());
+        written
     }
 
     /// Nothing at the bound, growing with the square of the way to the hard bound up to
@@ -253,7 +287,7 @@ impl Shared {
                 }
             }
             let written = {
-                let _exclusive = self.checkpointing.write();
+                let _writer = self.checkpoint_writer.lock();
                 self.write_frozen()
             };
             if let Err(error) = written {
@@ -398,7 +432,7 @@ impl StoreView for StagedStore {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
-        let _no_checkpoint = shared.checkpointing.read();
+        let _no_unstaging = shared.unstaging.read();
         let mut staged = StagedCursor::new(shared, space, start, end);
         let mut stopped = false;
         shared.inner.scan(space, start, end, &mut |key, value| {
@@ -466,9 +500,16 @@ impl Store for StagedStore {
     }
 
     fn metrics(&self) -> StoreMetrics {
+        let checkpoint_writes = self.shared.checkpoint_writes.snapshot();
+        let held_writes = self.shared.held_writes.snapshot();
         StoreMetrics {
             staged_bytes: self.shared.layers.read().staged_bytes(),
             checkpoints: self.shared.checkpoints.load(Ordering::Relaxed),
+            checkpoint_write_ns: checkpoint_writes.sum_ns,
+            checkpoint_write_max_ns: checkpoint_writes.max_ns,
+            held_writes: held_writes.count,
+            held_write_ns: held_writes.sum_ns,
+            held_write_max_ns: held_writes.max_ns,
             ..self.shared.inner.metrics()
         }
     }
@@ -528,8 +569,17 @@ mod tests {
         store: Arc<MemoryStore>,
         failing: Arc<AtomicBool>,
         writes: Arc<AtomicUsize>,
-        /// Held by a test to hold up the inner store's writes.
-        gate: Arc<Mutex<()>>,
+        /// Writes the inner store lets through before it holds the rest up (`None`: all),
+        /// for tests that hold checkpoints up.
+        permits: Arc<(Mutex<Option<usize>>, Condvar)>,
+    }
+
+    impl Inner {
+        fn allow_writes(&self, permits: Option<usize>) {
+            let (allowed, changed) = &*self.permits;
+            *allowed.lock() = permits;
+            changed.notify_all();
+        }
     }
 
     impl StoreView for Inner {
@@ -559,7 +609,16 @@ mod tests {
         }
 
         fn write(&self, batch: Batch) -> Result<(), StoreError> {
-            let _gate = self.gate.lock();
+            {
+                let (allowed, changed) = &*self.permits;
+                let mut allowed = allowed.lock();
+                while *allowed == Some(0) {
+                    changed.wait(&mut allowed);
+                }
+                if let Some(left) = allowed.as_mut() {
+                    *left -= 1;
+                }
+            }
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::NoSpace);
             }
@@ -707,9 +766,9 @@ mod tests {
     #[test]
     fn writers_stage_past_the_bound_while_a_checkpoint_is_held_up_and_wait_at_the_hard_bound() {
         let (store, inner) = staged(100);
-        let held_up = inner.gate.lock();
-        // 20 bytes a pair: the sixth write hands 100 bytes to the checkpointer, which waits
-        // at the gate; the next ten stage beside it, up to the hard bound of 200.
+        inner.allow_writes(Some(0));
+        // 20 bytes a pair: the sixth write hands 100 bytes to the checkpointer, which the
+        // inner store holds up; the next ten stage beside it, up to the hard bound of 200.
         for i in 0..15 {
             put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
         }
@@ -722,7 +781,7 @@ mod tests {
             });
             let early = written.recv_timeout(std::time::Duration::from_millis(200));
             assert!(early.is_err(), "a write at the hard bound went ahead");
-            drop(held_up);
+            inner.allow_writes(None);
             written
                 .recv_timeout(std::time::Duration::from_secs(10))
                 .expect("the write stayed blocked after the checkpoint");
@@ -732,10 +791,69 @@ mod tests {
     }
 
     #[test]
+    fn a_write_at_the_hard_bound_waits_for_the_checkpoint_in_progress_not_its_own() {
+        let (store, inner) = staged(100);
+        inner.allow_writes(Some(0));
+        for i in 0..15 {
+            put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
+        }
+        let (sender, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                put(&store, b"k15", &[b'v'; 17]);
+                let _ = sender.send(());
+            });
+            let early = written.recv_timeout(Duration::from_millis(200));
+            assert!(early.is_err(), "a write at the hard bound went ahead");
+            // Only the held-up checkpoint may reach the inner store: the layer the waiting
+            // write hands over next is the checkpointer's to write, not the write's.
+            inner.allow_writes(Some(1));
+            written
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the write waited for more than the checkpoint in progress");
+        });
+        let metrics = store.metrics();
+        assert_eq!(metrics.held_writes, 1);
+        assert!(metrics.held_write_max_ns >= 200_000_000);
+        assert_eq!(keys_in(&store, b"", b"z", usize::MAX).len(), 16);
+        inner.allow_writes(None);
+        store.sync().unwrap();
+        assert_eq!(keys_in(&inner, b"", b"z", usize::MAX).len(), 16);
+        assert_eq!(store.metrics().checkpoints, 3);
+    }
+
+    #[test]
+    fn scans_go_on_while_a_checkpoint_is_held_up_in_the_inner_store() {
+        let (store, inner) = staged(100);
+        put(&inner, b"k", b"inner");
+        inner.allow_writes(Some(0));
+        for i in 0..8 {
+            // The sixth write hands five pairs to the checkpointer, held up inside the
+            // inner store's write.
+            put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
+        }
+        while !store.shared.background.lock().busy {
+            std::thread::yield_now();
+        }
+        let (sender, scanned) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = sender.send(keys_in(&store, b"", b"z", usize::MAX).len());
+            });
+            let seen = scanned.recv_timeout(Duration::from_secs(10));
+            inner.allow_writes(None);
+            assert_eq!(seen, Ok(9), "a scan waited for the inner store's write");
+        });
+        drop(store.shared.wait_for_checkpointer());
+        assert_eq!(keys_in(&store, b"", b"z", usize::MAX).len(), 9);
+        assert!(store.metrics().checkpoint_write_ns > 0);
+    }
+
+    #[test]
     fn writers_stage_past_the_bound_while_a_sync_is_held_up() {
         let (store, inner) = staged(100);
         put(&store, b"k00", &[b'v'; 17]);
-        let held_up = inner.gate.lock();
+        inner.allow_writes(Some(0));
         let (sender, written) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
             let syncing = scope.spawn(|| store.sync());
@@ -750,7 +868,7 @@ mod tests {
                 let _ = sender.send(());
             });
             let wrote = written.recv_timeout(std::time::Duration::from_secs(10));
-            drop(held_up);
+            inner.allow_writes(None);
             wrote.expect("writers waited for the sync below the hard bound");
             syncing.join().unwrap().unwrap();
         });
@@ -825,8 +943,8 @@ mod tests {
                 "third=0123456789"
             ]
         );
-        // In order: `fifth` needed room, so `first` and then `second` with `third` were
-        // checkpointed before it was staged; the sync wrote `fifth`.
+        // In order: `fifth` found the hard bound, so `first` was written before it was
+        // staged and `second` with `third` went to the checkpointer; the sync wrote `fifth`.
         assert_eq!(inner.writes.load(Ordering::SeqCst), 3);
     }
 
