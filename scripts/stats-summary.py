@@ -52,7 +52,8 @@ def over(latency, ms):
 
 def csv(directory):
     print("uptime_s,objects_created,rss_mib,lookup_table_mib,referenced_inodes,evictions,"
-          "store_disk_mib,l0_tables,compactions,write_slowdowns,staged_kib,heap_trims,max_heap_trim_ms,"
+          "store_disk_mib,l0_tables,compactions,write_slowdowns,staged_kib,held_writes,max_checkpoint_write_ms,"
+          "heap_trims,max_heap_trim_ms,"
           "max_lookup_ms,max_getattr_ms,max_create_ms,max_rename_ms,max_setattr_ms,max_forget_ms")
     for s in samples(directory):
         m, st, o = s["memory"], s["store"], ops(s)
@@ -63,6 +64,7 @@ def csv(directory):
             m["lookup_table_bytes"] >> 20, m["referenced_inodes"], m["evictions"],
             st["disk_bytes"] >> 20, st["l0_table_count"], st["compactions_completed"],
             s["engine"]["write_slowdowns"], st.get("staged_bytes", 0) >> 10,
+            st.get("held_writes", 0), round(st.get("checkpoint_write_max_ns", 0) / 1e6, 1),
             m.get("heap_trims", 0), round(m.get("heap_trim_max_ns", 0) / 1e6, 1),
         ] + [f"{x:.1f}" for x in maxima]))
 
@@ -118,7 +120,7 @@ def memory(directory, budget_mib):
 
 
 def slow(directory, ms):
-    previous = None
+    previous, held = None, 0
     for s in samples(directory):
         current = {o["op"]: dict(map(tuple, o["latency"]["buckets"])) for o in s["ops"]}
         for name in ("commit_latency", "batch_write_latency"):
@@ -130,9 +132,13 @@ def slow(directory, ms):
                 for i, n in buckets.items():
                     if bucket_lower_ns(i) >= ms * 1e6 and n > before.get(i, 0):
                         new.append(f"{op} {bucket_lower_ns(i) / 1e6:.0f}ms x{n - before.get(i, 0)}")
+            now_held = s["store"].get("held_writes", 0)
+            if now_held > held:
+                new.append(f"held writes x{now_held - held} "
+                           f"(longest so far {s['store']['held_write_max_ns'] / 1e6:.0f}ms)")
             if new:
                 print(f"{s['uptime_ns'] / 1e9:8.1f}s {creates(s):>10} objects: {', '.join(new)}")
-        previous = current
+        previous, held = current, s["store"].get("held_writes", 0)
 
 
 def main(argv):
