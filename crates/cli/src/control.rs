@@ -34,6 +34,10 @@ const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub enum ControlRequest {
     /// The mount's live statistics (read-only).
     Stats,
+    /// The same plus malloc's heap figures, which walk the whole heap holding malloc's
+    /// locks (tens of milliseconds on a fragmented heap, while every allocation waits):
+    /// on request only, never on the live view's or a scraper's period.
+    HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),
 }
@@ -42,7 +46,7 @@ impl ControlRequest {
     /// Whether the request changes anything (and so needs root or the daemon's user).
     pub fn mutates(&self) -> bool {
         match self {
-            ControlRequest::Stats => false,
+            ControlRequest::Stats | ControlRequest::HeapStats => false,
             ControlRequest::Quota(quota) => quota.mutates(),
         }
     }

@@ -90,6 +90,11 @@ enum Command {
         /// Stop after this many screens.
         #[arg(long)]
         count: Option<u64>,
+        /// Also read malloc's heap (in use, free): the daemon walks the heap holding
+        /// malloc's locks, tens of milliseconds on a big fragmented heap, while every
+        /// allocation waits.
+        #[arg(long)]
+        heap: bool,
     },
     /// Run metadata workloads (fs_mark-style create/stat/unlink, rm -rf, tar/cp/find of a
     /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
@@ -277,12 +282,14 @@ fn main() -> ExitCode {
             json,
             interval,
             count,
+            heap,
         } => stats_cmd::run(
             &mountpoint,
             &stats_cmd::StatsArgs {
                 json,
                 interval: std::time::Duration::from_secs_f64(interval),
                 count,
+                heap,
             },
         ),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),

@@ -412,18 +412,6 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     );
     gauge(
         out,
-        "shoal_heap_in_use_bytes",
-        "Heap memory the allocator has handed out.",
-        memory.heap_in_use_bytes,
-    );
-    gauge(
-        out,
-        "shoal_heap_free_bytes",
-        "Heap memory freed but still held by the allocator.",
-        memory.heap_free_bytes,
-    );
-    gauge(
-        out,
         "shoal_referenced_inodes",
         "Inodes the kernel holds references to.",
         memory.referenced_inodes,
@@ -504,7 +492,6 @@ mod tests {
         report.engine.commits = 7;
         report.engine.log_bytes = 12_345;
         report.memory.rss_bytes = 40 << 20;
-        report.memory.heap_free_bytes = 3 << 20;
         report
     }
 
@@ -559,7 +546,8 @@ mod tests {
         assert_eq!(samples["shoal_commits_total"], 7.0);
         assert_eq!(samples["shoal_log_bytes_total"], 12_345.0);
         assert_eq!(samples["shoal_rss_bytes"], (40u64 << 20) as f64);
-        assert_eq!(samples["shoal_heap_free_bytes"], (3u64 << 20) as f64);
+        // Reading malloc's heap stalls allocations: never on a scrape.
+        assert!(!samples.contains_key("shoal_heap_free_bytes"));
         assert_eq!(
             samples["shoal_op_latency_seconds_count{op=\"create\"}"],
             3.0

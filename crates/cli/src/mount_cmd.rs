@@ -224,10 +224,12 @@ impl ControlHandler for DaemonControl {
         _context: &RequestContext,
     ) -> Result<serde_json::Value, String> {
         match request {
-            ControlRequest::Stats => match self.stats.report() {
-                Some(report) => serde_json::to_value(report).map_err(|error| error.to_string()),
-                None => Err("the filesystem is unmounting".into()),
-            },
+            ControlRequest::Stats | ControlRequest::HeapStats => {
+                match self.stats.report(request == &ControlRequest::HeapStats) {
+                    Some(report) => serde_json::to_value(report).map_err(|error| error.to_string()),
+                    None => Err("the filesystem is unmounting".into()),
+                }
+            }
             ControlRequest::Quota(quota) => match self.stats.engine.upgrade() {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
@@ -255,7 +257,7 @@ fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Res
     .context("cannot open the control socket")?;
     if let Some(listener) = metrics {
         let address = listener.local_addr().ok();
-        metrics_http::serve(listener, Arc::new(move || stats.report()))
+        metrics_http::serve(listener, Arc::new(move || stats.report(false)))
             .context("cannot start the metrics endpoint")?;
         tracing::info!("serving Prometheus metrics on http://{address:?}/metrics");
     }

@@ -19,11 +19,18 @@ pub struct StatsArgs {
     pub interval: Duration,
     /// Screens to print; `None`: until interrupted.
     pub count: Option<u64>,
+    /// Ask for malloc's heap figures too (`ControlRequest::HeapStats`).
+    pub heap: bool,
 }
 
 pub fn run(mountpoint: &Path, args: &StatsArgs) -> Result<ExitCode> {
     let daemon = find_daemon(mountpoint)?;
-    let first = fetch(daemon)?;
+    let request = if args.heap {
+        ControlRequest::HeapStats
+    } else {
+        ControlRequest::Stats
+    };
+    let first = fetch(daemon, &request)?;
     if args.json {
         // One line: scripts pipe it to jq, which pretty-prints on request.
         println!("{}", serde_json::to_string(&first)?);
@@ -34,7 +41,7 @@ pub fn run(mountpoint: &Path, args: &StatsArgs) -> Result<ExitCode> {
     let mut shown = 0;
     while args.count.is_none_or(|count| shown < count) {
         std::thread::sleep(args.interval);
-        let current = fetch(daemon)?;
+        let current = fetch(daemon, &request)?;
         let mut screen = String::new();
         if terminal {
             // Home and clear: redraw in place, like top.
@@ -82,8 +89,8 @@ pub fn find_daemon(mountpoint: &Path) -> Result<u32> {
     }
 }
 
-fn fetch(daemon: u32) -> Result<StatsReport> {
-    let value = control::request(daemon, &ControlRequest::Stats)?;
+fn fetch(daemon: u32, request: &ControlRequest) -> Result<StatsReport> {
+    let value = control::request(daemon, request)?;
     serde_json::from_value(value).context("the daemon's statistics are unreadable")
 }
 
@@ -180,13 +187,15 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     let memory = &current.memory;
     let _ = writeln!(
         out,
-        "cache   {} of {}  hits {}    memory  rss {} (heap {} used, {} free, {} trims up to {})  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
+        "cache   {} of {}  hits {}    memory  rss {} ({}{} trims up to {})  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
         bytes(store.cache_used_bytes),
         bytes(store.cache_capacity_bytes),
         hit_rate,
         bytes(memory.rss_bytes),
-        bytes(memory.heap_in_use_bytes),
-        bytes(memory.heap_free_bytes),
+        match (memory.heap_in_use_bytes, memory.heap_free_bytes) {
+            (Some(used), Some(free)) => format!("heap {} used, {} free, ", bytes(used), bytes(free)),
+            _ => String::new(),
+        },
         memory.heap_trims.saturating_sub(previous.memory.heap_trims),
         duration(memory.heap_trim_max_ns),
         memory.referenced_inodes,

@@ -154,11 +154,12 @@ impl From<StoreMetrics> for StoreReport {
 pub struct MemoryReport {
     /// Resident set of the daemon (/proc/self/statm).
     pub rss_bytes: u64,
-    /// malloc's heap: bytes in use, and bytes freed but still held (fragmentation).
-    #[serde(default)]
-    pub heap_in_use_bytes: u64,
-    #[serde(default)]
-    pub heap_free_bytes: u64,
+    /// malloc's heap: bytes in use, and bytes freed but still held (fragmentation); only
+    /// when asked for (`shoal stats --heap`), as reading them stalls allocations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_in_use_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_free_bytes: Option<u64>,
     /// Inodes the kernel holds references to, and the daemon's table of them.
     pub referenced_inodes: u64,
     pub lookup_table_bytes: u64,
@@ -191,11 +192,12 @@ pub struct StatsSource {
 }
 
 impl StatsSource {
-    /// `None` once the filesystem is unmounting and the engine is gone.
-    pub fn report(&self) -> Option<StatsReport> {
+    /// `None` once the filesystem is unmounting and the engine is gone. `heap` also reads
+    /// malloc's heap figures (see `ControlRequest::HeapStats`).
+    pub fn report(&self, heap: bool) -> Option<StatsReport> {
         let (engine, store) = self.engine.upgrade()?.stats_snapshot();
         let fuse = self.fuse_stats.snapshot();
-        let heap = shoal_fuse::heap_bytes();
+        let heap = heap.then(shoal_fuse::heap_bytes);
         Some(StatsReport {
             daemon_pid: std::process::id(),
             uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
@@ -223,8 +225,8 @@ impl StatsSource {
             store: store.into(),
             memory: MemoryReport {
                 rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
-                heap_in_use_bytes: heap.in_use,
-                heap_free_bytes: heap.free,
+                heap_in_use_bytes: heap.map(|heap| heap.in_use),
+                heap_free_bytes: heap.map(|heap| heap.free),
                 referenced_inodes: fuse.referenced_inodes,
                 lookup_table_bytes: fuse.lookup_table_bytes,
                 lookup_table_bytes_per_inode: fuse
@@ -262,13 +264,22 @@ mod tests {
             memory_budget_bytes: 1 << 30,
             fuse_transport: "io_uring",
         };
-        let report = source.report().unwrap();
+        let report = source.report(false).unwrap();
         assert!(report.memory.rss_bytes > 0);
+        assert_eq!(
+            report.memory.heap_in_use_bytes, None,
+            "read only on request"
+        );
+        let with_heap = source.report(true).unwrap();
+        assert!(with_heap
+            .memory
+            .heap_in_use_bytes
+            .is_some_and(|bytes| bytes > 0));
         assert_eq!(report.ops.len(), shoal_fuse::FUSE_OPS.len());
         let json = serde_json::to_string(&report).unwrap();
         let back: StatsReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back, report);
         drop(engine);
-        assert!(source.report().is_none());
+        assert!(source.report(false).is_none());
     }
 }
