@@ -3,7 +3,8 @@
 # each produced by the command at its own top (they are not rerun here):
 #   docs/bench/small/    shoal bench --make xfs,ext4,shoal,shoal-memory --size small --runs 3 ...
 #   docs/bench/crosscheck/  shoal bench --make ... --runs 5 --external create (+ notes.md)
-#   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects (docs/bench/objects-a3b0fbb/: the first run; docs/bench/objects-af2b663/: the third, shoal only)
+#   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects (docs/bench/objects-a3b0fbb/: the first run; docs/bench/objects-af2b663/: the third, shoal only;
+#                        docs/bench/objects-a722864/: the fourth, shoal then XFS, joined by scripts/merge-bench-json.py)
 #   docs/bench/quota.md  scripts/bench-quota.sh
 #   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
 #   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
@@ -31,6 +32,7 @@ assembles this page from the reports under `docs/bench/`.
 - [cross-check of create against fs_mark](#cross-check) (bonnie++ against bonnie: in the first section): `docs/bench/crosscheck/`
 - [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
 - [objects: the third 20M run, shoal only](#objects-third-run): `docs/bench/objects-af2b663/`
+- [objects: the fourth 20M run, session 10, with XFS](#objects-fourth-run): `docs/bench/objects-a722864/`
 - [stalls: request latency maxima over a sustained run, before and after the lsm-tree fix](#stalls): `docs/bench/stalls.md`
 - [quotas](#quotas-issue-4): `docs/bench/quota.md`
 - [metadata bytes per empty file](#store-bytes): `docs/bench/store-bytes.md`
@@ -64,6 +66,12 @@ echo
 embed docs/bench/objects-af2b663 "shoal bench: objects curve, third run (shoal only)"
 echo
 cat docs/bench/objects-af2b663/notes.md
+echo
+echo '<a id="objects-fourth-run"></a>'
+echo
+embed docs/bench/objects-a722864 "shoal bench: objects curve, fourth run (shoal, then XFS)"
+echo
+cat docs/bench/objects-a722864/notes.md
 echo
 if [[ -f docs/bench/stalls.md ]]; then
     echo '<a id="stalls"></a>'
