@@ -20,6 +20,16 @@ embed() {   # $1 = report directory, $2 = section title
     sed -e "s|](charts/|]($1/charts/|g" -e 's/^#/##/' -e "1s/^## shoal bench\$/## $2/" "$1/BENCHMARKS.md"
 }
 
+# A later run of a report above: anchor, the generated page, and its notes.
+embed_run() {   # $1 = report directory, $2 = anchor, $3 = section title
+    echo "<a id=\"$2\"></a>"
+    echo
+    embed "$1" "$3"
+    echo
+    cat "$1/notes.md"
+    echo
+}
+
 cat <<'EOF'
 # shoal benchmarks
 
@@ -61,18 +71,8 @@ echo
 embed docs/bench/objects "shoal bench: objects curve"
 echo
 if [[ -f docs/bench/objects/notes.md ]]; then cat docs/bench/objects/notes.md; echo; fi
-echo '<a id="objects-third-run"></a>'
-echo
-embed docs/bench/objects-af2b663 "shoal bench: objects curve, third run (shoal only)"
-echo
-cat docs/bench/objects-af2b663/notes.md
-echo
-echo '<a id="objects-fourth-run"></a>'
-echo
-embed docs/bench/objects-a722864 "shoal bench: objects curve, fourth run (shoal, then XFS)"
-echo
-cat docs/bench/objects-a722864/notes.md
-echo
+embed_run docs/bench/objects-af2b663 objects-third-run "shoal bench: objects curve, third run (shoal only)"
+embed_run docs/bench/objects-a722864 objects-fourth-run "shoal bench: objects curve, fourth run (shoal, then XFS)"
 if [[ -f docs/bench/stalls.md ]]; then
     echo '<a id="stalls"></a>'
     echo
