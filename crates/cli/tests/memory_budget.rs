@@ -76,16 +76,12 @@ fn referenced_inodes_stay_within_a_small_budget() {
 
 #[test]
 fn resident_set_stays_near_a_small_budget() {
-    // 28 MiB for everything: 2 MiB of block cache, 2 MiB memtables (two keyspaces, and
-    // sealed ones while they flush), up to 8 MiB of staged operations (checkpoint=1), the
-    // lookup table, and what the daemon needs besides (program, stacks, allocator slack:
-    // 8 MiB at mount, more as the heap fragments). At 24 MiB that floor nearly filled the
-    // budget and RSS went past 1.5x it in 2-3 of 5 runs (36-39 MiB); at 32 nothing was
-    // evicted.
-    // 100k creates hold about 70 MB of memtable and 10 MB of references if nothing were
-    // sealed or evicted.
-    let budget_bytes = 28u64 << 20;
-    let m = Mounted::with_options(&["cache=2", "memtable=2", "checkpoint=1", "memory=28"]);
+    // 24 MiB for everything: 2 MiB of block cache, 2 MiB memtables, up to 8 MiB of staged
+    // operations (checkpoint=1), the lookup table, and what the daemon needs besides
+    // (program, stacks, allocator slack: about 15 MB). 100k creates hold about 70 MB of
+    // memtable and 10 MB of references if nothing were sealed or evicted.
+    let budget_bytes = 24u64 << 20;
+    let m = Mounted::with_options(&["cache=2", "memtable=2", "checkpoint=1", "memory=24"]);
     for dir in 0..DIRS {
         fs::create_dir(m.path(format!("d{dir}"))).unwrap();
     }
