@@ -101,6 +101,12 @@ fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
     sample(out, name, value);
 }
 
+/// A counter of time kept in nanoseconds, exposed in seconds as Prometheus expects.
+fn seconds_counter(out: &mut String, name: &str, help: &str, ns: u64) {
+    describe(out, name, "counter", help);
+    sample(out, name, seconds(ns));
+}
+
 fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
@@ -244,16 +250,11 @@ fn render_engine(out: &mut String, report: &StatsReport) {
         "Batch writes slowed by the store (over 1 ms).",
         engine.write_slowdowns,
     );
-    describe(
+    seconds_counter(
         out,
         "shoal_write_slowdown_seconds_total",
-        "counter",
         "Time spent in slowed batch writes.",
-    );
-    sample(
-        out,
-        "shoal_write_slowdown_seconds_total",
-        seconds(engine.write_slowdown_ns),
+        engine.write_slowdown_ns,
     );
 }
 
@@ -289,16 +290,11 @@ fn render_store(out: &mut String, report: &StatsReport) {
         "Checkpoints: staged operations written to the store as one batch.",
         store.checkpoints,
     );
-    describe(
+    seconds_counter(
         out,
         "shoal_checkpoint_write_seconds_total",
-        "counter",
         "Time checkpoints spent writing staged operations into the store.",
-    );
-    sample(
-        out,
-        "shoal_checkpoint_write_seconds_total",
-        seconds(store.checkpoint_write_ns),
+        store.checkpoint_write_ns,
     );
     counter(
         out,
@@ -306,16 +302,11 @@ fn render_store(out: &mut String, report: &StatsReport) {
         "Writes that found twice checkpoint= staged and waited for the checkpoint in progress.",
         store.held_writes,
     );
-    describe(
+    seconds_counter(
         out,
         "shoal_held_write_seconds_total",
-        "counter",
         "Time writes waited for a held-up checkpoint.",
-    );
-    sample(
-        out,
-        "shoal_held_write_seconds_total",
-        seconds(store.held_write_ns),
+        store.held_write_ns,
     );
     gauge(
         out,
@@ -440,16 +431,11 @@ fn render_memory(out: &mut String, report: &StatsReport) {
         "Times free heap memory was handed back to the system near the memory budget.",
         memory.heap_trims,
     );
-    describe(
+    seconds_counter(
         out,
         "shoal_heap_trim_seconds_total",
-        "counter",
         "Time spent handing free heap memory back, holding malloc's locks.",
-    );
-    sample(
-        out,
-        "shoal_heap_trim_seconds_total",
-        seconds(memory.heap_trim_ns),
+        memory.heap_trim_ns,
     );
     gauge(
         out,
