@@ -21,6 +21,25 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc, not glibc malloc: see shoal_fuse's `heap` module for why.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read before `main`: free pages go back to the system about a second
+/// after they were freed, so the resident set follows the memory in use. The mount daemon
+/// has that done by background threads (`shoal_fuse::release_heap_in_background`), started
+/// once it has forked: a fork would leave them behind.
+#[export_name = "_rjem_malloc_conf"]
+static ALLOCATOR_OPTIONS: AllocatorOptions =
+    AllocatorOptions(c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// A C string pointer, as jemalloc declares `malloc_conf`.
+#[repr(transparent)]
+struct AllocatorOptions(*const std::ffi::c_char);
+
+// SAFETY: it points to a static string that is never written.
+unsafe impl Sync for AllocatorOptions {}
+
 #[derive(Parser)]
 #[command(
     name = "shoal",

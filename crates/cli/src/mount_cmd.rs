@@ -268,6 +268,9 @@ fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Res
 /// `ready` is taken (written and closed) once the mount is live.
 fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     let signals = block_termination_signals();
+    if !shoal_fuse::release_heap_in_background() {
+        tracing::warn!("the allocator refused background threads: free pages return late");
+    }
     let metrics = bind_metrics(&request.options)?;
     let engine = open_engine(request)?;
     let fuse_stats = Arc::new(FuseStats::default());

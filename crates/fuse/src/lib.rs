@@ -7,6 +7,7 @@ mod dir_cursor;
 mod errno;
 mod filesystem;
 mod fuse_stats;
+mod heap;
 mod lookup_counts;
 mod memory_budget;
 
@@ -19,7 +20,8 @@ use shoal_engine::Engine;
 pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
-pub use memory_budget::{heap_bytes, resident_bytes, HeapBytes};
+pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
+pub use memory_budget::resident_bytes;
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]

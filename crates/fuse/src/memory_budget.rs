@@ -17,6 +17,7 @@ use fuser::{INodeNo, Notifier};
 use shoal_engine::Engine;
 
 use crate::fuse_stats::FuseStats;
+use crate::heap;
 
 /// How often the budget is checked: often enough that a `find` at ~50k lookups/s overshoots
 /// by a few thousand entries at most.
@@ -27,12 +28,6 @@ const TARGET_PERCENT: u64 = 85;
 const MAX_EVICTIONS_PER_ROUND: usize = 100_000;
 /// Rounds after which names the kernel kept (open files, cwds, stale names) are retried.
 const RETRY_ROUNDS: u64 = 50;
-/// Rounds between two readings of the resident set (each may return the allocator's free
-/// memory to the system, which holds malloc's locks while it walks the heap).
-const TRIM_ROUNDS: u64 = 10;
-/// glibc malloc arenas: its default (8 per core) lets each of the daemon's threads keep its
-/// own heap of freed memtable and request memory, which the budget never sees.
-const MALLOC_ARENAS: libc::c_int = 2;
 
 /// Starts the thread that keeps the daemon's resident set (the lookup table, the store's
 /// cache and write buffers, and the rest) within `budget_bytes` by shrinking the table. It
@@ -43,14 +38,11 @@ pub fn spawn(
     stats: Arc<FuseStats>,
     notifier: Notifier,
 ) -> std::io::Result<()> {
-    // SAFETY: mallopt only changes allocator tuning; any value is accepted or refused.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
     std::thread::Builder::new()
         .name("shoal-memory".into())
         .spawn(move || {
             let mut round = 0u64;
             let mut retry_clock = stats.lookups.clock();
-            let mut uncounted_bytes = 0;
             let mut warned = false;
             loop {
                 std::thread::sleep(CHECK_INTERVAL);
@@ -66,19 +58,17 @@ pub fn spawn(
                     stats.lookups.retry_kept_evictions(retry_clock);
                     retry_clock = stats.lookups.clock();
                 }
-                if round.is_multiple_of(TRIM_ROUNDS) {
-                    let counted = store_bytes + stats.lookups.table_bytes();
-                    uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted, &stats);
-                    if !warned && store_bytes + uncounted_bytes >= budget_bytes {
-                        warned = true;
-                        tracing::warn!(
-                            budget_bytes,
-                            store_bytes,
-                            uncounted_bytes,
-                            "the memory budget is below what the daemon holds besides its \
-                             table of kernel references: every reference is dropped"
-                        );
-                    }
+                let counted = store_bytes + stats.lookups.table_bytes();
+                let uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted, &stats);
+                if !warned && store_bytes + uncounted_bytes >= budget_bytes {
+                    warned = true;
+                    tracing::warn!(
+                        budget_bytes,
+                        store_bytes,
+                        uncounted_bytes,
+                        "the memory budget is below what the daemon holds besides its \
+                         table of kernel references: every reference is dropped"
+                    );
                 }
                 enforce(
                     budget_bytes,
@@ -92,18 +82,18 @@ pub fn spawn(
 }
 
 /// Resident memory that neither the lookup table nor the store accounts for: the program,
-/// thread stacks, request buffers, allocator slack. Near the budget, free heap memory
-/// (freed table entries, flushed memtables) is first handed back to the system, so it is
-/// not taken for memory in use and is not in the resident set either.
+/// thread stacks, request buffers, allocator slack. Near the budget, free heap pages
+/// (freed table entries, flushed memtables) are first handed back to the system rather
+/// than left to age out, so they are not taken for memory in use.
 fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64, stats: &FuseStats) -> u64 {
     let Some(mut resident) = resident_bytes() else {
         return 0;
     };
     if resident > budget_bytes * TARGET_PERCENT / 100 {
         let started = Instant::now();
-        // SAFETY: malloc_trim has no preconditions; it only releases free memory.
-        unsafe { libc::malloc_trim(0) };
-        stats.record_heap_trim(started.elapsed());
+        if heap::release_free_memory() {
+            stats.record_heap_trim(started.elapsed());
+        }
         resident = resident_bytes().unwrap_or(resident);
     }
     resident.saturating_sub(counted_bytes)
@@ -154,23 +144,6 @@ pub fn resident_bytes() -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page_bytes).ok()?)
-}
-
-/// The allocator's view of the heap: bytes handed out and bytes free but kept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HeapBytes {
-    pub in_use: u64,
-    pub free: u64,
-}
-
-/// What glibc malloc holds, over all arenas and mmapped blocks (mallinfo2).
-pub fn heap_bytes() -> HeapBytes {
-    // SAFETY: mallinfo2 has no preconditions; it only reads allocator statistics.
-    let info = unsafe { libc::mallinfo2() };
-    HeapBytes {
-        in_use: (info.uordblks + info.hblkhd) as u64,
-        free: info.fordblks as u64,
-    }
 }
 
 #[cfg(test)]
