@@ -34,9 +34,10 @@ const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub enum ControlRequest {
     /// The mount's live statistics (read-only).
     Stats,
-    /// The same plus malloc's heap figures, which walk the whole heap holding malloc's
-    /// locks (tens of milliseconds on a fragmented heap, while every allocation waits):
-    /// on request only, never on the live view's or a scraper's period.
+    /// The same plus the allocator's heap figures. On request only: with glibc malloc
+    /// they walked the whole heap holding its locks (50-90 ms at 1 GiB, every allocation
+    /// waiting); jemalloc reads them from counters, but the live view and scrapers do
+    /// not need them.
     HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),

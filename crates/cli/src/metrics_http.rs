@@ -434,7 +434,7 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     seconds_counter(
         out,
         "shoal_heap_trim_seconds_total",
-        "Time spent handing free heap memory back, holding malloc's locks.",
+        "Time spent handing free heap memory back near the memory budget.",
         memory.heap_trim_ns,
     );
     gauge(
@@ -532,7 +532,7 @@ mod tests {
         assert_eq!(samples["shoal_commits_total"], 7.0);
         assert_eq!(samples["shoal_log_bytes_total"], 12_345.0);
         assert_eq!(samples["shoal_rss_bytes"], (40u64 << 20) as f64);
-        // Reading malloc's heap stalls allocations: never on a scrape.
+        // The heap figures are on request only (`shoal stats --heap`), never on a scrape.
         assert!(!samples.contains_key("shoal_heap_free_bytes"));
         assert_eq!(
             samples["shoal_op_latency_seconds_count{op=\"create\"}"],

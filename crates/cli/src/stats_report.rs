@@ -154,8 +154,9 @@ impl From<StoreMetrics> for StoreReport {
 pub struct MemoryReport {
     /// Resident set of the daemon (/proc/self/statm).
     pub rss_bytes: u64,
-    /// malloc's heap: bytes in use, and bytes freed but still held (fragmentation); only
-    /// when asked for (`shoal stats --heap`), as reading them stalls allocations.
+    /// The allocator's heap: bytes in use, and bytes resident but not in use (free pages
+    /// not yet returned, fragmentation, metadata); only when asked for (`shoal stats
+    /// --heap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heap_in_use_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,8 +171,7 @@ pub struct MemoryReport {
     pub budget_bytes: u64,
     pub evictions: u64,
     pub failed_evictions: u64,
-    /// Free heap handed back to the system near the budget, and how long malloc's locks
-    /// were held for it.
+    /// Free heap pages handed back to the system near the budget, and how long it took.
     #[serde(default)]
     pub heap_trims: u64,
     #[serde(default)]
@@ -193,7 +193,7 @@ pub struct StatsSource {
 
 impl StatsSource {
     /// `None` once the filesystem is unmounting and the engine is gone. `heap` also reads
-    /// malloc's heap figures (see `ControlRequest::HeapStats`).
+    /// the allocator's heap figures (see `ControlRequest::HeapStats`).
     pub fn report(&self, heap: bool) -> Option<StatsReport> {
         let (engine, store) = self.engine.upgrade()?.stats_snapshot();
         let fuse = self.fuse_stats.snapshot();

@@ -124,8 +124,8 @@ pub struct FuseStats {
     /// Names the memory budget asked the kernel to drop, and those it had no longer.
     pub(crate) evictions: AtomicU64,
     pub(crate) failed_evictions: AtomicU64,
-    /// Heap trims (free malloc memory handed back to the system) and how long they held
-    /// malloc's locks: every allocating thread waits meanwhile.
+    /// Heap purges near the budget (free pages handed back to the system at once rather
+    /// than as they age) and how long each took.
     heap_trim_latency: Histogram,
 }
 
