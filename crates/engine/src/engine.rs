@@ -30,6 +30,9 @@ const INO_RUN_LENGTH: u64 = 64;
 const BLIND_DELETE_MAX_CHUNKS: u64 = 64;
 /// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).
 const INO_RUNS_MAX: usize = 4096;
+/// A batch write at least this long is logged with where its time went: requests wait
+/// behind it, and the histograms alone cannot say why.
+const SLOW_WRITE_REPORT: Duration = Duration::from_millis(50);
 
 /// How an engine is opened.
 #[derive(Clone, Debug)]
@@ -848,7 +851,9 @@ impl<'a> Txn<'a> {
         let batch_bytes = self.batch.bytes() as u64;
         let batch = std::mem::take(&mut self.batch);
         let started = Instant::now();
-        if let Err(error) = self.engine.store.write(batch) {
+        let written = self.engine.store.write(batch);
+        let store_write = started.elapsed();
+        if let Err(error) = written {
             // Nothing of this operation reached the store; forget reserved inode runs so
             // no number handed out here is trusted later.
             self.state.ino_runs.clear();
@@ -878,9 +883,16 @@ impl<'a> Txn<'a> {
             .committer
             .written_batches
             .fetch_add(1, Ordering::AcqRel);
-        self.engine
-            .stats
-            .record_batch(batch_bytes, started.elapsed());
+        let write_time = started.elapsed();
+        if write_time >= SLOW_WRITE_REPORT {
+            tracing::warn!(
+                total_ms = write_time.as_millis() as u64,
+                store_write_ms = store_write.as_millis() as u64,
+                batch_bytes,
+                "slow batch write"
+            );
+        }
+        self.engine.stats.record_batch(batch_bytes, write_time);
         Ok(())
     }
 }

@@ -407,6 +407,36 @@ mod tests {
         });
     }
 
+    /// The same for the checkpointer's batch writes (inserts, the memtable-size and
+    /// write-stall checks after them) and for statistics: none may wait for a flush's
+    /// fsyncs.
+    #[test]
+    fn writes_and_metrics_do_not_wait_for_the_version_history_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        let held = store.keyspace(Space::Meta).tree.get_version_history_lock();
+        let (sender, received) = mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut batch = Batch::default();
+                batch.put(Space::Meta, b"key".to_vec(), b"value".to_vec());
+                batch.put(Space::Data, b"chunk".to_vec(), vec![7; 4096]);
+                let written = store.write(batch).is_ok();
+                let metrics = store.metrics();
+                let _ = sender.send((written, metrics.write_buffer_counted_bytes));
+            });
+            let outcome = received.recv_timeout(Duration::from_secs(10));
+            drop(held);
+            let (written, buffered) = outcome.expect("a write or a report waited for the lock");
+            assert!(written);
+            assert!(buffered > 0);
+        });
+        assert_eq!(
+            store.get(Space::Meta, b"key").unwrap().as_deref(),
+            Some(&b"value"[..])
+        );
+    }
+
     /// `journal_sync` fsyncs the newest `<id>.jnl` in the database folder: that must be the
     /// file fjall writes batches to, before and after fjall rotates the journal (at a
     /// flush, once it holds 64 MB).

@@ -48,6 +48,9 @@ const STAGED_MEMORY_PERCENT: u64 = 200;
 /// A pair as staged: `None` for a deletion.
 type StagedPair = (Vec<u8>, Option<Vec<u8>>);
 
+/// A staged write at least this long is logged with where its time went.
+const SLOW_WRITE_REPORT: Duration = Duration::from_millis(50);
+
 /// Staged pairs a scan copies at a time (see `StagedCursor`).
 const SCAN_CHUNK: usize = 64;
 
@@ -479,14 +482,31 @@ impl Store for StagedStore {
     /// fails there, this batch is refused whole rather than staged and reported failed.
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
+        let started = Instant::now();
         let mut layers = shared.layers.write();
+        let locked = started.elapsed();
         let active_bytes = layers.active.bytes;
+        let mut made_room = Duration::ZERO;
         if active_bytes >= shared.checkpoint_bytes {
             drop(layers);
+            let room_started = Instant::now();
             shared.make_room(active_bytes)?;
             layers = shared.layers.write();
+            made_room = room_started.elapsed();
         }
+        let absorb_started = Instant::now();
         layers.active.absorb(batch);
+        drop(layers);
+        let absorbed = absorb_started.elapsed();
+        if started.elapsed() >= SLOW_WRITE_REPORT {
+            tracing::warn!(
+                lock_wait_ms = locked.as_millis() as u64,
+                make_room_ms = made_room.as_millis() as u64,
+                absorb_ms = absorbed.as_millis() as u64,
+                active_bytes,
+                "slow staged write"
+            );
+        }
         Ok(())
     }
 
@@ -502,8 +522,11 @@ impl Store for StagedStore {
     fn metrics(&self) -> StoreMetrics {
         let checkpoint_writes = self.shared.checkpoint_writes.snapshot();
         let held_writes = self.shared.held_writes.snapshot();
+        // Read and unlocked before the inner store's metrics, which may wait on the inner
+        // store (fjall's did, for a flush's fsyncs): every write would wait behind them.
+        let staged_bytes = self.shared.layers.read().staged_bytes();
         StoreMetrics {
-            staged_bytes: self.shared.layers.read().staged_bytes(),
+            staged_bytes,
             checkpoints: self.shared.checkpoints.load(Ordering::Relaxed),
             checkpoint_write_ns: checkpoint_writes.sum_ns,
             checkpoint_write_max_ns: checkpoint_writes.max_ns,
@@ -572,6 +595,10 @@ mod tests {
         /// Writes the inner store lets through before it holds the rest up (`None`: all),
         /// for tests that hold checkpoints up.
         permits: Arc<(Mutex<Option<usize>>, Condvar)>,
+        /// Held by a test to make `metrics` wait, as fjall's did for a flush's fsyncs;
+        /// `in_metrics` tells that a report is waiting there.
+        metrics_gate: Arc<Mutex<()>>,
+        in_metrics: Arc<AtomicBool>,
     }
 
     impl Inner {
@@ -647,6 +674,12 @@ mod tests {
 
         fn memory_bytes(&self) -> u64 {
             self.store.memory_bytes()
+        }
+
+        fn metrics(&self) -> StoreMetrics {
+            self.in_metrics.store(true, Ordering::SeqCst);
+            let _gate = self.metrics_gate.lock();
+            StoreMetrics::default()
         }
 
         fn snapshot(&self) -> Box<dyn StoreView> {
@@ -863,6 +896,34 @@ mod tests {
         drop(store.shared.wait_for_checkpointer());
         assert_eq!(keys_in(&store, b"", b"z", usize::MAX).len(), 9);
         assert!(store.metrics().checkpoint_write_ns > 0);
+    }
+
+    /// A stats report reads the inner store's metrics, which may wait on the inner store:
+    /// writes must not wait behind the report.
+    #[test]
+    fn writes_go_on_while_the_inner_store_is_slow_to_report_metrics() {
+        let (store, inner) = staged(1 << 20);
+        let gate = inner.metrics_gate.lock();
+        let (sender, written) = std::sync::mpsc::channel();
+        let store = &store;
+        std::thread::scope(|scope| {
+            let report = scope.spawn(|| store.metrics());
+            while !inner.in_metrics.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            scope.spawn(move || {
+                put(store, b"k", b"v");
+                let _ = sender.send(());
+            });
+            let outcome = written.recv_timeout(Duration::from_secs(10));
+            drop(gate);
+            assert_eq!(outcome, Ok(()), "a write waited for a metrics report");
+            assert!(report.join().is_ok());
+        });
+        assert_eq!(
+            store.get(Space::Meta, b"k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
     }
 
     #[test]

@@ -167,11 +167,8 @@ impl AbstractTree for Tree {
 
     fn current_version(&self) -> Version {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        self.version_history
-            .read()
-            .expect("poisoned")
-            .latest_version()
-            .version
+        // shoal patch: the published version, without waiting for a writer's fsyncs.
+        self.version_history.latest().expect("poisoned").version
     }
 
     fn get_flush_lock(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -331,10 +328,10 @@ impl AbstractTree for Tree {
 
     fn sealed_memtable_count(&self) -> usize {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        // shoal patch: the published version, without waiting for a writer's fsyncs.
         self.version_history
-            .read()
+            .latest()
             .expect("lock is poisoned")
-            .latest_version()
             .sealed_memtables
             .len()
     }
@@ -540,10 +537,10 @@ impl AbstractTree for Tree {
 
     fn active_memtable(&self) -> Arc<Memtable> {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        // shoal patch: the published version, without waiting for a writer's fsyncs.
         self.version_history
-            .read()
+            .latest()
             .expect("lock is poisoned")
-            .latest_version()
             .active_memtable
     }
 
@@ -912,10 +909,11 @@ impl Tree {
     #[must_use]
     pub fn append_entry(&self, value: InternalValue) -> (u64, u64) {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        // shoal patch: the published version, without waiting for a writer's fsyncs (see
+        // `VersionHistory::latest` for why an insert may).
         self.version_history
-            .read()
+            .latest()
             .expect("lock is poisoned")
-            .latest_version()
             .active_memtable
             .insert(value)
     }

@@ -43,6 +43,15 @@ impl VersionHistory {
         })
     }
 
+    /// The newest version, without waiting for a writer's disk I/O: for statistics,
+    /// write-stall checks and inserts. An insert may use it because fjall inserts under its
+    /// journal lock, which every memtable rotation holds too (and the rotation publishes
+    /// before it releases the history lock), so the active memtable cannot change beneath
+    /// an insert; during a flush's or a compaction's upgrade it is the same memtable.
+    pub fn latest(&self) -> Result<SuperVersion, Poisoned> {
+        Ok(self.published.lock().map_err(|_| Poisoned)?.clone())
+    }
+
     /// The version a read at `seqno` must see: the published one when it is visible at
     /// `seqno` (every read at the current sequence number), else from the history.
     pub fn version_for_snapshot(&self, seqno: SeqNo) -> Result<SuperVersion, Poisoned> {
