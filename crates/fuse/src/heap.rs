@@ -1,10 +1,11 @@
 //! The daemon's heap: jemalloc (the `shoal` binary's global allocator, configured there).
 //!
-//! glibc malloc stalled the daemon: freeing a flushed 100 MB memtable coalesced and
-//! trimmed its arena with the arena lock held, and `malloc_trim` and `mallinfo2` walked
-//! every free chunk under the same locks, so any thread that allocated waited up to
-//! 140 ms. jemalloc returns free pages from background threads as they age (decay),
-//! keeps per-thread caches in front of its arenas, and reads its statistics from counters.
+//! glibc malloc stalled the daemon: `malloc_trim` and `mallinfo2` walk every free chunk
+//! with the arena locks held, and freeing a flushed 100 MB memtable coalesces and trims
+//! the arena inside `free()`, so any thread that allocated waited (a getattr of 123 ms
+//! behind a 106 ms trim). jemalloc returns free pages from background threads as they
+//! age (decay), keeps per-thread caches in front of its arenas, and reads its statistics
+//! from counters.
 
 use std::ptr;
 
