@@ -13,7 +13,7 @@ use crate::error::{FsError, FsResult};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::stats::{Op, Stats, StatsSnapshot};
+use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
     DEFAULT_CHECKPOINT_BYTES,
@@ -30,9 +30,6 @@ const INO_RUN_LENGTH: u64 = 64;
 const BLIND_DELETE_MAX_CHUNKS: u64 = 64;
 /// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).
 const INO_RUNS_MAX: usize = 4096;
-/// A batch write at least this long is logged with where its time went: requests wait
-/// behind it, and the histograms alone cannot say why.
-const SLOW_WRITE_REPORT: Duration = Duration::from_millis(50);
 
 /// How an engine is opened.
 #[derive(Clone, Debug)]

@@ -12,6 +12,10 @@ use crate::histogram::{Histogram, HistogramSnapshot};
 /// those itself, so this is how shoal sees them.
 pub const SLOW_BATCH_WRITE: Duration = Duration::from_millis(1);
 
+/// A batch write at least this long is logged with where its time went (by the engine and
+/// by the staged store): requests wait behind it, and the histograms cannot say why.
+pub(crate) const SLOW_WRITE_REPORT: Duration = Duration::from_millis(50);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Lookup,

@@ -56,7 +56,7 @@ impl VersionHistory {
     /// `seqno` (every read at the current sequence number), else from the history.
     pub fn version_for_snapshot(&self, seqno: SeqNo) -> Result<SuperVersion, Poisoned> {
         if seqno != 0 {
-            let published = self.published.lock().map_err(|_| Poisoned)?.clone();
+            let published = self.latest()?;
             if published.seqno < seqno {
                 return Ok(published);
             }
