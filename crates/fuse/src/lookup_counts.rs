@@ -7,7 +7,8 @@
 //! last: dropping a directory's name drops every name under it, which turns one round of
 //! a few thousand evictions into millions of forgets at once (a stall, then a rebuild).
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -17,6 +18,10 @@ use parking_lot::Mutex;
 /// entries at 1.8M references, creates waited up to 100 ms behind a doubling; at 256 a
 /// shard holds 7k there.
 const SHARDS: usize = 256;
+
+/// hashbrown's map, not std's (the same table), for `allocation_size`: what a shard holds
+/// cannot be told from `capacity()`, which tombstones shrink (see `TableShape`).
+type Shard = hashbrown::HashMap<u64, Reference, RandomState>;
 
 struct Reference {
     count: u64,
@@ -37,14 +42,50 @@ const NOT_EVICTED: u64 = u64::MAX;
 /// A shard's capacity below which it is not shrunk: 256 shards of this size hold 2 MB.
 const MIN_SHRINK_CAPACITY: usize = 64;
 
-/// Heap bytes of a std `HashMap<u64, Reference>` of this capacity: a power-of-two number
-/// of slots, at most 7/8 full, each one (ino, Reference) pair plus one control byte.
-fn hash_table_bytes(capacity: usize) -> u64 {
-    if capacity == 0 {
-        return 0;
+/// One slot of a shard's hash table: an (ino, Reference) pair and its control byte.
+const SLOT_BYTES: usize = std::mem::size_of::<(u64, Reference)>() + 1;
+
+/// A shard's hash table as hashbrown lays it out: a power-of-two number of slots, of
+/// which 7/8 may hold entries.
+struct TableShape {
+    bytes: u64,
+    slots: usize,
+}
+
+impl TableShape {
+    fn of(shard: &Shard) -> Self {
+        let bytes = shard.allocation_size();
+        // The allocation is the slots, their control bytes and one group of spare control
+        // bytes (16): dividing by a slot's bytes leaves the slot count.
+        let slots = match bytes / SLOT_BYTES {
+            0 => 0,
+            n => 1 << n.ilog2(),
+        };
+        Self {
+            bytes: bytes as u64,
+            slots,
+        }
     }
-    let slot_bytes = (std::mem::size_of::<(u64, Reference)>() + 1) as u64;
-    (capacity as u64 * 8 / 7).next_power_of_two() * slot_bytes
+
+    /// Entries the table holds before it must grow (hashbrown's `bucket_mask_to_capacity`).
+    fn capacity(&self) -> usize {
+        if self.slots <= 8 {
+            self.slots.saturating_sub(1)
+        } else {
+            self.slots / 8 * 7
+        }
+    }
+
+    /// Whether the table is bound to double. A removal leaves a tombstone that takes a
+    /// slot until the next rehash, and once no free slot is left hashbrown rehashes in
+    /// place only if at most half the capacity holds entries; otherwise it doubles. So
+    /// under churn (the kernel forgets while creates add) a table over half full doubles
+    /// even though its entry count stays flat, and `capacity()` (entries plus free slots)
+    /// shrinks towards the entry count meanwhile: a 20M-file run's table went from 204 to
+    /// 513 MiB at a near-constant count, and the daemon over its budget.
+    fn bound_to_double(&self, entries: usize) -> bool {
+        self.slots > 0 && (entries + 1) * 2 > self.capacity()
+    }
 }
 
 impl Reference {
@@ -62,7 +103,7 @@ pub struct EvictionCandidate {
 }
 
 pub struct LookupCounts {
-    shards: [Mutex<HashMap<u64, Reference>>; SHARDS],
+    shards: [Mutex<Shard>; SHARDS],
     referenced_inodes: AtomicU64,
     name_bytes: AtomicU64,
     /// Ticks once per lookup; a logical clock, cheaper than reading time.
@@ -81,7 +122,7 @@ impl Default for LookupCounts {
 }
 
 impl LookupCounts {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Reference>> {
+    fn shard(&self, ino: u64) -> &Mutex<Shard> {
         &self.shards[(ino as usize) % SHARDS]
     }
 
@@ -154,9 +195,10 @@ impl LookupCounts {
                     .fetch_sub(gone.name.len() as u64, Ordering::Relaxed);
             }
             self.referenced_inodes.fetch_sub(1, Ordering::Relaxed);
-            // Give memory back once the kernel let go of most entries (std maps never
+            // Give memory back once the kernel let go of most entries (hash maps never
             // shrink by themselves); halving at a quarter full keeps it amortized O(1).
-            if shard.capacity() > MIN_SHRINK_CAPACITY && shard.len() * 4 < shard.capacity() {
+            let capacity = TableShape::of(&shard).capacity();
+            if capacity > MIN_SHRINK_CAPACITY && shard.len() * 4 < capacity {
                 let keep = shard.len() * 2;
                 shard.shrink_to(keep);
             }
@@ -168,33 +210,29 @@ impl LookupCounts {
         self.referenced_inodes.load(Ordering::Relaxed)
     }
 
-    /// Heap bytes of the table: the shards' hash tables, estimated from hashbrown's layout
-    /// (a power-of-two number of slots, at most 7/8 full, each one (ino, Reference) pair
-    /// plus one control byte), and the remembered names (rounded up to the allocator's
-    /// 16-byte granule). The tables follow their high-water mark: std maps do not shrink
-    /// on remove.
+    /// Heap bytes of the table: the shards' hash tables as allocated, and the remembered
+    /// names (rounded up to the allocator's 16-byte granule).
     pub fn table_bytes(&self) -> u64 {
         let tables: u64 = self
             .shards
             .iter()
-            .map(|shard| hash_table_bytes(shard.lock().capacity()))
+            .map(|shard| TableShape::of(&shard.lock()).bytes)
             .sum();
         let names = self.name_bytes.load(Ordering::Relaxed) + 16 * self.referenced_inodes();
         tables + names
     }
 
-    /// What the shards' hash tables would add if every shard within 10% of its capacity
-    /// grew now (each doubles). Inode numbers spread evenly over the shards, so they fill
-    /// and grow together: the table can jump by half at once (127 MiB in a 20M-file run,
-    /// which took the daemon over its budget before evictions caught up).
+    /// What the shards' hash tables will add when every shard bound to double has doubled.
+    /// Inode numbers spread evenly over the shards, so they fill and double together: the
+    /// table can jump by its whole size within minutes, faster than evictions follow.
     pub fn imminent_growth_bytes(&self) -> u64 {
         self.shards
             .iter()
             .map(|shard| {
                 let shard = shard.lock();
-                let (len, capacity) = (shard.len(), shard.capacity());
-                if capacity > 0 && len * 10 >= capacity * 9 {
-                    hash_table_bytes(capacity)
+                let shape = TableShape::of(&shard);
+                if shape.bound_to_double(shard.len()) {
+                    shape.bytes
                 } else {
                     0
                 }
@@ -326,7 +364,8 @@ mod tests {
         for ino in 0..100_000 {
             counts.forget(ino, 1);
         }
-        let floor = SHARDS as u64 * hash_table_bytes(2 * MIN_SHRINK_CAPACITY);
+        let smallest = Shard::with_capacity_and_hasher(2 * MIN_SHRINK_CAPACITY, RandomState::new());
+        let floor = SHARDS as u64 * smallest.allocation_size() as u64;
         let left = counts.table_bytes();
         assert!(left <= floor, "{left} bytes left of {full}, floor {floor}");
     }
@@ -359,32 +398,54 @@ mod tests {
         assert_eq!(counts.take_eviction_candidates(1)[0].ino, 0);
     }
 
-    #[test]
-    fn growth_is_counted_only_for_shards_about_to_grow() {
+    /// Adds `peak` references to shard 0, lets the kernel forget the oldest down to
+    /// `entries`, then keeps that many while `churn` new ones replace the oldest, as when
+    /// the kernel forgets files while creates add others. Returns the table's bytes and
+    /// the growth counted as imminent before the churn, and the bytes after.
+    fn churn_shard_zero(peak: u64, entries: u64, churn: u64) -> (u64, u64, u64) {
         let counts = LookupCounts::default();
-        assert_eq!(counts.imminent_growth_bytes(), 0);
-        for ino in 0..(SHARDS as u64 * 1000) {
-            counts.add(ino, 1, b"f", false);
+        let ino = |n: u64| n * SHARDS as u64;
+        for n in 0..peak {
+            counts.add(ino(n), 1, b"f", false);
         }
-        let growth = counts.imminent_growth_bytes();
-        let nearly_full = counts
-            .shards
-            .iter()
-            .filter(|shard| {
-                let shard = shard.lock();
-                shard.len() * 10 >= shard.capacity() * 9
-            })
-            .count() as u64;
-        let per_shard = hash_table_bytes(counts.shards[0].lock().capacity());
-        assert_eq!(growth, nearly_full * per_shard);
-        // Fill one shard to the brim: it is about to double, whatever the others do.
-        let shard_zero = || counts.shards[0].lock().len();
-        let mut ino = SHARDS as u64 * 1000;
-        while shard_zero() * 10 < counts.shards[0].lock().capacity() * 9 {
-            counts.add(ino, 1, b"f", false);
-            ino += SHARDS as u64;
+        for n in 0..peak - entries {
+            counts.forget(ino(n), 1);
         }
-        assert!(counts.imminent_growth_bytes() >= per_shard);
+        let before = (counts.table_bytes(), counts.imminent_growth_bytes());
+        for n in peak..peak + churn {
+            counts.add(ino(n), 1, b"f", false);
+            counts.forget(ino(n - entries), 1);
+        }
+        assert_eq!(counts.referenced_inodes(), entries);
+        (before.0, before.1, counts.table_bytes())
+    }
+
+    #[test]
+    fn a_table_over_half_full_doubles_under_churn_as_anticipated() {
+        // 1024 slots hold 896 entries; 500 is over half of them. A table grown by inserts
+        // alone is always over half full: it doubles when full.
+        let (before, imminent, after) = churn_shard_zero(500, 500, 20_000);
+        let slots_bytes = 1024 * SLOT_BYTES as u64;
+        assert!(
+            imminent >= slots_bytes,
+            "{imminent} bytes counted as growth"
+        );
+        assert!(
+            after >= before + slots_bytes,
+            "{before} -> {after}: the table doubled with a flat entry count"
+        );
+        assert!(
+            after <= before + imminent,
+            "{before} + {imminent} < {after}"
+        );
+    }
+
+    #[test]
+    fn a_table_at_most_half_full_stays_put_under_churn() {
+        // Grown to 1024 slots (896 usable) by 500 entries, then 400 left: under half.
+        let (before, imminent, after) = churn_shard_zero(500, 400, 20_000);
+        assert_eq!(imminent, 0);
+        assert_eq!(before, after, "rehashed in place, not grown");
     }
 
     #[test]

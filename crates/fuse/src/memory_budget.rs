@@ -28,6 +28,10 @@ const TARGET_PERCENT: u64 = 85;
 const MAX_EVICTIONS_PER_ROUND: usize = 100_000;
 /// Rounds after which names the kernel kept (open files, cwds, stale names) are retried.
 const RETRY_ROUNDS: u64 = 50;
+/// Near the budget, free heap pages are handed back at most this often (unless over it):
+/// a purge returns pages that writers then fault in again, and purging every round at the
+/// budget cost a 20M-file run's late create rate.
+const PURGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts the thread that keeps the daemon's resident set (the lookup table, the store's
 /// cache and write buffers, and the rest) within `budget_bytes` by shrinking the table. It
@@ -44,6 +48,7 @@ pub fn spawn(
             let mut round = 0u64;
             let mut retry_clock = stats.lookups.clock();
             let mut warned = false;
+            let mut last_purge: Option<Instant> = None;
             loop {
                 std::thread::sleep(CHECK_INTERVAL);
                 let Some(engine) = engine.upgrade() else {
@@ -59,7 +64,8 @@ pub fn spawn(
                     retry_clock = stats.lookups.clock();
                 }
                 let counted = store_bytes + stats.lookups.table_bytes();
-                let uncounted_bytes = uncounted_resident_bytes(budget_bytes, counted, &stats);
+                let uncounted_bytes =
+                    uncounted_resident_bytes(budget_bytes, counted, &stats, &mut last_purge);
                 if !warned && store_bytes + uncounted_bytes >= budget_bytes {
                     warned = true;
                     tracing::warn!(
@@ -85,18 +91,34 @@ pub fn spawn(
 /// thread stacks, request buffers, allocator slack. Near the budget, free heap pages
 /// (freed table entries, flushed memtables) are first handed back to the system rather
 /// than left to age out, so they are not taken for memory in use.
-fn uncounted_resident_bytes(budget_bytes: u64, counted_bytes: u64, stats: &FuseStats) -> u64 {
+fn uncounted_resident_bytes(
+    budget_bytes: u64,
+    counted_bytes: u64,
+    stats: &FuseStats,
+    last_purge: &mut Option<Instant>,
+) -> u64 {
     let Some(mut resident) = resident_bytes() else {
         return 0;
     };
-    if resident > budget_bytes * TARGET_PERCENT / 100 {
+    if purge_due(budget_bytes, resident, *last_purge) {
         let started = Instant::now();
+        *last_purge = Some(started);
         if heap::release_free_memory() {
             stats.record_heap_trim(started.elapsed());
         }
         resident = resident_bytes().unwrap_or(resident);
     }
     resident.saturating_sub(counted_bytes)
+}
+
+/// Whether to hand free heap pages back now: near the budget once per `PURGE_INTERVAL`,
+/// over it every round.
+fn purge_due(budget_bytes: u64, resident_bytes: u64, last_purge: Option<Instant>) -> bool {
+    if resident_bytes > budget_bytes {
+        return true;
+    }
+    resident_bytes > budget_bytes * TARGET_PERCENT / 100
+        && last_purge.is_none_or(|at| at.elapsed() >= PURGE_INTERVAL)
 }
 
 /// How many references to drop so the table plus everything else held (`held_bytes`) fit
@@ -158,5 +180,19 @@ mod tests {
         // The cache alone over budget: everything goes, and no more.
         assert_eq!(references_to_drop(1000, 2000, 800, 10), 10);
         assert_eq!(references_to_drop(1000, 2000, 0, 0), 0);
+    }
+
+    #[test]
+    fn purges_near_the_budget_once_a_second_and_over_it_every_round() {
+        let just_now = Some(Instant::now());
+        assert!(!purge_due(1000, 800, None), "below 85%: never");
+        assert!(purge_due(1000, 900, None));
+        assert!(!purge_due(1000, 900, just_now));
+        let a_while_ago = Instant::now().checked_sub(PURGE_INTERVAL);
+        assert!(purge_due(1000, 900, a_while_ago));
+        assert!(
+            purge_due(1000, 1001, just_now),
+            "over the budget: every round"
+        );
     }
 }
