@@ -5,7 +5,8 @@
 #   docs/bench/crosscheck/  shoal bench --make ... --runs 5 --external create (+ notes.md)
 #   docs/bench/objects/  shoal bench --make shoal,xfs --objects-count N --keep objects (docs/bench/objects-a3b0fbb/: the first run; docs/bench/objects-af2b663/: the third, shoal only;
 #                        docs/bench/objects-a722864/: the fourth, shoal then XFS, joined by scripts/merge-bench-json.py;
-#                        docs/bench/objects-04be2fe/: the fifth, the same way)
+#                        docs/bench/objects-04be2fe/: the fifth, the same way;
+#                        docs/bench/objects-0aa6cdf/: the sixth, the same way)
 #   docs/bench/quota.md  scripts/bench-quota.sh
 #   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
 #   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
@@ -45,6 +46,7 @@ assembles this page from the reports under `docs/bench/`.
 - [objects: the third 20M run, shoal only](#objects-third-run): `docs/bench/objects-af2b663/`
 - [objects: the fourth 20M run, session 10, with XFS](#objects-fourth-run): `docs/bench/objects-a722864/`
 - [objects: the fifth 20M run, session 11 (jemalloc, no request over 100 ms), with XFS](#objects-fifth-run): `docs/bench/objects-04be2fe/`
+- [objects: the sixth 20M run, session 12 (the lookup table counted as allocated), with XFS](#objects-sixth-run): `docs/bench/objects-0aa6cdf/`
 - [stalls: request latency maxima over a sustained run, before and after the lsm-tree fix](#stalls): `docs/bench/stalls.md`
 - [quotas](#quotas-issue-4): `docs/bench/quota.md`
 - [metadata bytes per empty file](#store-bytes): `docs/bench/store-bytes.md`
@@ -76,6 +78,7 @@ if [[ -f docs/bench/objects/notes.md ]]; then cat docs/bench/objects/notes.md; e
 embed_run docs/bench/objects-af2b663 objects-third-run "shoal bench: objects curve, third run (shoal only)"
 embed_run docs/bench/objects-a722864 objects-fourth-run "shoal bench: objects curve, fourth run (shoal, then XFS)"
 embed_run docs/bench/objects-04be2fe objects-fifth-run "shoal bench: objects curve, fifth run (shoal, then XFS)"
+embed_run docs/bench/objects-0aa6cdf objects-sixth-run "shoal bench: objects curve, sixth run (shoal, then XFS)"
 if [[ -f docs/bench/stalls.md ]]; then
     echo '<a id="stalls"></a>'
     echo
