@@ -61,6 +61,10 @@ impl TableShape {
             0 => 0,
             n => 1 << n.ilog2(),
         };
+        debug_assert!(
+            bytes < 2 * slots * SLOT_BYTES + 64,
+            "{bytes} bytes for {slots} slots"
+        );
         Self {
             bytes: bytes as u64,
             slots,
@@ -396,6 +400,22 @@ mod tests {
         );
         counts.retry_kept_evictions(counts.clock() + 1);
         assert_eq!(counts.take_eviction_candidates(1)[0].ino, 0);
+    }
+
+    #[test]
+    fn the_shape_is_read_from_the_allocation() {
+        let shape = |entries| {
+            TableShape::of(&Shard::with_capacity_and_hasher(
+                entries,
+                RandomState::new(),
+            ))
+        };
+        assert_eq!(shape(0).slots, 0);
+        assert_eq!((shape(896).slots, shape(896).capacity()), (1024, 896));
+        assert_eq!((shape(897).slots, shape(897).capacity()), (2048, 1792));
+        assert!(shape(896).bytes >= 1024 * SLOT_BYTES as u64);
+        assert!(shape(896).bound_to_double(448));
+        assert!(!shape(896).bound_to_double(447));
     }
 
     /// Adds `peak` references to shard 0, lets the kernel forget the oldest down to
