@@ -63,7 +63,9 @@ pub fn spawn(
                     stats.lookups.retry_kept_evictions(retry_clock);
                     retry_clock = stats.lookups.clock();
                 }
-                let counted = store_bytes + stats.lookups.table_bytes();
+                // Read once a round: each read locks every shard.
+                let table_bytes = stats.lookups.table_bytes();
+                let counted = store_bytes + table_bytes;
                 let uncounted_bytes =
                     uncounted_resident_bytes(budget_bytes, counted, &stats, &mut last_purge);
                 if !warned && store_bytes + uncounted_bytes >= budget_bytes {
@@ -79,6 +81,7 @@ pub fn spawn(
                 enforce(
                     budget_bytes,
                     store_bytes + uncounted_bytes,
+                    table_bytes,
                     &stats,
                     &notifier,
                 );
@@ -141,12 +144,18 @@ pub(crate) fn references_to_drop(
         .min(MAX_EVICTIONS_PER_ROUND)
 }
 
-fn enforce(budget_bytes: u64, held_bytes: u64, stats: &FuseStats, notifier: &Notifier) {
+fn enforce(
+    budget_bytes: u64,
+    held_bytes: u64,
+    table_bytes: u64,
+    stats: &FuseStats,
+    notifier: &Notifier,
+) {
     // Room is kept for the table's next growth, which comes all at once.
     let wanted = references_to_drop(
         budget_bytes,
         held_bytes + stats.lookups.imminent_growth_bytes(),
-        stats.lookups.table_bytes(),
+        table_bytes,
         stats.lookups.referenced_inodes(),
     );
     for candidate in stats.lookups.take_eviction_candidates(wanted) {
