@@ -433,6 +433,12 @@ fn render_memory(out: &mut String, report: &StatsReport) {
     );
     seconds_counter(
         out,
+        "shoal_spin_cpu_seconds_total",
+        "CPU time of the keep-awake spinners (idle CPUs kept from halting while requests flow).",
+        report.spin_cpu_ns,
+    );
+    seconds_counter(
+        out,
         "shoal_heap_trim_seconds_total",
         "Time spent handing free heap memory back near the memory budget.",
         memory.heap_trim_ns,

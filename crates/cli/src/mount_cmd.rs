@@ -283,6 +283,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: Some(request.options.memory_bytes),
         writeback_cache: request.options.writeback,
         io_uring: request.options.uring,
+        spin_window: request.options.spin,
     };
     let session = shoal_fuse::mount(
         engine.clone(),

@@ -32,7 +32,12 @@ pub struct MountOptions {
     pub writeback: bool,
     /// FUSE over io_uring when the kernel allows it (`uring=on|off`).
     pub uring: bool,
+    /// How long the keep-awake spinners go on after the last request (`spin=MICROSECONDS`;
+    /// 0: no spinners). See `shoal_fuse::MountConfig::spin_window`.
+    pub spin: Duration,
 }
+
+pub const DEFAULT_SPIN_MICROSECONDS: u64 = 2000;
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -50,6 +55,7 @@ impl Default for MountOptions {
             metrics: None,
             writeback: true,
             uring: true,
+            spin: Duration::from_micros(DEFAULT_SPIN_MICROSECONDS),
         }
     }
 }
@@ -111,11 +117,12 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
+            "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off, spin=MICROSECONDS)"),
         }
     }
     // The block cache, the two keyspaces' memtables and the staged operations count
@@ -167,6 +174,12 @@ mod tests {
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
         assert!(options.uring, "io_uring offered by default");
         assert!(!parse(&["uring=off".into()]).unwrap().uring);
+        assert_eq!(
+            options.spin,
+            Duration::from_micros(DEFAULT_SPIN_MICROSECONDS)
+        );
+        assert!(parse(&["spin=0".into()]).unwrap().spin.is_zero());
+        assert!(parse(&["spin=2000000".into()]).is_err());
         assert!(
             parse(&["writeback=off,writeback=on".into()])
                 .unwrap()

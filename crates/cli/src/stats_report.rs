@@ -23,6 +23,10 @@ pub struct StatsReport {
     pub engine: EngineReport,
     pub store: StoreReport,
     pub memory: MemoryReport,
+    /// CPU time of the keep-awake spinners (`-o spin=`): idle time kept from halting, not
+    /// work on requests.
+    #[serde(default)]
+    pub spin_cpu_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -240,6 +244,7 @@ impl StatsSource {
                 heap_trim_ns: fuse.heap_trim_ns,
                 heap_trim_max_ns: fuse.heap_trim_max_ns,
             },
+            spin_cpu_ns: fuse.spin_cpu_ns,
         })
     }
 }

@@ -68,6 +68,11 @@ impl Default for Histogram {
 }
 
 impl Histogram {
+    /// Values recorded so far (one relaxed load; for watchers that only need activity).
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
     pub fn record(&self, duration: Duration) {
         self.record_ns(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
     }

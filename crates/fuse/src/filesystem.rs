@@ -20,7 +20,8 @@ use shoal_engine::{
 use crate::attr::{file_attr, file_type, BLOCK_BYTES};
 use crate::dir_cursor::{DirCursor, DirCursors, FIRST_ENTRY_OFFSET};
 use crate::errno::errno;
-use crate::fuse_stats::{FuseOp, FuseStats};
+use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
+use crate::keep_awake::KeepAwake;
 use crate::lookup_counts::LookupCounts;
 
 /// shoal is the only writer of its store, so the kernel may trust what it caches for long;
@@ -42,6 +43,7 @@ pub struct ShoalFs {
     lookups: Arc<LookupCounts>,
     dirs: DirCursors,
     stats: Arc<FuseStats>,
+    keep_awake: Arc<KeepAwake>,
     writeback_cache: bool,
     io_uring: bool,
 }
@@ -83,6 +85,7 @@ impl ShoalFs {
             lookups: stats.lookups.clone(),
             dirs: DirCursors::default(),
             stats,
+            keep_awake: Arc::default(),
             writeback_cache: true,
             io_uring: true,
         }
@@ -98,6 +101,18 @@ impl ShoalFs {
     pub fn with_writeback_cache(mut self, enabled: bool) -> Self {
         self.writeback_cache = enabled;
         self
+    }
+
+    /// The spinners that keep CPUs awake while requests flow (started by `mount`).
+    pub fn keep_awake(&self) -> &Arc<KeepAwake> {
+        &self.keep_awake
+    }
+
+    /// The start of every request: wakes the spinners, starts the latency timer.
+    #[inline]
+    fn begin(&self, op: FuseOp) -> RequestTimer<'_> {
+        self.keep_awake.notice_request();
+        self.stats.time(op)
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -247,6 +262,12 @@ impl ShoalFs {
     }
 }
 
+impl Drop for ShoalFs {
+    fn drop(&mut self) {
+        self.keep_awake.stop();
+    }
+}
+
 fn is_directory(inode: &Inode) -> bool {
     inode.kind == FileKind::Directory
 }
@@ -322,7 +343,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _timer = self.stats.time(FuseOp::Lookup);
+        let _timer = self.begin(FuseOp::Lookup);
         // The kernel sends LOOKUP only for directories it holds.
         match self.engine.lookup_child(parent.0, name.as_bytes()) {
             Ok(inode) => {
@@ -341,12 +362,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let _timer = self.stats.time(FuseOp::Forget);
+        let _timer = self.begin(FuseOp::Forget);
         self.lookups.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _timer = self.stats.time(FuseOp::Getattr);
+        let _timer = self.begin(FuseOp::Getattr);
         match self.engine.getattr(ino.0) {
             Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
             Err(error) => reply.error(errno(&error)),
@@ -371,7 +392,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _timer = self.stats.time(FuseOp::Setattr);
+        let _timer = self.begin(FuseOp::Setattr);
         let change = SetAttr {
             perm: mode.map(|mode| (mode & 0o7777) as u16),
             uid,
@@ -388,7 +409,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _timer = self.stats.time(FuseOp::Readlink);
+        let _timer = self.begin(FuseOp::Readlink);
         match self.engine.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(error) => reply.error(errno(&error)),
@@ -405,7 +426,7 @@ impl fuser::Filesystem for ShoalFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.stats.time(FuseOp::Mknod);
+        let _timer = self.begin(FuseOp::Mknod);
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -433,7 +454,7 @@ impl fuser::Filesystem for ShoalFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.stats.time(FuseOp::Mkdir);
+        let _timer = self.begin(FuseOp::Mkdir);
         let perm = (mode & 0o7777) as u16;
         let result = self
             .engine
@@ -442,12 +463,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.stats.time(FuseOp::Unlink);
+        let _timer = self.begin(FuseOp::Unlink);
         Self::reply_empty(reply, self.engine.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.stats.time(FuseOp::Rmdir);
+        let _timer = self.begin(FuseOp::Rmdir);
         Self::reply_empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -459,7 +480,7 @@ impl fuser::Filesystem for ShoalFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _timer = self.stats.time(FuseOp::Symlink);
+        let _timer = self.begin(FuseOp::Symlink);
         let result = self.engine.symlink(
             parent.0,
             link_name.as_bytes(),
@@ -479,7 +500,7 @@ impl fuser::Filesystem for ShoalFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Rename);
+        let _timer = self.begin(FuseOp::Rename);
         let mode = if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         } else if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -515,13 +536,13 @@ impl fuser::Filesystem for ShoalFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _timer = self.stats.time(FuseOp::Link);
+        let _timer = self.begin(FuseOp::Link);
         let result = self.engine.link(ino.0, newparent.0, newname.as_bytes());
         self.reply_entry(reply, newparent.0, newname.as_bytes(), result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.stats.time(FuseOp::Open);
+        let _timer = self.begin(FuseOp::Open);
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less
         // than a separate setattr).
         if flags.0 & libc::O_TRUNC != 0 {
@@ -550,7 +571,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.stats.time(FuseOp::Read);
+        let _timer = self.begin(FuseOp::Read);
         match self.engine.read(ino.0, offset, size) {
             Ok(bytes) => reply.data(&bytes),
             Err(error) => reply.error(errno(&error)),
@@ -569,7 +590,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _timer = self.stats.time(FuseOp::Write);
+        let _timer = self.begin(FuseOp::Write);
         match self.engine.write(ino.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(errno(&error)),
@@ -584,7 +605,7 @@ impl fuser::Filesystem for ShoalFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Flush);
+        let _timer = self.begin(FuseOp::Flush);
         // ENOSYS once tells the kernel never to send FLUSH again: one round trip less per
         // close(2). Dirty pages are still written back before close returns, and durability
         // comes from fsync and group commit, not from close.
@@ -601,7 +622,7 @@ impl fuser::Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Release);
+        let _timer = self.begin(FuseOp::Release);
         Self::reply_empty(reply, self.engine.release_file(ino.0));
     }
 
@@ -613,13 +634,13 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Fsync);
+        let _timer = self.begin(FuseOp::Fsync);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.stats.time(FuseOp::Opendir);
+        let _timer = self.begin(FuseOp::Opendir);
         match self.engine.getattr(ino.0) {
             Ok(inode) if inode.kind == FileKind::Directory => {
                 // No FOPEN_CACHE_DIR: a stream served from the kernel's cache of an earlier
@@ -643,7 +664,7 @@ impl fuser::Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _timer = self.stats.time(FuseOp::Readdir);
+        let _timer = self.begin(FuseOp::Readdir);
         let result = self.list_dir(
             ino.0,
             fh.0,
@@ -677,7 +698,7 @@ impl fuser::Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _timer = self.stats.time(FuseOp::Readdirplus);
+        let _timer = self.begin(FuseOp::Readdirplus);
         let dir_attr = match self.engine.getattr(ino.0) {
             Ok(inode) => file_attr(&inode),
             Err(error) => return reply.error(errno(&error)),
@@ -729,7 +750,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Releasedir);
+        let _timer = self.begin(FuseOp::Releasedir);
         self.dirs.close(fh.0);
         reply.ok();
     }
@@ -742,13 +763,13 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Fsyncdir);
+        let _timer = self.begin(FuseOp::Fsyncdir);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         Self::reply_empty(reply, self.engine.sync());
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let _timer = self.stats.time(FuseOp::Statfs);
+        let _timer = self.begin(FuseOp::Statfs);
         let numbers = match self.statfs_project(ino.0) {
             Ok(Some(project)) => Ok(project),
             Ok(None) => self.statfs_numbers(),
@@ -779,7 +800,7 @@ impl fuser::Filesystem for ShoalFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.stats.time(FuseOp::Setxattr);
+        let _timer = self.begin(FuseOp::Setxattr);
         let mode = match flags {
             0 => XattrMode::Either,
             XATTR_CREATE => XattrMode::CreateOnly,
@@ -793,7 +814,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _timer = self.stats.time(FuseOp::Getxattr);
+        let _timer = self.begin(FuseOp::Getxattr);
         match self.engine.getxattr(ino.0, name.as_bytes()) {
             Ok(value) => reply_xattr(reply, &value, size),
             Err(error) => reply.error(errno(&error)),
@@ -801,7 +822,7 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _timer = self.stats.time(FuseOp::Listxattr);
+        let _timer = self.begin(FuseOp::Listxattr);
         match self.engine.listxattr(ino.0) {
             Ok(names) => {
                 let mut list = Vec::new();
@@ -816,12 +837,12 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.stats.time(FuseOp::Removexattr);
+        let _timer = self.begin(FuseOp::Removexattr);
         Self::reply_empty(reply, self.engine.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _timer = self.stats.time(FuseOp::Access);
+        let _timer = self.begin(FuseOp::Access);
         match self.engine.getattr(ino.0) {
             Ok(inode) if may_access(&inode, req.uid(), req.gid(), mask.bits() as u32) => reply.ok(),
             Ok(_) => reply.error(Errno::EACCES),
@@ -839,7 +860,7 @@ impl fuser::Filesystem for ShoalFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let _timer = self.stats.time(FuseOp::Create);
+        let _timer = self.begin(FuseOp::Create);
         let new = NewInode {
             kind: FileKind::Regular,
             perm: (mode & 0o7777) as u16,

@@ -127,6 +127,8 @@ pub struct FuseStats {
     /// Heap purges near the budget (free pages handed back to the system at once rather
     /// than as they age) and how long each took.
     heap_trim_latency: Histogram,
+    /// CPU time of the keep-awake spinners (`keep_awake`): not work on any request.
+    spin_cpu_ns: AtomicU64,
 }
 
 impl Default for FuseStats {
@@ -137,6 +139,7 @@ impl Default for FuseStats {
             evictions: AtomicU64::new(0),
             failed_evictions: AtomicU64::new(0),
             heap_trim_latency: Histogram::default(),
+            spin_cpu_ns: AtomicU64::new(0),
         }
     }
 }
@@ -168,6 +171,8 @@ pub struct FuseStatsSnapshot {
     pub heap_trims: u64,
     pub heap_trim_ns: u64,
     pub heap_trim_max_ns: u64,
+    /// CPU time the keep-awake spinners used (nanoseconds).
+    pub spin_cpu_ns: u64,
 }
 
 impl FuseStats {
@@ -175,11 +180,20 @@ impl FuseStats {
         self.heap_trim_latency.record(took);
     }
 
+    pub(crate) fn record_spin(&self, cpu_ns: u64) {
+        self.spin_cpu_ns.fetch_add(cpu_ns, Ordering::Relaxed);
+    }
+
     pub(crate) fn time(&self, op: FuseOp) -> RequestTimer<'_> {
         RequestTimer {
             histogram: &self.latency[op as usize],
             started: Instant::now(),
         }
+    }
+
+    /// Requests answered so far, of every type.
+    pub fn requests_total(&self) -> u64 {
+        self.latency.iter().map(Histogram::count).sum()
     }
 
     pub fn snapshot(&self) -> FuseStatsSnapshot {
@@ -196,6 +210,7 @@ impl FuseStats {
             heap_trims: heap_trims.count,
             heap_trim_ns: heap_trims.sum_ns,
             heap_trim_max_ns: heap_trims.max_ns,
+            spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
         }
     }
 }

@@ -8,12 +8,14 @@ mod errno;
 mod filesystem;
 mod fuse_stats;
 mod heap;
+mod keep_awake;
 mod lookup_counts;
 mod memory_budget;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use shoal_engine::Engine;
 
@@ -42,6 +44,9 @@ pub struct MountConfig {
     /// Offer FUSE over io_uring: requests handed over on the caller's CPU (Linux 6.14+, with
     /// the fuse module's `enable_uring` set; otherwise /dev/fuse is used).
     pub io_uring: bool,
+    /// How long spinner threads keep the CPUs from halting after the last request
+    /// (`keep_awake`); zero: no spinners.
+    pub spin_window: Duration,
 }
 
 impl Default for MountConfig {
@@ -55,6 +60,7 @@ impl Default for MountConfig {
             memory_budget_bytes: None,
             writeback_cache: true,
             io_uring: true,
+            spin_window: Duration::from_millis(2),
         }
     }
 }
@@ -84,10 +90,13 @@ pub fn mount(
     if config.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }
-    let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats)
+    let filesystem = ShoalFs::new(engine, config.capacity_path.clone(), stats.clone())
         .with_writeback_cache(config.writeback_cache)
         .with_io_uring(config.io_uring);
-    fuser::Session::new(filesystem, mountpoint, &fuse_config)
+    let keep_awake = filesystem.keep_awake().clone();
+    let session = fuser::Session::new(filesystem, mountpoint, &fuse_config)?;
+    keep_awake::spawn(config.spin_window, &keep_awake, &stats)?;
+    Ok(session)
 }
 
 /// Starts enforcing `config.memory_budget_bytes` (if set) on a mounted session.
