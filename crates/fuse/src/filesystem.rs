@@ -18,7 +18,7 @@ use shoal_engine::{
 };
 
 use crate::attr::{file_attr, file_type, BLOCK_BYTES};
-use crate::dir_cursor::{DirCursor, DirCursors, FIRST_ENTRY_OFFSET};
+use crate::dir_offsets::{offset_of, DirOffsets, Resume, DOTDOT_OFFSET};
 use crate::errno::errno;
 use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
 use crate::keep_awake::KeepAwake;
@@ -41,7 +41,9 @@ pub struct ShoalFs {
     engine: Arc<Engine>,
     capacity_path: Option<PathBuf>,
     lookups: Arc<LookupCounts>,
-    dirs: DirCursors,
+    dir_offsets: DirOffsets,
+    /// The kernel caches directory listings itself when we answer OPENDIR with ENOSYS.
+    no_opendir: bool,
     stats: Arc<FuseStats>,
     keep_awake: Arc<KeepAwake>,
     writeback_cache: bool,
@@ -83,7 +85,8 @@ impl ShoalFs {
             engine,
             capacity_path,
             lookups: stats.lookups.clone(),
-            dirs: DirCursors::default(),
+            dir_offsets: DirOffsets::default(),
+            no_opendir: false,
             stats,
             keep_awake: Arc::default(),
             writeback_cache: true,
@@ -144,23 +147,32 @@ impl ShoalFs {
         }
     }
 
-    /// Where a directory stream continues: after the returned name, or from the start.
-    fn resume_after(&self, dir: u64, handle: u64, offset: u64) -> FsResult<Option<Vec<u8>>> {
-        if offset <= FIRST_ENTRY_OFFSET {
-            return Ok(None);
+    /// Where a listing of `dir` continues after `offset` (see `dir_offsets`).
+    fn resume_after(&self, dir: u64, offset: u64) -> FsResult<Option<Vec<u8>>> {
+        let resume = self.dir_offsets.resume(dir, offset, |wanted| {
+            self.find_name_with_offset(dir, wanted)
+        })?;
+        Ok(match resume {
+            Resume::Start => None,
+            Resume::After(name) => Some(name),
+        })
+    }
+
+    /// The slow path of a resume: a live name in `dir` whose offset is `wanted`.
+    fn find_name_with_offset(&self, dir: u64, wanted: u64) -> FsResult<Option<Vec<u8>>> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .engine
+                .readdir(dir, after.as_deref(), READDIR_PAGE_ENTRIES)?;
+            let Some(last) = page.last() else {
+                return Ok(None);
+            };
+            if let Some(entry) = page.iter().find(|entry| offset_of(&entry.name) == wanted) {
+                return Ok(Some(entry.name.clone()));
+            }
+            after = Some(last.name.clone());
         }
-        if let Some(name) = self
-            .dirs
-            .get(handle)
-            .as_ref()
-            .and_then(|cursor| cursor.name_at(offset))
-        {
-            return Ok(Some(name.to_vec()));
-        }
-        // A seek to an offset we no longer remember (seekdir): count from the start.
-        let skip = (offset - FIRST_ENTRY_OFFSET) as usize;
-        let entries = self.engine.readdir(dir, None, skip)?;
-        Ok(entries.last().map(|entry| entry.name.clone()))
     }
 
     /// Feeds "." "..", then entries after `offset`, to `add` until it reports a full buffer.
@@ -168,7 +180,6 @@ impl ShoalFs {
     fn list_dir<T>(
         &self,
         dir: u64,
-        handle: u64,
         offset: u64,
         fetch: impl Fn(&Engine, Option<&[u8]>) -> FsResult<Vec<T>>,
         name_of: impl Fn(&T) -> &[u8],
@@ -177,28 +188,28 @@ impl ShoalFs {
         if offset < 1 && add(1, b".", None) {
             return Ok(());
         }
-        if offset < 2 && add(2, b"..", None) {
+        if offset < DOTDOT_OFFSET && add(DOTDOT_OFFSET, b"..", None) {
             return Ok(());
         }
-        let mut after = self.resume_after(dir, handle, offset)?;
-        let mut next_offset = offset.max(FIRST_ENTRY_OFFSET);
-        let mut cursor = DirCursor::default();
+        let mut after = self.resume_after(dir, offset)?;
         'pages: loop {
             let page = fetch(&self.engine, after.as_deref())?;
             if page.is_empty() {
                 break;
             }
+            let mut added = 0;
             for item in &page {
                 let name = name_of(item);
-                if add(next_offset + 1, name, Some(item)) {
+                if add(offset_of(name), name, Some(item)) {
+                    self.dir_offsets
+                        .remember(dir, page[..added].iter().map(&name_of));
                     break 'pages;
                 }
-                next_offset += 1;
-                cursor.page.push((next_offset, name.to_vec()));
+                added += 1;
             }
+            self.dir_offsets.remember(dir, page.iter().map(&name_of));
             after = page.last().map(|item| name_of(item).to_vec());
         }
-        self.dirs.set(handle, cursor);
         Ok(())
     }
 
@@ -318,6 +329,9 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_OVER_IO_URING,
         ];
+        self.no_opendir = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         for flag in wanted {
             if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
                 continue;
@@ -464,11 +478,14 @@ impl fuser::Filesystem for ShoalFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.begin(FuseOp::Unlink);
+        // Before the reply: a cached listing may resume after this name right after.
+        self.dir_offsets.remember(parent.0, [name.as_bytes()]);
         Self::reply_empty(reply, self.engine.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.begin(FuseOp::Rmdir);
+        self.dir_offsets.remember(parent.0, [name.as_bytes()]);
         Self::reply_empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -510,6 +527,7 @@ impl fuser::Filesystem for ShoalFs {
         } else {
             RenameMode::Replace
         };
+        self.dir_offsets.remember(parent.0, [name.as_bytes()]);
         let result = self.engine.rename(
             parent.0,
             name.as_bytes(),
@@ -641,16 +659,18 @@ impl fuser::Filesystem for ShoalFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _timer = self.begin(FuseOp::Opendir);
+        // Offsets stay valid across opens and changes (`dir_offsets`), so the kernel may
+        // keep listings: ENOSYS makes it stop sending OPENDIR and RELEASEDIR and cache every
+        // directory it reads (FOPEN_CACHE_DIR); a kernel without that support gets the
+        // cache flag on each open.
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.engine.getattr(ino.0) {
-            Ok(inode) if inode.kind == FileKind::Directory => {
-                // No FOPEN_CACHE_DIR: a stream served from the kernel's cache of an earlier
-                // listing resumes, after that cache is evicted, at an offset this open never
-                // handed out, and an offset cannot name a position in a directory that
-                // changed since (rm -rf would skip entries; see the posix test
-                // deleting_while_reading_survives_dropped_kernel_caches). Uncached, every
-                // resume offset comes from this open's own last reply.
-                reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty())
-            }
+            Ok(inode) if inode.kind == FileKind::Directory => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(error) => reply.error(errno(&error)),
         }
@@ -660,14 +680,13 @@ impl fuser::Filesystem for ShoalFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let _timer = self.begin(FuseOp::Readdir);
         let result = self.list_dir(
             ino.0,
-            fh.0,
             offset,
             |engine, after| engine.readdir(ino.0, after, READDIR_PAGE_ENTRIES),
             |entry: &DirEntry| entry.name.as_slice(),
@@ -694,7 +713,7 @@ impl fuser::Filesystem for ShoalFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
@@ -706,7 +725,6 @@ impl fuser::Filesystem for ShoalFs {
         let lookups = &self.lookups;
         let result = self.list_dir(
             ino.0,
-            fh.0,
             offset,
             |engine, after| engine.readdir_plus(ino.0, after, READDIR_PAGE_ENTRIES),
             |(entry, _): &(DirEntry, Inode)| entry.name.as_slice(),
@@ -746,12 +764,11 @@ impl fuser::Filesystem for ShoalFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         let _timer = self.begin(FuseOp::Releasedir);
-        self.dirs.close(fh.0);
         reply.ok();
     }
 

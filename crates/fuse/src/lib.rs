@@ -3,7 +3,7 @@
 //! store key.
 
 mod attr;
-mod dir_cursor;
+mod dir_offsets;
 mod errno;
 mod filesystem;
 mod fuse_stats;
