@@ -156,3 +156,103 @@ fn names_after_offset(dir: &Path, offset: libc::c_long) -> Vec<String> {
     unsafe { libc::closedir(stream) };
     names
 }
+
+// ---------------------------------------------------------------------------------------
+// Set-id clearing is the daemon's (FUSE_HANDLE_KILLPRIV_V2): the kernel no longer re-reads
+// attributes before a chown, so the daemon must clear what the kernel would have.
+
+const USER_A: u32 = 60_011;
+const USER_B: u32 = 60_012;
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn chown_clears_setuid_and_group_executable_setgid_without_a_getattr() {
+    let m = Mounted::new();
+    let prog = m.path("prog");
+    fs::write(&prog, b"#!/bin/sh\n").unwrap();
+    set_mode(&prog, 0o6755);
+    let sent = requests_during(m.path("").as_path(), &["getattr"], || {
+        std::os::unix::fs::chown(&prog, Some(USER_A), Some(USER_A)).unwrap();
+    });
+    assert_eq!(
+        mode_of(&prog),
+        0o755,
+        "chown by root clears setuid and setgid"
+    );
+    assert_eq!(sent, vec![0], "no GETATTR before the chown");
+    // Not group-executable: setgid there means mandatory locking and stays.
+    set_mode(&prog, 0o6745);
+    std::os::unix::fs::chown(&prog, Some(0), Some(0)).unwrap();
+    assert_eq!(mode_of(&prog), 0o2745);
+    // A chown to the owner it already has clears them too, as on XFS and ext4.
+    set_mode(&prog, 0o4755);
+    std::os::unix::fs::chown(&prog, Some(0), Some(0)).unwrap();
+    assert_eq!(mode_of(&prog), 0o755);
+    m.finish();
+}
+
+#[test]
+fn truncate_by_another_user_clears_setuid_and_a_capability_goes_with_a_write() {
+    let m = Mounted::with_options(&["allow_other"]);
+    let prog = m.path("prog");
+    fs::write(&prog, b"#!/bin/sh\n").unwrap();
+    std::os::unix::fs::chown(&prog, Some(USER_A), Some(USER_A)).unwrap();
+    set_mode(&prog, 0o6777);
+    let path = std::ffi::CString::new(prog.as_os_str().as_encoded_bytes()).unwrap();
+    let truncate = || {
+        // SAFETY: a NUL-terminated path prepared before the fork.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_TRUNC) };
+        if fd < 0 {
+            return common::last_errno();
+        }
+        // SAFETY: an fd opened above, closed once.
+        unsafe { libc::close(fd) };
+        0
+    };
+    assert_eq!(
+        common::as_user(USER_B, truncate),
+        0,
+        "B may truncate a 0777 file"
+    );
+    assert_eq!(fs::metadata(&prog).unwrap().len(), 0);
+    assert_eq!(
+        mode_of(&prog),
+        0o777,
+        "O_TRUNC by another user clears set-id bits"
+    );
+
+    // A file capability (any value: the daemon stores it as bytes) is cleared by a write,
+    // like setuid.
+    let status = std::process::Command::new("setfattr")
+        .args([
+            "-n",
+            "security.capability",
+            "-v",
+            "0x0100000200000000000000000000000000000000",
+        ])
+        .arg(&prog)
+        .status()
+        .expect("setfattr");
+    assert!(status.success());
+    fs::write(&prog, b"new").unwrap();
+    let listed = std::process::Command::new("getfattr")
+        .args(["-m", "-", "-d"])
+        .arg(&prog)
+        .output()
+        .expect("getfattr");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        !listed.contains("security.capability"),
+        "a write clears the file capability: {listed}"
+    );
+    m.finish();
+}

@@ -17,6 +17,8 @@ pub const MAX_FILE_BYTES: u64 = 16 << 40;
 const S_ISUID: u16 = 0o4000;
 const S_ISGID: u16 = 0o2000;
 const S_IXGRP: u16 = 0o0010;
+/// The xattr holding file capabilities, which writes and chown clear like setuid.
+const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
 /// A time to set: a given instant, or the time of the operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +37,10 @@ pub struct SetAttr {
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
     pub ctime: Option<Timestamp>,
+    /// Clear setuid, setgid when group-executable, and file capabilities, as a write or
+    /// truncate by an unprivileged caller or any chown must (the kernel leaves this to the
+    /// filesystem with FUSE_HANDLE_KILLPRIV_V2). Applied before an explicit `perm`.
+    pub kill_suidgid: bool,
 }
 
 impl Engine {
@@ -103,6 +109,18 @@ impl Engine {
 
     /// Writes `data` at `offset`; returns the bytes written (all of them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.write_killing_privileges(ino, offset, data, false)
+    }
+
+    /// A write that also clears setuid/setgid and capabilities when `kill_suidgid` (see
+    /// `SetAttr::kill_suidgid`), in the same batch.
+    pub fn write_killing_privileges(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
         self.stats().count(Op::Write);
         if data.is_empty() {
             // POSIX: a zero-length write changes nothing (not even the size).
@@ -131,6 +149,9 @@ impl Engine {
         }
         inode.mtime = txn.now;
         inode.ctime = txn.now;
+        if kill_suidgid {
+            txn.kill_privileges(&mut inode);
+        }
         txn.charge(
             &inode,
             0,
@@ -182,6 +203,9 @@ impl Engine {
                 }
             }
         }
+        if change.kill_suidgid {
+            txn.kill_privileges(&mut inode);
+        }
         if let Some(perm) = change.perm {
             inode.perm = perm & 0o7777;
         }
@@ -219,6 +243,20 @@ fn write_inline(inode: &mut Inode, offset: u64, data: &[u8]) {
 }
 
 impl Txn<'_> {
+    /// Clears setuid, setgid when group-executable, and the file capability xattr.
+    fn kill_privileges(&mut self, inode: &mut Inode) {
+        if inode.kind == FileKind::Directory {
+            return;
+        }
+        inode.perm &= !S_ISUID;
+        if inode.perm & S_IXGRP != 0 {
+            inode.perm &= !S_ISGID;
+        }
+        if inode.may_have_xattrs {
+            self.delete(Space::Meta, keys::xattr_key(inode.ino, SECURITY_CAPABILITY));
+        }
+    }
+
     /// Moves an inline file's bytes into chunk 0 before it grows past the threshold.
     fn make_chunked(&mut self, inode: &mut Inode) {
         if let Content::Inline(bytes) = std::mem::replace(&mut inode.content, Content::Chunked) {

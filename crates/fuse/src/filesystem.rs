@@ -328,6 +328,11 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_OVER_IO_URING,
+            // We clear setuid/setgid and capabilities on write, truncate and chown as the
+            // request flags say; the kernel then skips a GETATTR before every chown and
+            // sets SB_NOSEC, so it asks for `security.capability` once per inode instead
+            // of on every write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
         self.no_opendir = config
             .capabilities()
@@ -404,6 +409,7 @@ impl fuser::Filesystem for ShoalFs {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         let _timer = self.begin(FuseOp::Setattr);
@@ -415,6 +421,7 @@ impl fuser::Filesystem for ShoalFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
             ctime: ctime.map(kernel_timestamp),
+            kill_suidgid,
         };
         match self.engine.setattr(ino.0, &change) {
             Ok(inode) => reply.attr(&ATTR_TTL, &file_attr(&inode)),
@@ -559,13 +566,21 @@ impl fuser::Filesystem for ShoalFs {
         self.reply_entry(reply, newparent.0, newname.as_bytes(), result);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        flags: OpenFlags,
+        kill_suidgid: bool,
+        reply: ReplyOpen,
+    ) {
         let _timer = self.begin(FuseOp::Open);
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less
         // than a separate setattr).
         if flags.0 & libc::O_TRUNC != 0 {
             let truncate = SetAttr {
                 size: Some(0),
+                kill_suidgid,
                 ..SetAttr::default()
             };
             if let Err(error) = self.engine.setattr(ino.0, &truncate) {
@@ -603,13 +618,17 @@ impl fuser::Filesystem for ShoalFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _timer = self.begin(FuseOp::Write);
-        match self.engine.write(ino.0, offset, data) {
+        let kill_suidgid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self
+            .engine
+            .write_killing_privileges(ino.0, offset, data, kill_suidgid)
+        {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(errno(&error)),
         }

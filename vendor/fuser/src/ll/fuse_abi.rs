@@ -349,7 +349,8 @@ pub(crate) struct fuse_open_in {
     // NOTE: this field is defined as u32 in fuse_kernel.h in libfuse. However, it is then cast
     // to an i32 when invoking the filesystem's open method and this matches the open() syscall
     pub(crate) flags: i32,
-    pub(crate) unused: u32,
+    /// FUSE_OPEN_* flags (protocol 7.34; `unused` before).
+    pub(crate) open_flags: u32,
 }
 
 #[repr(C)]

@@ -352,6 +352,10 @@ mod op {
         fn valid(&self) -> FattrFlags {
             FattrFlags::from_bits_retain(self.arg.valid)
         }
+        /// FATTR_KILL_SUIDGID: clear setuid/setgid and capabilities (KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn mode(&self) -> Option<u32> {
             if self.valid().contains(FattrFlags::FATTR_MODE) {
                 Some(self.arg.mode)
@@ -664,6 +668,11 @@ mod op {
     impl Open<'_> {
         pub(crate) fn flags(&self) -> OpenFlags {
             OpenFlags(self.arg.flags)
+        }
+        /// FUSE_OPEN_KILL_SUIDGID in `open_flags`: an O_TRUNC open must clear setuid/setgid
+        /// and capabilities (KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.arg.open_flags & 1 != 0
         }
     }
 
