@@ -38,8 +38,12 @@ const FUSE_IO_URING_CMD_COMMIT_AND_FETCH: u32 = 2;
 /// Size of `fuse_in_header` / `fuse_out_header` on the wire.
 const IN_HEADER_SIZE: usize = 40;
 const OUT_HEADER_SIZE: usize = 16;
-/// Requests in flight per queue. More only helps when one CPU has many callers at once.
-const QUEUE_DEPTH: usize = 4;
+/// Entries each thread registers: requests the kernel can hand it while it is busy.
+const QUEUE_DEPTH: usize = 2;
+/// Threads serving each queue, each with its own ring and entries: a request that blocks
+/// (an fsync waiting for the journal's sync) holds up only its thread, the others go on
+/// with that CPU's requests, and concurrent fsyncs can then share one sync.
+pub(crate) const THREADS_PER_QUEUE: usize = 4;
 /// How often an idle queue thread checks whether the session has ended.
 const STOP_POLL: Duration = Duration::from_millis(200);
 

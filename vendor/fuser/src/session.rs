@@ -312,25 +312,27 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
-        // FUSE over io_uring: one thread per kernel queue (per possible CPU). The /dev/fuse
+        // FUSE over io_uring: THREADS_PER_QUEUE threads per kernel queue (per possible CPU). The /dev/fuse
         // threads above stay for forgets, interrupts and requests sent before the ring is up.
         let ring_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut ring_threads = Vec::new();
         if let Some(payload_size) = ring_payload_size {
             for qid in 0..crate::ring::queue_count() {
-                let thread_name = format!("fuse-ring-{qid}");
-                let event_loop = SessionEventLoop {
-                    thread_name: thread_name.clone(),
-                    filesystem: filesystem.clone(),
-                    ch: ring_channel.clone(),
-                    allowed,
-                    session_owner,
-                };
-                let stop = ring_stop.clone();
-                let qid = u16::try_from(qid).map_err(io::Error::other)?;
-                ring_threads.push(thread::Builder::new().name(thread_name).spawn(move || {
-                    crate::ring::serve_queue(qid, payload_size, &event_loop, &stop)
-                })?);
+                for worker in 0..crate::ring::THREADS_PER_QUEUE {
+                    let thread_name = format!("fuse-ring-{qid}-{worker}");
+                    let event_loop = SessionEventLoop {
+                        thread_name: thread_name.clone(),
+                        filesystem: filesystem.clone(),
+                        ch: ring_channel.clone(),
+                        allowed,
+                        session_owner,
+                    };
+                    let stop = ring_stop.clone();
+                    let qid = u16::try_from(qid).map_err(io::Error::other)?;
+                    ring_threads.push(thread::Builder::new().name(thread_name).spawn(
+                        move || crate::ring::serve_queue(qid, payload_size, &event_loop, &stop),
+                    )?);
+                }
             }
         }
 
