@@ -19,6 +19,7 @@ use crate::store::{
     DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
+use crate::unlinked::Unlinked;
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -123,6 +124,8 @@ pub struct Engine {
     commit_stop: Arc<CommitStop>,
     /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
     quota_records_exist: AtomicBool,
+    /// Removed inodes the kernel still holds (see `unlinked`).
+    unlinked: Unlinked,
     _lock: Option<StoreLock>,
 }
 
@@ -215,6 +218,7 @@ impl Engine {
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
+            unlinked: Unlinked::default(),
             _lock: lock,
         });
         if !engine.read_only {
@@ -261,6 +265,10 @@ impl Engine {
         Ok(())
     }
 
+    pub(crate) fn unlinked(&self) -> &Unlinked {
+        &self.unlinked
+    }
+
     pub(crate) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
@@ -275,9 +283,10 @@ impl Engine {
 
     // ---- reads (no lock: every batch is atomic in the store) ----
 
+    /// An inode's attributes; a removed one the kernel still holds has no links.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
         self.stats.count(Op::Getattr);
-        self.read_inode(ino)
+        self.attributes(ino)
     }
 
     pub(crate) fn read_inode(&self, ino: u64) -> FsResult<Inode> {
@@ -333,6 +342,7 @@ impl Engine {
             quota_records: Vec::new(),
             quota_settings: None,
             new_orphans: Vec::new(),
+            removed: Vec::new(),
             now: Timestamp::now(),
         })
     }
@@ -604,6 +614,9 @@ pub(crate) struct Txn<'a> {
     quota_settings: Option<QuotaSettings>,
     /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
     new_orphans: Vec<u64>,
+    /// Inodes this operation deletes from the store: kept in `unlinked` once it commits,
+    /// while the kernel holds them.
+    removed: Vec<Inode>,
     pub(crate) now: Timestamp,
 }
 
@@ -787,6 +800,7 @@ impl<'a> Txn<'a> {
         self.delete(Space::Meta, keys::inode_key(ino));
         self.delete(Space::Meta, keys::orphan_key(ino));
         self.charge(&inode, -1, -(inode.allocated_bytes as i64));
+        self.removed.push(inode);
         Ok(())
     }
 
@@ -876,6 +890,9 @@ impl<'a> Txn<'a> {
             }
         }
         self.new_orphans.clear();
+        for inode in std::mem::take(&mut self.removed) {
+            self.engine.unlinked().removed(inode, self.now);
+        }
         self.engine
             .committer
             .written_batches

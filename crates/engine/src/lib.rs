@@ -40,6 +40,7 @@ mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
+mod unlinked;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
@@ -54,4 +55,5 @@ pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
+pub use unlinked::ReferenceProbe;
 pub use xattr::XattrMode;

@@ -101,8 +101,9 @@ impl Engine {
             return Err(error);
         }
         if entries.is_empty() {
-            // An empty answer must still fail for a non-directory or a deleted one.
-            let inode = self.read_inode(dir)?;
+            // An empty answer must still fail for a non-directory or a deleted one (but
+            // not for a removed directory still open: it lists as empty).
+            let inode = self.attributes(dir)?;
             if inode.kind != FileKind::Directory {
                 return Err(FsError::NotDir);
             }

@@ -77,6 +77,8 @@ const MAX_WRITE_BYTES: u32 = 1 << 20;
 
 impl ShoalFs {
     pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>, stats: Arc<FuseStats>) -> Self {
+        let lookups = stats.lookups.clone();
+        engine.set_reference_probe(Box::new(move |ino| lookups.is_referenced(ino)));
         Self {
             engine,
             capacity_path,
@@ -342,7 +344,10 @@ impl fuser::Filesystem for ShoalFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _timer = self.stats.time(FuseOp::Forget);
-        self.lookups.forget(ino.0, nlookup);
+        if self.lookups.forget(ino.0, nlookup) {
+            // A removed inode's attributes were kept for the kernel until now.
+            self.engine.forgotten(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -181,11 +181,17 @@ impl LookupCounts {
         reference.name = name.into();
     }
 
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// Whether the kernel holds `ino` (has looked it up and not forgotten it).
+    pub fn is_referenced(&self, ino: u64) -> bool {
+        self.shard(ino).lock().contains_key(&ino)
+    }
+
+    /// Lowers `ino`'s count by `n`; true when the kernel no longer holds it.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         let mut shard = self.shard(ino).lock();
         let Some(reference) = shard.get_mut(&ino) else {
             tracing::warn!("forget of inode {ino} the kernel never looked up");
-            return;
+            return false;
         };
         debug_assert!(
             reference.count >= n,
@@ -206,7 +212,9 @@ impl LookupCounts {
                 let keep = shard.len() * 2;
                 shard.shrink_to(keep);
             }
+            return true;
         }
+        false
     }
 
     /// Inodes the kernel currently holds.
