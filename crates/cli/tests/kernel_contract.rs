@@ -19,7 +19,6 @@ use common::{run_ok, Mounted};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[allow(dead_code)]
 fn cpath(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("path without NUL")
 }
@@ -218,4 +217,113 @@ fn bad_mount_names_are_refused() {
         assert!(!out.success(), "{bad} accepted: {}", out.describe());
         assert!(!common::is_mounted(&mnt));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// File handles.
+
+/// A `struct file_handle` with room for the largest handle (MAX_HANDLE_SZ).
+#[repr(C)]
+struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; 128],
+}
+
+fn name_to_handle(path: &Path) -> io::Result<FileHandle> {
+    let mut handle = FileHandle {
+        handle_bytes: 128,
+        handle_type: 0,
+        f_handle: [0; 128],
+    };
+    let mut mount_id: libc::c_int = 0;
+    let path = cpath(path);
+    // SAFETY: NUL-terminated path, a handle buffer of the size it declares, an int out.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &mut handle as *mut FileHandle,
+            &mut mount_id as *mut libc::c_int,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(handle)
+}
+
+fn open_by_handle(mount: &File, handle: &FileHandle) -> io::Result<File> {
+    // SAFETY: a valid fd on the mount and a handle filled by name_to_handle_at.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            handle as *const FileHandle,
+            libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd this function owns.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+}
+
+/// Drops the kernel's dentries and inodes (the kernel FORGETs them), as memory pressure
+/// would.
+fn drop_dentry_cache() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", b"2").expect("drop dentry cache");
+}
+
+fn read_by_handle(mnt: &Path, handle: &FileHandle) -> io::Result<Vec<u8>> {
+    let mount = open_dir(mnt);
+    let mut file = open_by_handle(&mount, handle)?;
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut file, &mut bytes)?;
+    Ok(bytes)
+}
+
+#[test]
+fn files_reopen_by_handle_after_the_dentry_cache_is_dropped() {
+    let mut m = Mounted::new();
+    fs::create_dir_all(m.path("a/b")).unwrap();
+    fs::write(m.path("a/b/file"), b"by handle").unwrap();
+    fs::write(m.path("gone"), b"x").unwrap();
+    let handle = name_to_handle(&m.path("a/b/file")).expect("name_to_handle_at");
+    let dir_handle = name_to_handle(&m.path("a/b")).expect("name_to_handle_at of a dir");
+    let gone = name_to_handle(&m.path("gone")).unwrap();
+    let gone_ino = fs::metadata(m.path("gone")).unwrap().ino();
+    fs::remove_file(m.path("gone")).unwrap();
+    drop_dentry_cache();
+    assert_eq!(read_by_handle(&m.mnt, &handle).unwrap(), b"by handle");
+    // A directory by handle, then its parent (the kernel looks up "..").
+    let mount = open_dir(&m.mnt);
+    let dir = open_by_handle(&mount, &dir_handle).expect("open_by_handle_at of a dir");
+    drop(mount);
+    let parent_of_dir = fs::metadata(format!("/proc/self/fd/{}/..", dir.as_raw_fd()));
+    drop(dir);
+    assert!(parent_of_dir.is_ok(), "{parent_of_dir:?}");
+    let error = read_by_handle(&m.mnt, &gone).expect_err("a removed file's handle");
+    assert_eq!(error.raw_os_error(), Some(libc::ESTALE), "{error}");
+
+    // Handles outlive the mount, and a removed file's number is never handed out again.
+    m.umount();
+    m.mount();
+    assert_eq!(read_by_handle(&m.mnt, &handle).unwrap(), b"by handle");
+    for i in 0..200 {
+        let ino = File::create(m.path(format!("new{i}")))
+            .unwrap()
+            .metadata()
+            .unwrap()
+            .ino();
+        assert_ne!(ino, gone_ino, "inode number reused");
+    }
+    let error = read_by_handle(&m.mnt, &gone).expect_err("a removed file's handle");
+    assert_eq!(error.raw_os_error(), Some(libc::ESTALE), "{error}");
+    m.finish();
 }

@@ -508,14 +508,19 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// One past the greatest inode number in use, rounded up to a fresh run.
+/// The first inode number of a fresh run never handed out: past the recorded high-water
+/// mark and past the greatest inode number in use (stores from before the mark).
 fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
     let (start, end) = keys::all_inodes_range();
     let last = match store.last_key(Space::Meta, &start, &end)? {
         Some(key) => keys::decode_inode_key(&key)?,
         None => ROOT_INO,
     };
-    Ok((last + 1).next_multiple_of(INO_RUN_LENGTH))
+    let recorded = match store.get(Space::Meta, &keys::next_ino_key())? {
+        Some(value) => keys::decode_next_ino(&value)?,
+        None => 0,
+    };
+    Ok((last + 1).max(recorded).next_multiple_of(INO_RUN_LENGTH))
 }
 
 fn load_quota_records(store: &dyn Store) -> FsResult<HashMap<(QuotaKind, u32), QuotaRecord>> {
@@ -712,6 +717,14 @@ impl<'a> Txn<'a> {
         }
         let ino = state.next_ino;
         state.next_ino += INO_RUN_LENGTH;
+        // Recorded with the inode that takes the run: a number handed out once is never
+        // handed out again, even after its inode was deleted and the store reopened.
+        let next_ino = state.next_ino;
+        self.batch.put(
+            Space::Meta,
+            keys::next_ino_key(),
+            keys::encode_next_ino(next_ino),
+        );
         state
             .ino_runs
             .insert(parent, (ino + 1, ino + INO_RUN_LENGTH));

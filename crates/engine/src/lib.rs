@@ -30,6 +30,7 @@ mod data;
 mod engine;
 mod error;
 pub mod fsck;
+mod handles;
 pub mod histogram;
 mod inode;
 pub mod keys;

@@ -23,6 +23,8 @@ use crate::errno::errno;
 use crate::fuse_stats::{FuseOp, FuseStats};
 use crate::lookup_counts::LookupCounts;
 
+mod export;
+
 /// shoal is the only writer of its store, so the kernel may trust what it caches for long;
 /// every change made through the mount updates or invalidates the kernel's copy itself.
 const ENTRY_TTL: Duration = Duration::from_secs(3600);
@@ -298,6 +300,8 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_OVER_IO_URING,
+            // File handles: lookups of "." and ".." by inode (see `export`).
+            InitFlags::FUSE_EXPORT_SUPPORT,
         ];
         for flag in wanted {
             if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
@@ -325,6 +329,9 @@ impl fuser::Filesystem for ShoalFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.stats.time(FuseOp::Lookup);
+        if let Some(dots) = self.lookup_dots(parent.0, name.as_bytes()) {
+            return self.reply_dots(reply, dots);
+        }
         // The kernel sends LOOKUP only for directories it holds.
         match self.engine.lookup_child(parent.0, name.as_bytes()) {
             Ok(inode) => {

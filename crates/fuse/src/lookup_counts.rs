@@ -160,6 +160,35 @@ impl LookupCounts {
         }
     }
 
+    /// The kernel took one more reference to `ino` without a name (a file handle's lookup
+    /// of "." or ".."): a name it is known by stays; a new entry has none, and eviction
+    /// cannot name it (the kernel lets it go with its last user).
+    pub fn add_unnamed(&self, ino: u64, directory: bool) {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut shard = self.shard(ino).lock();
+        match shard.get_mut(&ino) {
+            Some(reference) => {
+                reference.count += 1;
+                reference.last_lookup = now;
+            }
+            None => {
+                self.referenced_inodes.fetch_add(1, Ordering::Relaxed);
+                shard.insert(
+                    ino,
+                    Reference {
+                        count: 1,
+                        parent: 0,
+                        name: Box::default(),
+                        last_lookup: now,
+                        // Never a candidate until retried: there is no name to drop.
+                        evicted_at: now,
+                        directory,
+                    },
+                );
+            }
+        }
+    }
+
     /// A rename gave `ino` the name `name` in `parent`: eviction must ask the kernel for
     /// that name, not the one it was looked up by. The count is unchanged (a rename takes
     /// no reference).
