@@ -327,3 +327,53 @@ fn files_reopen_by_handle_after_the_dentry_cache_is_dropped() {
     assert_eq!(error.raw_os_error(), Some(libc::ESTALE), "{error}");
     m.finish();
 }
+
+// ---------------------------------------------------------------------------------------
+// Times.
+
+fn times_of(file: &File) -> [(i64, i64); 2] {
+    let stat = fstat(file).unwrap();
+    [
+        (stat.st_mtime, stat.st_mtime_nsec),
+        (stat.st_ctime, stat.st_ctime_nsec),
+    ]
+}
+
+#[test]
+fn times_never_go_backwards_under_the_writeback_cache() {
+    let m = Mounted::new();
+    // Alternate changes shoal stamps (create, chmod) with ones the kernel stamps itself
+    // (writes through the writeback cache); each must leave mtime and ctime where they
+    // were or later.
+    for i in 0..200 {
+        let path = m.path(format!("f{i}"));
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut last = times_of(&file);
+        let mut step = |what: &str, file: &File| {
+            let now = times_of(file);
+            assert!(
+                now[0] >= last[0] && now[1] >= last[1],
+                "file {i}: after {what}, (mtime, ctime) went from {last:?} to {now:?}"
+            );
+            last = now;
+        };
+        file.write_all(b"x").unwrap();
+        step("a write", &file);
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        step("chmod", &file);
+        file.write_all(b"y").unwrap();
+        step("a second write", &file);
+        file.sync_all().unwrap();
+        step("fsync", &file);
+        drop(file);
+        let file = File::open(&path).unwrap();
+        step("close and reopen", &file);
+    }
+    m.finish();
+}
