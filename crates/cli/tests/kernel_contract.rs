@@ -377,3 +377,235 @@ fn times_never_go_backwards_under_the_writeback_cache() {
     }
     m.finish();
 }
+
+// ---------------------------------------------------------------------------------------
+// O_TMPFILE and fallocate, each checked against tmpfs.
+
+/// A tmpfs mounted in a fresh directory: the reference for what Linux filesystems do.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn new() -> Self {
+        let dir = common::test_dir();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64m", "shoal-test-tmpfs"])
+                .arg(dir.path()),
+            TOOL_TIMEOUT,
+        );
+        Tmpfs { dir }
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+fn open_tmpfile(dir: &Path, flags: i32) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o640)
+        .custom_flags(libc::O_TMPFILE | flags)
+        .open(dir)
+}
+
+/// linkat through /proc/self/fd, as Swift's object server does it.
+fn link_open_file(file: &File, to: &Path) -> io::Result<()> {
+    let from = cpath(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())));
+    let to = cpath(to);
+    // SAFETY: NUL-terminated paths.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What one O_TMPFILE sequence shows: (nlink while unnamed, nlink after the link, mode,
+/// bytes read back by name, the errno of linking an O_EXCL one, names left in the dir).
+fn tmpfile_story(dir: &Path) -> (u64, u64, u32, Vec<u8>, Option<i32>, Vec<String>) {
+    let mut file = open_tmpfile(dir, 0).expect("open O_TMPFILE");
+    file.write_all(b"object body").unwrap();
+    let unnamed = fstat(&file).unwrap().st_nlink;
+    link_open_file(&file, &dir.join("object")).expect("linkat of an O_TMPFILE");
+    let named = fstat(&file).unwrap().st_nlink;
+    let mode = fstat(&file).unwrap().st_mode;
+    drop(file);
+    let body = fs::read(dir.join("object")).unwrap();
+
+    let exclusive = open_tmpfile(dir, libc::O_EXCL).unwrap();
+    let excl_error = link_open_file(&exclusive, &dir.join("never"))
+        .err()
+        .and_then(|e| e.raw_os_error());
+    drop(exclusive);
+    // Never linked: gone at close.
+    let mut dropped = open_tmpfile(dir, 0).unwrap();
+    dropped.write_all(&[7; 100_000]).unwrap();
+    drop(dropped);
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    (unnamed, named, mode, body, excl_error, names)
+}
+
+#[test]
+fn o_tmpfile_and_linkat_behave_as_on_tmpfs() {
+    let tmpfs = Tmpfs::new();
+    let mut m = Mounted::new();
+    fs::create_dir(tmpfs.path("d")).unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    let used_before = common_inodes_used(&m.mnt);
+    let expected = tmpfile_story(&tmpfs.path("d"));
+    let actual = tmpfile_story(&m.path("d"));
+    assert_eq!(actual, expected);
+    assert_eq!((actual.0, actual.1), (0, 1));
+    // One inode more: the linked object; the unlinked ones were given back at close.
+    assert_eq!(common_inodes_used(&m.mnt), used_before + 1);
+    m.umount();
+    m.fsck_clean();
+    m.mount();
+    assert_eq!(fs::read(m.path("d/object")).unwrap(), b"object body");
+    m.finish();
+}
+
+/// Inodes in use on the filesystem at `path` (statvfs: total minus free).
+fn common_inodes_used(path: &Path) -> u64 {
+    let path = cpath(path);
+    // SAFETY: a zeroed statvfs filled by statvfs on a NUL-terminated path.
+    unsafe {
+        let mut stat: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(path.as_ptr(), &mut stat), 0);
+        stat.f_files - stat.f_ffree
+    }
+}
+
+fn fallocate(file: &File, mode: i32, offset: u64, length: u64) -> Result<(), i32> {
+    // SAFETY: fallocate on an open fd.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, length as i64) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
+
+/// tmpfs has no ZERO_RANGE; what fallocate(2) says it does, from the modes tmpfs has:
+/// the range within the file reads as zeros, and without KEEP_SIZE the size grows to
+/// cover it.
+fn zero_range_by_hand(file: &File, mode: i32, offset: u64, length: u64) -> Result<(), i32> {
+    let size = file.metadata().unwrap().len();
+    if offset < size {
+        fallocate(file, PUNCH_HOLE, offset, length.min(size - offset))?;
+    }
+    if mode & KEEP_SIZE == 0 && offset + length > size {
+        file.set_len(offset + length).unwrap();
+    }
+    Ok(())
+}
+
+/// Applies each (mode, offset, length) to a file starting as `initial` and returns, after
+/// each step, the result, the size and the bytes. `reference`: do ZERO_RANGE by hand.
+fn fallocate_story(
+    path: &Path,
+    initial: &[u8],
+    steps: &[(i32, u64, u64)],
+    reference: bool,
+) -> Vec<(Result<(), i32>, u64, Vec<u8>)> {
+    fs::write(path, initial).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    steps
+        .iter()
+        .map(|&(mode, offset, length)| {
+            let result = if reference && mode & ZERO_RANGE != 0 {
+                zero_range_by_hand(&file, mode, offset, length)
+            } else {
+                fallocate(&file, mode, offset, length)
+            };
+            let bytes = fs::read(path).unwrap();
+            (result, file.metadata().unwrap().len(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn fallocate_modes_behave_as_on_tmpfs() {
+    let tmpfs = Tmpfs::new();
+    let m = Mounted::new();
+    let chunk = 64 * 1024;
+    let big: Vec<u8> = (0..5 * chunk + 1000).map(|i| (i % 251) as u8 + 1).collect();
+    let small: Vec<u8> = (0..3000).map(|i| (i % 13) as u8 + 1).collect();
+    let big_steps = [
+        (PUNCH_HOLE, 100, 50),                        // inside one chunk
+        (PUNCH_HOLE, chunk - 10, 20),                 // across a chunk boundary
+        (PUNCH_HOLE, 2 * chunk, 2 * chunk),           // two whole chunks: holes
+        (ZERO_RANGE | KEEP_SIZE, 4 * chunk + 5, 300), // zero inside the last chunk
+        (ZERO_RANGE, 5 * chunk, 4 * chunk),           // zero past the end: extends
+        (0, 12 * chunk, 1000),                        // preallocate past the end
+        (KEEP_SIZE, 20 * chunk, 1000),                // preallocate, size kept
+        (PUNCH_HOLE, 11 * chunk, 10 * chunk),         // punch past the end: size kept
+        (0, 0, 10),                                   // inside the file: nothing
+        (libc::FALLOC_FL_COLLAPSE_RANGE, 0, chunk),   // not offered
+        (libc::FALLOC_FL_PUNCH_HOLE, 0, 10),          // punch without KEEP_SIZE
+    ];
+    let small_steps = [
+        (PUNCH_HOLE, 10, 100),
+        (ZERO_RANGE | KEEP_SIZE, 2990, 100),
+        (ZERO_RANGE, 2000, 2000), // extends to 4000: still inline
+        (0, 0, 3 * chunk),        // preallocate far past the inline threshold
+        (PUNCH_HOLE, 0, 4096),
+    ];
+    for (name, initial, steps) in [
+        ("big", &big, &big_steps[..]),
+        ("small", &small, &small_steps[..]),
+    ] {
+        let expected = fallocate_story(&tmpfs.path(name), initial, steps, true);
+        let actual = fallocate_story(&m.path(name), initial, steps, false);
+        for (step, (want, got)) in expected.iter().zip(&actual).enumerate() {
+            assert_eq!(
+                (&got.0, got.1),
+                (&want.0, want.1),
+                "{name} step {step} {:?}: (result, size)",
+                steps[step]
+            );
+            assert!(
+                got.2 == want.2,
+                "{name} step {step} {:?}: bytes differ",
+                steps[step]
+            );
+        }
+    }
+    // Holes hold nothing: the two punched chunks and the zeroed tail are not stored.
+    let blocks = fs::metadata(m.path("big")).unwrap().blocks() * 512;
+    assert!(
+        blocks < 4 * chunk,
+        "{blocks} bytes allocated after punching"
+    );
+    m.finish();
+}

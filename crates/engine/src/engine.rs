@@ -396,10 +396,32 @@ impl Engine {
         };
         if purge {
             let mut txn = self.begin()?;
+            // Linked meanwhile (an O_TMPFILE given a name by a linkat racing this close).
+            if txn.inode(ino).is_ok_and(|inode| inode.nlink > 0) {
+                return Ok(());
+            }
             txn.purge_inode(ino)?;
             txn.commit()?;
         }
         Ok(())
+    }
+
+    /// A new inode with no name (O_TMPFILE), open once: an orphan until it is linked or
+    /// its last release.
+    pub(crate) fn open_new_orphan(&self, ino: u64) {
+        let mut open = self.open_files.lock();
+        *open.counts.entry(ino).or_insert(0) += 1;
+        open.orphans.insert(ino);
+    }
+
+    /// Whether `ino` is an open inode with no name.
+    pub(crate) fn is_open_orphan(&self, ino: u64) -> bool {
+        self.open_files.lock().orphans.contains(&ino)
+    }
+
+    /// An orphan got a name (linkat of an O_TMPFILE): its last release keeps it.
+    pub(crate) fn adopted(&self, ino: u64) {
+        self.open_files.lock().orphans.remove(&ino);
     }
 
     /// Removes inodes that were unlinked while open when the previous daemon stopped.

@@ -29,6 +29,7 @@ mod counters_check;
 mod data;
 mod engine;
 mod error;
+mod fallocate;
 pub mod fsck;
 mod handles;
 pub mod histogram;
@@ -41,6 +42,7 @@ mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
+mod tmpfile;
 mod unlinked;
 mod xattr;
 
@@ -48,6 +50,7 @@ pub use counters_check::{verify_counters, verify_counters_store_dir, CountersRep
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
+pub use fallocate::Fallocate;
 pub use inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
 };

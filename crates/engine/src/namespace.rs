@@ -200,8 +200,14 @@ impl Engine {
         if inode.kind == FileKind::Directory {
             return Err(FsError::NotPermitted("hard link to a directory"));
         }
-        if inode.nlink == 0 {
-            return Err(FsError::NotFound);
+        // Only an O_TMPFILE inode gets its first name here (the kernel refuses other
+        // unlinked files); it stops being an orphan in this same batch.
+        let first_name = inode.nlink == 0;
+        if first_name {
+            if inode.kind != FileKind::Regular || !self.is_open_orphan(ino) {
+                return Err(FsError::NotFound);
+            }
+            txn.delete(Space::Meta, keys::orphan_key(ino));
         }
         let mut parent = txn.directory(newparent)?;
         check_project_move(inode.project, parent.project)?;
@@ -214,6 +220,9 @@ impl Engine {
         txn.put_entry(newparent, newname, ino, inode.kind);
         txn.touch_parent(&mut parent, 1, 0);
         txn.commit()?;
+        if first_name {
+            self.adopted(ino);
+        }
         Ok(inode)
     }
 
@@ -274,6 +283,24 @@ impl Txn<'_> {
         if self.entry(parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
+        let inode = self.new_inode(&parent_inode, new, caller);
+        let is_dir = new.kind == FileKind::Directory;
+        self.put_inode(&inode);
+        self.put_entry(parent, name, inode.ino, new.kind);
+        self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
+        self.charge(&inode, 1, 0);
+        Ok(inode)
+    }
+
+    /// A new inode for a child of `parent_inode`, owned by `caller`, with one link (two for
+    /// a directory); not written yet.
+    pub(crate) fn new_inode(
+        &mut self,
+        parent_inode: &Inode,
+        new: &NewInode<'_>,
+        caller: Caller,
+    ) -> Inode {
+        let parent = parent_inode.ino;
         let is_dir = new.kind == FileKind::Directory;
         // BSD group semantics of a setgid directory: children take its group, and new
         // subdirectories stay setgid.
@@ -294,7 +321,7 @@ impl Txn<'_> {
             FileKind::Symlink => Content::Inline(new.target.to_vec()),
             _ => Content::Inline(Vec::new()),
         };
-        let inode = Inode {
+        Inode {
             ino,
             kind: new.kind,
             perm: perm & 0o7777,
@@ -315,12 +342,7 @@ impl Txn<'_> {
             project: parent_inode.project,
             content,
             may_have_xattrs: false,
-        };
-        self.put_inode(&inode);
-        self.put_entry(parent, name, ino, new.kind);
-        self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
-        self.charge(&inode, 1, 0);
-        Ok(inode)
+        }
     }
 
     /// Updates a directory after its entries changed: entry count (its size), subdirectory

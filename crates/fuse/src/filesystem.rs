@@ -24,6 +24,8 @@ use crate::fuse_stats::{FuseOp, FuseStats};
 use crate::lookup_counts::LookupCounts;
 
 mod export;
+mod fallocate;
+mod tmpfile;
 
 /// shoal is the only writer of its store, so the kernel may trust what it caches for long;
 /// every change made through the mount updates or invalidates the kernel's copy itself.
@@ -875,6 +877,36 @@ impl fuser::Filesystem for ShoalFs {
                 );
             }
             Err(error) => reply.error(errno(&error)),
+        }
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _timer = self.stats.time(FuseOp::Tmpfile);
+        self.create_tmpfile(req, parent.0, mode, reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.stats.time(FuseOp::Fallocate);
+        match self.fallocate_range(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(error),
         }
     }
 }
