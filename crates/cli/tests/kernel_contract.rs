@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{run_ok, Mounted};
+use common::{as_user, run_ok, Mounted};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -607,5 +607,169 @@ fn fallocate_modes_behave_as_on_tmpfs() {
         blocks < 4 * chunk,
         "{blocks} bytes allocated after punching"
     );
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// POSIX ACLs: stored by shoal, enforced by the kernel.
+
+const USER_A: u32 = 60_011;
+const USER_B: u32 = 60_012;
+
+fn open_as(path: &CString, flags: i32) -> i32 {
+    // SAFETY: NUL-terminated path; the fd is closed before returning.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), flags, 0o666 as libc::c_uint);
+        if fd < 0 {
+            return common::last_errno();
+        }
+        libc::close(fd);
+        0
+    }
+}
+
+fn setfacl(args: &[&str], path: &Path) {
+    run_ok(Command::new("setfacl").args(args).arg(path), TOOL_TIMEOUT);
+}
+
+fn getfacl(path: &Path) -> String {
+    run_ok(
+        Command::new("getfacl")
+            .args(["--omit-header", "--numeric"])
+            .arg(path),
+        TOOL_TIMEOUT,
+    )
+    .stdout
+}
+
+/// The same setfacl sequence on a tree under `root`; getfacl of each path after it.
+fn acl_story(root: &Path) -> Vec<(String, String, u32)> {
+    fs::create_dir(root.join("shared")).unwrap();
+    fs::set_permissions(
+        root.join("shared"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .unwrap();
+    fs::write(root.join("file"), b"data").unwrap();
+    fs::set_permissions(
+        root.join("file"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    setfacl(
+        &["-m", &format!("u:{USER_A}:rw,g:{USER_B}:r")],
+        &root.join("file"),
+    );
+    setfacl(
+        &["-d", "-m", &format!("u:{USER_A}:rwx")],
+        &root.join("shared"),
+    );
+    setfacl(&["-m", &format!("u:{USER_A}:rwx")], &root.join("shared"));
+    // Inherited at create, cut down by the create mode (not the umask).
+    File::create(root.join("shared/by-root")).unwrap();
+    fs::create_dir(root.join("shared/sub")).unwrap();
+    // chmod moves the mask.
+    fs::write(root.join("chmodded"), b"").unwrap();
+    setfacl(&["-m", &format!("u:{USER_A}:rwx")], &root.join("chmodded"));
+    fs::set_permissions(
+        root.join("chmodded"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o604),
+    )
+    .unwrap();
+    // A minimal ACL is just the mode.
+    fs::write(root.join("minimal"), b"").unwrap();
+    setfacl(&["--set", "u::rw,g::r,o::-"], &root.join("minimal"));
+    // Removed again.
+    fs::write(root.join("removed"), b"").unwrap();
+    setfacl(&["-m", &format!("u:{USER_A}:r")], &root.join("removed"));
+    setfacl(&["-b"], &root.join("removed"));
+    [
+        "file",
+        "shared",
+        "shared/by-root",
+        "shared/sub",
+        "chmodded",
+        "minimal",
+        "removed",
+    ]
+    .iter()
+    .map(|rel| {
+        let path = root.join(rel);
+        let mode = fs::metadata(&path).unwrap().mode() & 0o7777;
+        (rel.to_string(), getfacl(&path), mode)
+    })
+    .collect()
+}
+
+#[test]
+fn acls_round_trip_as_on_tmpfs() {
+    let tmpfs = Tmpfs::new();
+    let m = Mounted::new();
+    let expected = acl_story(tmpfs.dir.path());
+    let actual = acl_story(&m.mnt);
+    for (want, got) in expected.iter().zip(&actual) {
+        assert_eq!(got, want, "getfacl and mode of {}", want.0);
+    }
+    assert!(actual[0].1.contains(&format!("user:{USER_A}:rw-")));
+    m.finish();
+}
+
+#[test]
+fn acls_grant_and_deny_other_users() {
+    let m = Mounted::with_options(&["allow_other"]);
+    let file = m.path("private");
+    fs::write(&file, b"secret").unwrap();
+    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let private = cpath(&file);
+    assert_eq!(
+        as_user(USER_A, || open_as(&private, libc::O_RDONLY)),
+        libc::EACCES
+    );
+    setfacl(&["-m", &format!("u:{USER_A}:r")], &file);
+    assert_eq!(as_user(USER_A, || open_as(&private, libc::O_RDONLY)), 0);
+    assert_eq!(
+        as_user(USER_A, || open_as(&private, libc::O_WRONLY)),
+        libc::EACCES
+    );
+    assert_eq!(
+        as_user(USER_B, || open_as(&private, libc::O_RDONLY)),
+        libc::EACCES
+    );
+
+    // A shared directory: its default ACL lets USER_A into everything made in it.
+    let shared = m.path("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o750)).unwrap();
+    setfacl(&["-m", &format!("u:{USER_A}:rwx")], &shared);
+    setfacl(&["-d", "-m", &format!("u:{USER_A}:rwx")], &shared);
+    File::create(shared.join("by-root"))
+        .unwrap()
+        .write_all(b"x")
+        .unwrap();
+    fs::create_dir(shared.join("sub")).unwrap();
+    let by_root = cpath(&shared.join("by-root"));
+    let by_a = cpath(&shared.join("sub/by-a"));
+    assert_eq!(as_user(USER_A, || open_as(&by_root, libc::O_WRONLY)), 0);
+    assert_eq!(
+        as_user(USER_A, || open_as(&by_a, libc::O_WRONLY | libc::O_CREAT)),
+        0,
+        "USER_A creates in a subdirectory that inherited the default ACL"
+    );
+    assert_eq!(
+        as_user(USER_B, || open_as(&by_root, libc::O_RDONLY)),
+        libc::EACCES
+    );
+    assert_eq!(fs::metadata(shared.join("sub/by-a")).unwrap().uid(), USER_A);
+
+    // Outside a default ACL the umask still applies.
+    let umask = {
+        // SAFETY: umask(2) always succeeds; set back at once.
+        let old = unsafe { libc::umask(0o022) };
+        unsafe { libc::umask(old) };
+        old
+    };
+    File::create(m.path("plain")).unwrap();
+    let mode = fs::metadata(m.path("plain")).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o666 & !umask);
     m.finish();
 }

@@ -190,6 +190,7 @@ impl Engine {
         }
         if let Some(perm) = change.perm {
             inode.perm = perm & 0o7777;
+            txn.chmod_acl(&inode)?;
         }
         if let Some(atime) = change.atime {
             inode.atime = resolve(atime, now);

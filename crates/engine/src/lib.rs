@@ -25,6 +25,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod acl;
 mod counters_check;
 mod data;
 mod engine;

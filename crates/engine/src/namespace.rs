@@ -148,6 +148,20 @@ impl Engine {
         new: &NewInode<'_>,
         caller: Caller,
     ) -> FsResult<Inode> {
+        self.create_masked(parent, name, new, 0, caller)
+    }
+
+    /// `create` with the caller's umask not yet applied: it applies unless `parent` has a
+    /// default ACL, which then decides the permissions (the FUSE adapter asks the kernel
+    /// for unmasked modes so that this can be told apart).
+    pub fn create_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Create);
         if new.kind == FileKind::Directory {
             return Err(FsError::Invalid("use mkdir for directories"));
@@ -156,7 +170,7 @@ impl Engine {
             return Err(FsError::NameTooLong);
         }
         let mut txn = self.begin()?;
-        let inode = txn.add_child(parent, name, new, caller)?;
+        let inode = txn.add_child(parent, name, new, umask, caller)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -178,6 +192,18 @@ impl Engine {
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, caller: Caller) -> FsResult<Inode> {
+        self.mkdir_masked(parent, name, perm, 0, caller)
+    }
+
+    /// `mkdir` with the umask not yet applied (see `create_masked`).
+    pub fn mkdir_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u16,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Mkdir);
         let new = NewInode {
             kind: FileKind::Directory,
@@ -186,7 +212,7 @@ impl Engine {
             target: &[],
         };
         let mut txn = self.begin()?;
-        let inode = txn.add_child(parent, name, &new, caller)?;
+        let inode = txn.add_child(parent, name, &new, umask, caller)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -273,6 +299,7 @@ impl Txn<'_> {
         parent: u64,
         name: &[u8],
         new: &NewInode<'_>,
+        umask: u16,
         caller: Caller,
     ) -> FsResult<Inode> {
         check_name(name)?;
@@ -283,7 +310,8 @@ impl Txn<'_> {
         if self.entry(parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
-        let inode = self.new_inode(&parent_inode, new, caller);
+        let mut inode = self.new_inode(&parent_inode, new, caller);
+        self.inherit_acls(&parent_inode, &mut inode, umask)?;
         let is_dir = new.kind == FileKind::Directory;
         self.put_inode(&inode);
         self.put_entry(parent, name, inode.ino, new.kind);

@@ -15,7 +15,14 @@ impl Engine {
     /// Creates an unnamed regular file in directory `parent` (its group, project and
     /// default ACL come from there) and counts it open once: the caller's `release_file`
     /// ends it unless `link` named it first.
-    pub fn tmpfile(&self, parent: u64, new: &NewInode<'_>, caller: Caller) -> FsResult<Inode> {
+    /// `umask` as in `create_masked`.
+    pub fn tmpfile(
+        &self,
+        parent: u64,
+        new: &NewInode<'_>,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Create);
         if new.kind != FileKind::Regular {
             return Err(FsError::Invalid("O_TMPFILE makes regular files only"));
@@ -27,6 +34,7 @@ impl Engine {
         }
         let mut inode = txn.new_inode(&parent_inode, new, caller);
         inode.nlink = 0;
+        txn.inherit_acls(&parent_inode, &mut inode, umask)?;
         txn.put_inode(&inode);
         txn.put(Space::Meta, keys::orphan_key(inode.ino), Vec::new());
         txn.charge(&inode, 1, 0);

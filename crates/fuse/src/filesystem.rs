@@ -304,6 +304,10 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_OVER_IO_URING,
             // File handles: lookups of "." and ".." by inode (see `export`).
             InitFlags::FUSE_EXPORT_SUPPORT,
+            // POSIX ACLs enforced by the kernel, stored by the engine; modes arrive
+            // without the umask, which the engine applies unless a default ACL rules.
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
         ];
         for flag in wanted {
             if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
@@ -415,7 +419,7 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -432,9 +436,13 @@ impl fuser::Filesystem for ShoalFs {
             rdev,
             target: b"",
         };
-        let result = self
-            .engine
-            .create(parent.0, name.as_bytes(), &new, caller(req));
+        let result = self.engine.create_masked(
+            parent.0,
+            name.as_bytes(),
+            &new,
+            umask_bits(umask),
+            caller(req),
+        );
         self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
@@ -444,14 +452,18 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.stats.time(FuseOp::Mkdir);
         let perm = (mode & 0o7777) as u16;
-        let result = self
-            .engine
-            .mkdir(parent.0, name.as_bytes(), perm, caller(req));
+        let result = self.engine.mkdir_masked(
+            parent.0,
+            name.as_bytes(),
+            perm,
+            umask_bits(umask),
+            caller(req),
+        );
         self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
@@ -849,7 +861,7 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -860,10 +872,13 @@ impl fuser::Filesystem for ShoalFs {
             rdev: 0,
             target: b"",
         };
-        match self
-            .engine
-            .create(parent.0, name.as_bytes(), &new, caller(req))
-        {
+        match self.engine.create_masked(
+            parent.0,
+            name.as_bytes(),
+            &new,
+            umask_bits(umask),
+            caller(req),
+        ) {
             Ok(inode) => {
                 self.lookups
                     .add(inode.ino, parent.0, name.as_bytes(), is_directory(&inode));
@@ -885,12 +900,12 @@ impl fuser::Filesystem for ShoalFs {
         req: &Request,
         parent: INodeNo,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         let _timer = self.stats.time(FuseOp::Tmpfile);
-        self.create_tmpfile(req, parent.0, mode, reply);
+        self.create_tmpfile(req, parent.0, mode, umask_bits(umask), reply);
     }
 
     fn fallocate(
@@ -909,6 +924,11 @@ impl fuser::Filesystem for ShoalFs {
             Err(error) => reply.error(error),
         }
     }
+}
+
+/// The permission bits of a umask (the engine applies it unless a default ACL rules).
+fn umask_bits(umask: u32) -> u16 {
+    (umask & 0o777) as u16
 }
 
 /// An attribute block for negative entries (the kernel reads only the inode number 0).

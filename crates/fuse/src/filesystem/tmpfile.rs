@@ -8,14 +8,21 @@ use super::{caller, file_attr, ShoalFs, ENTRY_TTL, GENERATION};
 use crate::errno::errno;
 
 impl ShoalFs {
-    pub(super) fn create_tmpfile(&self, req: &Request, parent: u64, mode: u32, reply: ReplyCreate) {
+    pub(super) fn create_tmpfile(
+        &self,
+        req: &Request,
+        parent: u64,
+        mode: u32,
+        umask: u16,
+        reply: ReplyCreate,
+    ) {
         let new = NewInode {
             kind: FileKind::Regular,
             perm: (mode & 0o7777) as u16,
             rdev: 0,
             target: b"",
         };
-        match self.engine.tmpfile(parent, &new, caller(req)) {
+        match self.engine.tmpfile(parent, &new, umask, caller(req)) {
             Ok(inode) => {
                 // The kernel holds the inode from here; it has no name to evict it by
                 // until a link gives it one.
