@@ -104,6 +104,8 @@ pub(crate) struct WriteState {
 struct OpenFiles {
     counts: HashMap<u64, u32>,
     orphans: HashSet<u64>,
+    /// Orphans made by O_TMPFILE and not linked yet: the only ones `link` may name.
+    tmpfiles: HashSet<u64>,
 }
 
 /// Group commit: concurrent `sync` callers share one store sync.
@@ -392,6 +394,7 @@ impl Engine {
                 return Ok(());
             }
             open.counts.remove(&ino);
+            open.tmpfiles.remove(&ino);
             open.orphans.remove(&ino)
         };
         if purge {
@@ -412,16 +415,20 @@ impl Engine {
         let mut open = self.open_files.lock();
         *open.counts.entry(ino).or_insert(0) += 1;
         open.orphans.insert(ino);
+        open.tmpfiles.insert(ino);
     }
 
-    /// Whether `ino` is an open inode with no name.
-    pub(crate) fn is_open_orphan(&self, ino: u64) -> bool {
-        self.open_files.lock().orphans.contains(&ino)
+    /// Whether `ino` is an open O_TMPFILE inode that has not had a name yet.
+    pub(crate) fn is_unnamed_tmpfile(&self, ino: u64) -> bool {
+        let open = self.open_files.lock();
+        open.tmpfiles.contains(&ino) && open.orphans.contains(&ino)
     }
 
-    /// An orphan got a name (linkat of an O_TMPFILE): its last release keeps it.
+    /// An O_TMPFILE got a name (linkat): its last release keeps it.
     pub(crate) fn adopted(&self, ino: u64) {
-        self.open_files.lock().orphans.remove(&ino);
+        let mut open = self.open_files.lock();
+        open.orphans.remove(&ino);
+        open.tmpfiles.remove(&ino);
     }
 
     /// Removes inodes that were unlinked while open when the previous daemon stopped.

@@ -230,7 +230,7 @@ impl Engine {
         // unlinked files); it stops being an orphan in this same batch.
         let first_name = inode.nlink == 0;
         if first_name {
-            if inode.kind != FileKind::Regular || !self.is_open_orphan(ino) {
+            if inode.kind != FileKind::Regular || !self.is_unnamed_tmpfile(ino) {
                 return Err(FsError::NotFound);
             }
             txn.delete(Space::Meta, keys::orphan_key(ino));
