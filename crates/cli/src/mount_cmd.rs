@@ -264,6 +264,16 @@ fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Res
     Ok(())
 }
 
+/// The mount's source in /proc/mounts: `fsname=`, else the store's path (so tools that
+/// find mounts by source tell stores apart), else "shoal" for a memory store.
+fn mount_source(request: &MountRequest) -> String {
+    match (&request.options.fsname, &request.store) {
+        (Some(name), _) => name.clone(),
+        (None, Some(store)) => store.display().to_string(),
+        (None, None) => "shoal".into(),
+    }
+}
+
 /// Opens the engine, mounts, reports readiness, and serves until unmounted.
 /// `ready` is taken (written and closed) once the mount is live.
 fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
@@ -278,7 +288,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         threads: request.options.threads,
         read_only: request.options.read_only,
         allow_other: request.options.allow_other,
-        fsname: "shoal".into(),
+        fsname: mount_source(request),
+        subtype: request.options.subtype.clone(),
+        kernel_flags: request.options.kernel_flags.clone(),
         capacity_path: request.store.clone(),
         memory_budget_bytes: Some(request.options.memory_bytes),
         writeback_cache: request.options.writeback,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use shoal_engine::store::staged_memory_bound;
+use shoal_fuse::KernelFlag;
 
 pub const DEFAULT_COMMIT_SECONDS: u64 = 5;
 
@@ -35,6 +36,72 @@ pub struct MountOptions {
     /// How long the keep-awake spinners go on after the last request (`spin=MICROSECONDS`;
     /// 0: no spinners). See `shoal_fuse::MountConfig::spin_window`.
     pub spin: Duration,
+    /// The mount's source in /proc/mounts (`fsname=`); `None`: the store's path.
+    pub fsname: Option<String>,
+    /// The mount's type is `fuse.SUBTYPE` (`subtype=`).
+    pub subtype: String,
+    /// Generic mount flags the kernel applies (`nosuid`, `noexec`, ...), in the order given.
+    pub kernel_flags: Vec<KernelFlag>,
+}
+
+/// Every option `shoal mount -o` accepts: the one list the parser, its error message and
+/// helpers that translate fstab lines (`mount.fuse.shoal`) go by.
+pub const KNOWN_OPTIONS: &[&str] = &[
+    "commit=SECONDS",
+    "ro",
+    "rw",
+    "allow_other",
+    "threads=N",
+    "cache=MIB",
+    "memtable=MIB",
+    "compaction_threads=N",
+    "journal=MIB",
+    "checkpoint=MIB",
+    "memory=MIB",
+    "metrics=IP:PORT",
+    "writeback=on|off",
+    "uring=on|off",
+    "spin=MICROSECONDS",
+    "fsname=NAME",
+    "subtype=NAME",
+    "defaults",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "relatime",
+    "strictatime",
+];
+
+/// The generic flags: applied by the kernel to the mount, passed through as they are.
+/// FUSE marks every inode `S_NOATIME`, so shoal never updates access times whichever of
+/// the atime flags is given; they change only what /proc/mounts shows.
+fn kernel_flag(key: &str) -> Option<KernelFlag> {
+    Some(match key {
+        "dev" => KernelFlag::Dev,
+        "nodev" => KernelFlag::NoDev,
+        "suid" => KernelFlag::Suid,
+        "nosuid" => KernelFlag::NoSuid,
+        "exec" => KernelFlag::Exec,
+        "noexec" => KernelFlag::NoExec,
+        "atime" | "relatime" | "strictatime" => KernelFlag::Atime,
+        "noatime" => KernelFlag::NoAtime,
+        _ => return None,
+    })
+}
+
+/// A name for the mount's source or type: the kernel separates options by commas and
+/// /proc/mounts fields by whitespace.
+fn mount_name(key: &str, value: Option<&str>) -> Result<String> {
+    let value = value.with_context(|| format!("option {key} needs a value ({key}=NAME)"))?;
+    if value.is_empty() || value.contains(|c: char| c == ',' || c.is_whitespace() || c == '\0') {
+        bail!("option {key}={value:?}: must be non-empty, without commas or whitespace");
+    }
+    Ok(value.to_string())
 }
 
 pub const DEFAULT_SPIN_MICROSECONDS: u64 = 2000;
@@ -56,6 +123,9 @@ impl Default for MountOptions {
             writeback: true,
             uring: true,
             spin: Duration::from_micros(DEFAULT_SPIN_MICROSECONDS),
+            fsname: None,
+            subtype: "shoal".into(),
+            kernel_flags: Vec::new(),
         }
     }
 }
@@ -107,7 +177,9 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "threads" => options.threads = number(key, value, 1, 64)? as usize,
             "cache" => options.cache_bytes = number(key, value, 1, 1 << 20)? << 20,
             "memtable" => options.memtable_bytes = number(key, value, 1, 4096)? << 20,
-            "compaction_threads" => options.compaction_threads = number(key, value, 1, 64)? as usize,
+            "compaction_threads" => {
+                options.compaction_threads = number(key, value, 1, 64)? as usize
+            }
             "journal" => {
                 let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
                 options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
@@ -118,11 +190,24 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
             "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
-            "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
+            "fsname" => options.fsname = Some(mount_name(key, value)?),
+            "subtype" => options.subtype = mount_name(key, value)?,
+            _ if value.is_some() && KNOWN_OPTIONS.contains(&key) => {
+                bail!("option {key} takes no value")
+            }
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off, spin=MICROSECONDS)"),
+            // fstab's "the usual": rw and nothing else; FUSE mounts are nosuid,nodev
+            // unless suid or dev is given.
+            "defaults" => {}
+            _ => match kernel_flag(key) {
+                Some(flag) => options.kernel_flags.push(flag),
+                None => bail!(
+                    "unknown mount option {option:?} (known: {})",
+                    KNOWN_OPTIONS.join(", ")
+                ),
+            },
         }
     }
     // The block cache, the two keyspaces' memtables and the staged operations count
@@ -188,6 +273,34 @@ mod tests {
     }
 
     #[test]
+    fn parses_generic_options() {
+        let options = parse(&[
+            "defaults,noatime,nosuid,nodev,noexec,fsname=/srv/a,subtype=objects".into(),
+            "relatime,dev,suid,exec,atime".into(),
+        ])
+        .unwrap();
+        assert_eq!(options.fsname.as_deref(), Some("/srv/a"));
+        assert_eq!(options.subtype, "objects");
+        assert_eq!(
+            options.kernel_flags,
+            [
+                KernelFlag::NoAtime,
+                KernelFlag::NoSuid,
+                KernelFlag::NoDev,
+                KernelFlag::NoExec,
+                KernelFlag::Atime,
+                KernelFlag::Dev,
+                KernelFlag::Suid,
+                KernelFlag::Exec,
+                KernelFlag::Atime,
+            ]
+        );
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.fsname, None);
+        assert_eq!(defaults.subtype, "shoal");
+    }
+
+    #[test]
     fn refuses_bad_options() {
         for bad in [
             "commit",
@@ -214,6 +327,14 @@ mod tests {
             "cache=1,memtable=1,memory=4",
             "checkpoint=-1",
             "checkpoint=2000",
+            "fsname",
+            "fsname=",
+            "fsname=a,b",
+            "fsname=a b",
+            "subtype=",
+            "nosuid=1",
+            "defaults=1",
+            "noatime=yes",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

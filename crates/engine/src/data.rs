@@ -165,7 +165,13 @@ impl Engine {
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {
         self.stats().count(Op::Setattr);
         let mut txn = self.begin()?;
-        let mut inode = txn.inode(ino)?;
+        let mut inode = match txn.inode(ino) {
+            Err(FsError::NotFound) if self.is_unlinked(ino) => {
+                drop(txn);
+                return self.setattr_unlinked(ino, change);
+            }
+            result => result?,
+        };
         let now = txn.now;
         if let Some(size) = change.size {
             match inode.kind {
@@ -208,6 +214,7 @@ impl Engine {
         }
         if let Some(perm) = change.perm {
             inode.perm = perm & 0o7777;
+            txn.chmod_acl(&inode)?;
         }
         if let Some(atime) = change.atime {
             inode.atime = resolve(atime, now);
@@ -215,14 +222,16 @@ impl Engine {
         if let Some(mtime) = change.mtime {
             inode.mtime = resolve(mtime, now);
         }
-        inode.ctime = change.ctime.unwrap_or(now);
+        // A ctime never goes back: the kernel sends the one it stamped at its last write,
+        // which may precede a change made here since (chmod, link).
+        inode.ctime = change.ctime.unwrap_or(now).max(inode.ctime);
         txn.put_inode(&inode);
         txn.commit()?;
         Ok(inode)
     }
 }
 
-fn resolve(time: SetTime, now: Timestamp) -> Timestamp {
+pub(crate) fn resolve(time: SetTime, now: Timestamp) -> Timestamp {
     match time {
         SetTime::Now => now,
         SetTime::At(at) => at,

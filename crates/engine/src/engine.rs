@@ -19,6 +19,7 @@ use crate::store::{
     DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
+use crate::unlinked::Unlinked;
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -103,6 +104,8 @@ pub(crate) struct WriteState {
 struct OpenFiles {
     counts: HashMap<u64, u32>,
     orphans: HashSet<u64>,
+    /// Orphans made by O_TMPFILE and not linked yet: the only ones `link` may name.
+    tmpfiles: HashSet<u64>,
 }
 
 /// Group commit: concurrent `sync` callers share one store sync.
@@ -123,6 +126,8 @@ pub struct Engine {
     commit_stop: Arc<CommitStop>,
     /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
     quota_records_exist: AtomicBool,
+    /// Removed inodes the kernel still holds (see `unlinked`).
+    unlinked: Unlinked,
     _lock: Option<StoreLock>,
 }
 
@@ -215,6 +220,7 @@ impl Engine {
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
+            unlinked: Unlinked::default(),
             _lock: lock,
         });
         if !engine.read_only {
@@ -261,6 +267,10 @@ impl Engine {
         Ok(())
     }
 
+    pub(crate) fn unlinked(&self) -> &Unlinked {
+        &self.unlinked
+    }
+
     pub(crate) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
@@ -275,9 +285,10 @@ impl Engine {
 
     // ---- reads (no lock: every batch is atomic in the store) ----
 
+    /// An inode's attributes; a removed one the kernel still holds has no links.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
         self.stats.count(Op::Getattr);
-        self.read_inode(ino)
+        self.attributes(ino)
     }
 
     pub(crate) fn read_inode(&self, ino: u64) -> FsResult<Inode> {
@@ -333,6 +344,7 @@ impl Engine {
             quota_records: Vec::new(),
             quota_settings: None,
             new_orphans: Vec::new(),
+            removed: Vec::new(),
             now: Timestamp::now(),
         })
     }
@@ -382,14 +394,41 @@ impl Engine {
                 return Ok(());
             }
             open.counts.remove(&ino);
+            open.tmpfiles.remove(&ino);
             open.orphans.remove(&ino)
         };
         if purge {
             let mut txn = self.begin()?;
+            // Linked meanwhile (an O_TMPFILE given a name by a linkat racing this close).
+            if txn.inode(ino).is_ok_and(|inode| inode.nlink > 0) {
+                return Ok(());
+            }
             txn.purge_inode(ino)?;
             txn.commit()?;
         }
         Ok(())
+    }
+
+    /// A new inode with no name (O_TMPFILE), open once: an orphan until it is linked or
+    /// its last release.
+    pub(crate) fn open_new_orphan(&self, ino: u64) {
+        let mut open = self.open_files.lock();
+        *open.counts.entry(ino).or_insert(0) += 1;
+        open.orphans.insert(ino);
+        open.tmpfiles.insert(ino);
+    }
+
+    /// Whether `ino` is an open O_TMPFILE inode that has not had a name yet.
+    pub(crate) fn is_unnamed_tmpfile(&self, ino: u64) -> bool {
+        let open = self.open_files.lock();
+        open.tmpfiles.contains(&ino) && open.orphans.contains(&ino)
+    }
+
+    /// An O_TMPFILE got a name (linkat): its last release keeps it.
+    pub(crate) fn adopted(&self, ino: u64) {
+        let mut open = self.open_files.lock();
+        open.orphans.remove(&ino);
+        open.tmpfiles.remove(&ino);
     }
 
     /// Removes inodes that were unlinked while open when the previous daemon stopped.
@@ -498,14 +537,19 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// One past the greatest inode number in use, rounded up to a fresh run.
+/// The first inode number of a fresh run never handed out: past the recorded high-water
+/// mark and past the greatest inode number in use (stores from before the mark).
 fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
     let (start, end) = keys::all_inodes_range();
     let last = match store.last_key(Space::Meta, &start, &end)? {
         Some(key) => keys::decode_inode_key(&key)?,
         None => ROOT_INO,
     };
-    Ok((last + 1).next_multiple_of(INO_RUN_LENGTH))
+    let recorded = match store.get(Space::Meta, &keys::next_ino_key())? {
+        Some(value) => keys::decode_next_ino(&value)?,
+        None => 0,
+    };
+    Ok((last + 1).max(recorded).next_multiple_of(INO_RUN_LENGTH))
 }
 
 fn load_quota_records(store: &dyn Store) -> FsResult<HashMap<(QuotaKind, u32), QuotaRecord>> {
@@ -604,6 +648,9 @@ pub(crate) struct Txn<'a> {
     quota_settings: Option<QuotaSettings>,
     /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
     new_orphans: Vec<u64>,
+    /// Inodes this operation deletes from the store: kept in `unlinked` once it commits,
+    /// while the kernel holds them.
+    removed: Vec<Inode>,
     pub(crate) now: Timestamp,
 }
 
@@ -699,6 +746,14 @@ impl<'a> Txn<'a> {
         }
         let ino = state.next_ino;
         state.next_ino += INO_RUN_LENGTH;
+        // Recorded with the inode that takes the run: a number handed out once is never
+        // handed out again, even after its inode was deleted and the store reopened.
+        let next_ino = state.next_ino;
+        self.batch.put(
+            Space::Meta,
+            keys::next_ino_key(),
+            keys::encode_next_ino(next_ino),
+        );
         state
             .ino_runs
             .insert(parent, (ino + 1, ino + INO_RUN_LENGTH));
@@ -787,6 +842,7 @@ impl<'a> Txn<'a> {
         self.delete(Space::Meta, keys::inode_key(ino));
         self.delete(Space::Meta, keys::orphan_key(ino));
         self.charge(&inode, -1, -(inode.allocated_bytes as i64));
+        self.removed.push(inode);
         Ok(())
     }
 
@@ -876,6 +932,9 @@ impl<'a> Txn<'a> {
             }
         }
         self.new_orphans.clear();
+        for inode in std::mem::take(&mut self.removed) {
+            self.engine.unlinked().removed(inode, self.now);
+        }
         self.engine
             .committer
             .written_batches

@@ -50,8 +50,24 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// The time of an operation, from the clock the kernel stamps file times with
+    /// (`current_time()` reads the coarse clock: the time at the last tick). With the
+    /// writeback cache the kernel sets a file's mtime and ctime itself; times from a finer
+    /// clock would run up to a tick ahead of the kernel's, so a change the kernel stamps
+    /// after one shoal stamped could carry an earlier time.
     pub fn now() -> Self {
-        Self::from_system_time(SystemTime::now())
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec into a valid out-parameter.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) } != 0 {
+            return Self::from_system_time(SystemTime::now());
+        }
+        Timestamp {
+            secs: now.tv_sec,
+            nanos: now.tv_nsec as u32,
+        }
     }
 
     pub fn from_system_time(time: SystemTime) -> Self {

@@ -11,6 +11,9 @@
 //! - `L` kind:u8 id:u32           quota record of a user (0), group (1) or project (2)
 //!   -> 4 limits:u64, 2 grace ends:i64 (i64::MIN = not running)
 //! - `Q`                          quota settings: 2 grace periods:u64, enforce_root:u8
+//! - `N`                          next inode number never handed out: u64 (file handles
+//!   name inodes by number, so a number is never used twice; absent in older stores,
+//!   whose next number is one past the greatest inode)
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -34,6 +37,7 @@ const COUNTER: u8 = b'C';
 const QUOTA_RECORD: u8 = b'L';
 const QUOTA_SETTINGS: u8 = b'Q';
 const CHUNK: u8 = b'D';
+const NEXT_INO: u8 = b'N';
 
 const INODE_RECORD_VERSION: u8 = 1;
 /// Bits of the inode record's last header byte.
@@ -421,6 +425,21 @@ pub fn decode_quota_record(key: &[u8], v: &[u8]) -> Result<QuotaRecord, FsError>
     fields.ok_or_else(|| corrupt("quota record", key))
 }
 
+pub fn next_ino_key() -> Vec<u8> {
+    vec![NEXT_INO]
+}
+
+pub fn encode_next_ino(ino: u64) -> Vec<u8> {
+    ino.to_be_bytes().to_vec()
+}
+
+pub fn decode_next_ino(value: &[u8]) -> Result<u64, FsError> {
+    match (read_u64(value, 0), value.len()) {
+        (Some(ino), 8) => Ok(ino),
+        _ => Err(corrupt("next inode number", &next_ino_key())),
+    }
+}
+
 pub fn quota_settings_key() -> Vec<u8> {
     vec![QUOTA_SETTINGS]
 }
@@ -538,6 +557,13 @@ mod tests {
         assert_eq!(owners, UsageKey::of(&inode));
         assert_eq!(allocated, inode.allocated_bytes);
         assert!(decode_inode_usage(1, &[INODE_RECORD_VERSION, 1]).is_err());
+    }
+
+    #[test]
+    fn next_ino_round_trips() {
+        assert_eq!(decode_next_ino(&encode_next_ino(1 << 40)).unwrap(), 1 << 40);
+        assert!(decode_next_ino(&[1, 2, 3]).is_err());
+        assert_eq!(next_ino_key(), b"N");
     }
 
     #[test]

@@ -25,11 +25,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod acl;
 mod counters_check;
 mod data;
 mod engine;
 mod error;
+mod fallocate;
 pub mod fsck;
+mod handles;
 pub mod histogram;
 mod inode;
 pub mod keys;
@@ -40,12 +43,15 @@ mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
+mod tmpfile;
+mod unlinked;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
+pub use fallocate::Fallocate;
 pub use inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
@@ -54,4 +60,5 @@ pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
+pub use unlinked::ReferenceProbe;
 pub use xattr::XattrMode;

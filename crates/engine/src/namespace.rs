@@ -101,8 +101,9 @@ impl Engine {
             return Err(error);
         }
         if entries.is_empty() {
-            // An empty answer must still fail for a non-directory or a deleted one.
-            let inode = self.read_inode(dir)?;
+            // An empty answer must still fail for a non-directory or a deleted one (but
+            // not for a removed directory still open: it lists as empty).
+            let inode = self.attributes(dir)?;
             if inode.kind != FileKind::Directory {
                 return Err(FsError::NotDir);
             }
@@ -147,6 +148,20 @@ impl Engine {
         new: &NewInode<'_>,
         caller: Caller,
     ) -> FsResult<Inode> {
+        self.create_masked(parent, name, new, 0, caller)
+    }
+
+    /// `create` with the caller's umask not yet applied: it applies unless `parent` has a
+    /// default ACL, which then decides the permissions (the FUSE adapter asks the kernel
+    /// for unmasked modes so that this can be told apart).
+    pub fn create_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Create);
         if new.kind == FileKind::Directory {
             return Err(FsError::Invalid("use mkdir for directories"));
@@ -155,7 +170,7 @@ impl Engine {
             return Err(FsError::NameTooLong);
         }
         let mut txn = self.begin()?;
-        let inode = txn.add_child(parent, name, new, caller)?;
+        let inode = txn.add_child(parent, name, new, umask, caller)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -177,6 +192,18 @@ impl Engine {
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, caller: Caller) -> FsResult<Inode> {
+        self.mkdir_masked(parent, name, perm, 0, caller)
+    }
+
+    /// `mkdir` with the umask not yet applied (see `create_masked`).
+    pub fn mkdir_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u16,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Inode> {
         self.stats().count(Op::Mkdir);
         let new = NewInode {
             kind: FileKind::Directory,
@@ -185,7 +212,7 @@ impl Engine {
             target: &[],
         };
         let mut txn = self.begin()?;
-        let inode = txn.add_child(parent, name, &new, caller)?;
+        let inode = txn.add_child(parent, name, &new, umask, caller)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -199,8 +226,14 @@ impl Engine {
         if inode.kind == FileKind::Directory {
             return Err(FsError::NotPermitted("hard link to a directory"));
         }
-        if inode.nlink == 0 {
-            return Err(FsError::NotFound);
+        // Only an O_TMPFILE inode gets its first name here (the kernel refuses other
+        // unlinked files); it stops being an orphan in this same batch.
+        let first_name = inode.nlink == 0;
+        if first_name {
+            if inode.kind != FileKind::Regular || !self.is_unnamed_tmpfile(ino) {
+                return Err(FsError::NotFound);
+            }
+            txn.delete(Space::Meta, keys::orphan_key(ino));
         }
         let mut parent = txn.directory(newparent)?;
         check_project_move(inode.project, parent.project)?;
@@ -213,6 +246,9 @@ impl Engine {
         txn.put_entry(newparent, newname, ino, inode.kind);
         txn.touch_parent(&mut parent, 1, 0);
         txn.commit()?;
+        if first_name {
+            self.adopted(ino);
+        }
         Ok(inode)
     }
 
@@ -263,6 +299,7 @@ impl Txn<'_> {
         parent: u64,
         name: &[u8],
         new: &NewInode<'_>,
+        umask: u16,
         caller: Caller,
     ) -> FsResult<Inode> {
         check_name(name)?;
@@ -273,6 +310,25 @@ impl Txn<'_> {
         if self.entry(parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
+        let mut inode = self.new_inode(&parent_inode, new, caller);
+        self.inherit_acls(&parent_inode, &mut inode, umask)?;
+        let is_dir = new.kind == FileKind::Directory;
+        self.put_inode(&inode);
+        self.put_entry(parent, name, inode.ino, new.kind);
+        self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
+        self.charge(&inode, 1, 0);
+        Ok(inode)
+    }
+
+    /// A new inode for a child of `parent_inode`, owned by `caller`, with one link (two for
+    /// a directory); not written yet.
+    pub(crate) fn new_inode(
+        &mut self,
+        parent_inode: &Inode,
+        new: &NewInode<'_>,
+        caller: Caller,
+    ) -> Inode {
+        let parent = parent_inode.ino;
         let is_dir = new.kind == FileKind::Directory;
         // BSD group semantics of a setgid directory: children take its group, and new
         // subdirectories stay setgid.
@@ -293,7 +349,7 @@ impl Txn<'_> {
             FileKind::Symlink => Content::Inline(new.target.to_vec()),
             _ => Content::Inline(Vec::new()),
         };
-        let inode = Inode {
+        Inode {
             ino,
             kind: new.kind,
             perm: perm & 0o7777,
@@ -314,12 +370,7 @@ impl Txn<'_> {
             project: parent_inode.project,
             content,
             may_have_xattrs: false,
-        };
-        self.put_inode(&inode);
-        self.put_entry(parent, name, ino, new.kind);
-        self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
-        self.charge(&inode, 1, 0);
-        Ok(inode)
+        }
     }
 
     /// Updates a directory after its entries changed: entry count (its size), subdirectory

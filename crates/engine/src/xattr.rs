@@ -1,5 +1,6 @@
-//! Extended attributes in the `user.`, `trusted.` and `security.` namespaces. `system.`
-//! (POSIX ACLs) is refused with "not supported", which `cp -a` and `tar` accept quietly.
+//! Extended attributes in the `user.`, `trusted.` and `security.` namespaces, and the two
+//! POSIX ACLs of `system.` (see `acl`); other `system.` names are refused with "not
+//! supported", which `cp -a` and `tar` accept quietly.
 
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
@@ -26,9 +27,10 @@ fn check_xattr_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Range);
     }
     let supported = [&b"user."[..], b"trusted.", b"security."];
-    if supported
-        .iter()
-        .any(|prefix| name.starts_with(prefix) && name.len() > prefix.len())
+    if crate::acl::is_acl_name(name)
+        || supported
+            .iter()
+            .any(|prefix| name.starts_with(prefix) && name.len() > prefix.len())
     {
         Ok(())
     } else {
@@ -52,8 +54,12 @@ impl Engine {
             (XattrMode::ReplaceOnly, false) => return Err(FsError::NoXattr),
             _ => {}
         }
-        txn.put(Space::Meta, key, value.to_vec());
-        inode.may_have_xattrs = true;
+        if crate::acl::is_acl_name(name) {
+            txn.set_acl(&mut inode, name, value)?;
+        } else {
+            txn.put(Space::Meta, key, value.to_vec());
+            inode.may_have_xattrs = true;
+        }
         inode.ctime = txn.now;
         txn.put_inode(&inode);
         txn.commit()

@@ -24,6 +24,10 @@ use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
 use crate::keep_awake::KeepAwake;
 use crate::lookup_counts::LookupCounts;
 
+mod export;
+mod fallocate;
+mod tmpfile;
+
 /// shoal is the only writer of its store, so the kernel may trust what it caches for long;
 /// every change made through the mount updates or invalidates the kernel's copy itself.
 const ENTRY_TTL: Duration = Duration::from_secs(3600);
@@ -81,6 +85,8 @@ const MAX_WRITE_BYTES: u32 = 1 << 20;
 
 impl ShoalFs {
     pub fn new(engine: Arc<Engine>, capacity_path: Option<PathBuf>, stats: Arc<FuseStats>) -> Self {
+        let lookups = stats.lookups.clone();
+        engine.set_reference_probe(Box::new(move |ino| lookups.is_referenced(ino)));
         Self {
             engine,
             capacity_path,
@@ -333,6 +339,12 @@ impl fuser::Filesystem for ShoalFs {
             // sets SB_NOSEC, so it asks for `security.capability` once per inode instead
             // of on every write.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            // File handles: lookups of "." and ".." by inode (see `export`).
+            InitFlags::FUSE_EXPORT_SUPPORT,
+            // POSIX ACLs enforced by the kernel, stored by the engine; modes arrive
+            // without the umask, which the engine applies unless a default ACL rules.
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
         ];
         self.no_opendir = config
             .capabilities()
@@ -363,6 +375,9 @@ impl fuser::Filesystem for ShoalFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.begin(FuseOp::Lookup);
+        if let Some(dots) = self.lookup_dots(parent.0, name.as_bytes()) {
+            return self.reply_dots(reply, dots);
+        }
         // The kernel sends LOOKUP only for directories it holds.
         match self.engine.lookup_child(parent.0, name.as_bytes()) {
             Ok(inode) => {
@@ -382,7 +397,10 @@ impl fuser::Filesystem for ShoalFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _timer = self.begin(FuseOp::Forget);
-        self.lookups.forget(ino.0, nlookup);
+        if self.lookups.forget(ino.0, nlookup) {
+            // A removed inode's attributes were kept for the kernel until now.
+            self.engine.forgotten(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -443,7 +461,7 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -460,9 +478,13 @@ impl fuser::Filesystem for ShoalFs {
             rdev,
             target: b"",
         };
-        let result = self
-            .engine
-            .create(parent.0, name.as_bytes(), &new, caller(req));
+        let result = self.engine.create_masked(
+            parent.0,
+            name.as_bytes(),
+            &new,
+            umask_bits(umask),
+            caller(req),
+        );
         self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
@@ -472,14 +494,18 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.begin(FuseOp::Mkdir);
         let perm = (mode & 0o7777) as u16;
-        let result = self
-            .engine
-            .mkdir(parent.0, name.as_bytes(), perm, caller(req));
+        let result = self.engine.mkdir_masked(
+            parent.0,
+            name.as_bytes(),
+            perm,
+            umask_bits(umask),
+            caller(req),
+        );
         self.reply_entry(reply, parent.0, name.as_bytes(), result);
     }
 
@@ -892,7 +918,7 @@ impl fuser::Filesystem for ShoalFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -903,10 +929,13 @@ impl fuser::Filesystem for ShoalFs {
             rdev: 0,
             target: b"",
         };
-        match self
-            .engine
-            .create(parent.0, name.as_bytes(), &new, caller(req))
-        {
+        match self.engine.create_masked(
+            parent.0,
+            name.as_bytes(),
+            &new,
+            umask_bits(umask),
+            caller(req),
+        ) {
             Ok(inode) => {
                 self.lookups
                     .add(inode.ino, parent.0, name.as_bytes(), is_directory(&inode));
@@ -922,6 +951,41 @@ impl fuser::Filesystem for ShoalFs {
             Err(error) => reply.error(errno(&error)),
         }
     }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _timer = self.begin(FuseOp::Tmpfile);
+        self.create_tmpfile(req, parent.0, mode, umask_bits(umask), reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.begin(FuseOp::Fallocate);
+        match self.fallocate_range(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(error),
+        }
+    }
+}
+
+/// The permission bits of a umask (the engine applies it unless a default ACL rules).
+fn umask_bits(umask: u32) -> u16 {
+    (umask & 0o777) as u16
 }
 
 /// An attribute block for negative entries (the kernel reads only the inode number 0).

@@ -43,9 +43,11 @@ pub enum FuseOp {
     Removexattr,
     Access,
     Create,
+    Fallocate,
+    Tmpfile,
 }
 
-pub const FUSE_OPS: [FuseOp; 30] = [
+pub const FUSE_OPS: [FuseOp; 32] = [
     FuseOp::Lookup,
     FuseOp::Forget,
     FuseOp::Getattr,
@@ -76,6 +78,8 @@ pub const FUSE_OPS: [FuseOp; 30] = [
     FuseOp::Removexattr,
     FuseOp::Access,
     FuseOp::Create,
+    FuseOp::Fallocate,
+    FuseOp::Tmpfile,
 ];
 
 impl FuseOp {
@@ -113,6 +117,8 @@ impl FuseOp {
             FuseOp::Removexattr => "removexattr",
             FuseOp::Access => "access",
             FuseOp::Create => "create",
+            FuseOp::Fallocate => "fallocate",
+            FuseOp::Tmpfile => "tmpfile",
         }
     }
 }

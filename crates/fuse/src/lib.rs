@@ -34,6 +34,11 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Shown as the mount's source in /proc/mounts.
     pub fsname: String,
+    /// The mount's type is `fuse.SUBTYPE`.
+    pub subtype: String,
+    /// Generic flags for the kernel to apply to the mount; a later flag overrides an
+    /// earlier opposite one.
+    pub kernel_flags: Vec<KernelFlag>,
     /// Where `statfs` reads capacity from (the store's directory); `None`: RAM.
     pub capacity_path: Option<PathBuf>,
     /// Bound on the kernel-reference table plus the engine's block cache; `None`: no bound.
@@ -56,6 +61,8 @@ impl Default for MountConfig {
             read_only: false,
             allow_other: false,
             fsname: "shoal".into(),
+            subtype: "shoal".into(),
+            kernel_flags: Vec::new(),
             capacity_path: None,
             memory_budget_bytes: None,
             writeback_cache: true,
@@ -63,6 +70,60 @@ impl Default for MountConfig {
             spin_window: Duration::from_millis(2),
         }
     }
+}
+
+/// A generic mount flag (mount(8)'s `nosuid`, `noexec`, ...), applied by the kernel.
+/// Without `Dev` or `Suid` a FUSE mount is `nodev,nosuid`; without an atime flag shoal mounts
+/// `noatime` (FUSE never updates access times anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFlag {
+    Dev,
+    NoDev,
+    Suid,
+    NoSuid,
+    Exec,
+    NoExec,
+    Atime,
+    NoAtime,
+}
+
+impl KernelFlag {
+    fn option(self) -> fuser::MountOption {
+        match self {
+            KernelFlag::Dev => fuser::MountOption::Dev,
+            KernelFlag::NoDev => fuser::MountOption::NoDev,
+            KernelFlag::Suid => fuser::MountOption::Suid,
+            KernelFlag::NoSuid => fuser::MountOption::NoSuid,
+            KernelFlag::Exec => fuser::MountOption::Exec,
+            KernelFlag::NoExec => fuser::MountOption::NoExec,
+            KernelFlag::Atime => fuser::MountOption::Atime,
+            KernelFlag::NoAtime => fuser::MountOption::NoAtime,
+        }
+    }
+
+    fn opposite(self) -> KernelFlag {
+        match self {
+            KernelFlag::Dev => KernelFlag::NoDev,
+            KernelFlag::NoDev => KernelFlag::Dev,
+            KernelFlag::Suid => KernelFlag::NoSuid,
+            KernelFlag::NoSuid => KernelFlag::Suid,
+            KernelFlag::Exec => KernelFlag::NoExec,
+            KernelFlag::NoExec => KernelFlag::Exec,
+            KernelFlag::Atime => KernelFlag::NoAtime,
+            KernelFlag::NoAtime => KernelFlag::Atime,
+        }
+    }
+}
+
+/// The flags in force: the last of each opposite pair given, and `noatime` by default
+/// (fuser refuses a pair as conflicting).
+fn effective_flags(given: &[KernelFlag]) -> Vec<KernelFlag> {
+    let mut flags: Vec<KernelFlag> = vec![KernelFlag::NoAtime];
+    for &flag in given {
+        flags.retain(|&kept| kept != flag && kept != flag.opposite());
+        flags.push(flag);
+    }
+    flags
 }
 
 /// Mounts `engine` at `mountpoint`. The mount is live (the kernel handshake is done) when
@@ -76,10 +137,14 @@ pub fn mount(
 ) -> io::Result<fuser::Session<ShoalFs>> {
     let mut options = vec![
         fuser::MountOption::FSName(config.fsname.clone()),
-        fuser::MountOption::Subtype("shoal".into()),
+        fuser::MountOption::Subtype(config.subtype.clone()),
         fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::NoAtime,
     ];
+    options.extend(
+        effective_flags(&config.kernel_flags)
+            .into_iter()
+            .map(KernelFlag::option),
+    );
     if config.read_only {
         options.push(fuser::MountOption::RO);
     }
@@ -120,4 +185,18 @@ pub fn start_memory_budget(
 /// Serves requests until the filesystem is unmounted; the engine is synced on the way out.
 pub fn run(session: fuser::Session<ShoalFs>) -> io::Result<()> {
     session.run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_flags_override_opposite_ones() {
+        assert_eq!(effective_flags(&[]), [KernelFlag::NoAtime]);
+        assert_eq!(
+            effective_flags(&[KernelFlag::NoExec, KernelFlag::Atime, KernelFlag::Exec]),
+            [KernelFlag::Atime, KernelFlag::Exec]
+        );
+    }
 }

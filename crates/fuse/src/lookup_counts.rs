@@ -160,6 +160,35 @@ impl LookupCounts {
         }
     }
 
+    /// The kernel took one more reference to `ino` without a name (a file handle's lookup
+    /// of "." or ".."): a name it is known by stays; a new entry has none, and eviction
+    /// cannot name it (the kernel lets it go with its last user).
+    pub fn add_unnamed(&self, ino: u64, directory: bool) {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut shard = self.shard(ino).lock();
+        match shard.get_mut(&ino) {
+            Some(reference) => {
+                reference.count += 1;
+                reference.last_lookup = now;
+            }
+            None => {
+                self.referenced_inodes.fetch_add(1, Ordering::Relaxed);
+                shard.insert(
+                    ino,
+                    Reference {
+                        count: 1,
+                        parent: 0,
+                        name: Box::default(),
+                        last_lookup: now,
+                        // Never a candidate until retried: there is no name to drop.
+                        evicted_at: now,
+                        directory,
+                    },
+                );
+            }
+        }
+    }
+
     /// A rename gave `ino` the name `name` in `parent`: eviction must ask the kernel for
     /// that name, not the one it was looked up by. The count is unchanged (a rename takes
     /// no reference).
@@ -181,11 +210,17 @@ impl LookupCounts {
         reference.name = name.into();
     }
 
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// Whether the kernel holds `ino` (has looked it up and not forgotten it).
+    pub fn is_referenced(&self, ino: u64) -> bool {
+        self.shard(ino).lock().contains_key(&ino)
+    }
+
+    /// Lowers `ino`'s count by `n`; true when the kernel no longer holds it.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         let mut shard = self.shard(ino).lock();
         let Some(reference) = shard.get_mut(&ino) else {
             tracing::warn!("forget of inode {ino} the kernel never looked up");
-            return;
+            return false;
         };
         debug_assert!(
             reference.count >= n,
@@ -206,7 +241,9 @@ impl LookupCounts {
                 let keep = shard.len() * 2;
                 shard.shrink_to(keep);
             }
+            return true;
         }
+        false
     }
 
     /// Inodes the kernel currently holds.

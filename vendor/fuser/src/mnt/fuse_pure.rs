@@ -477,11 +477,21 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // The type is "fuse.SUBTYPE" when a subtype is given, as libfuse mounts it, so
+    // findmnt and /proc/mounts show which filesystem serves the mount.
+    #[cfg(target_os = "linux")]
+    let fs_type = match options
+        .iter()
+        .find(|x| matches!(**x, MountOption::Subtype(_)))
+    {
+        Some(MountOption::Subtype(subtype)) => format!("fuse.{subtype}"),
+        _ => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fs_type.as_str()),
         flags,
         Some(mount_options.as_str()),
     );
