@@ -11,13 +11,18 @@ use std::time::Duration;
 pub struct CpuSnapshot {
     self_and_children: Duration,
     daemon: Duration,
+    spin: Duration,
 }
 
 /// CPU spent between two snapshots.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuUsage {
     pub workload: Duration,
+    /// The daemon's work: every thread but its keep-awake spinners.
     pub daemon: Duration,
+    /// The daemon's keep-awake spinners (`shoal mount -o spin=`): CPU time that would
+    /// otherwise have been idle, kept apart from the work on requests.
+    pub spin: Duration,
 }
 
 impl CpuUsage {
@@ -30,7 +35,8 @@ impl CpuSnapshot {
     pub fn take(daemon_pids: &[u32]) -> Self {
         CpuSnapshot {
             self_and_children: rusage(libc::RUSAGE_SELF) + rusage(libc::RUSAGE_CHILDREN),
-            daemon: daemon_pids.iter().map(|&pid| process_cpu(pid)).sum(),
+            daemon: daemon_pids.iter().map(|&pid| work_cpu(pid)).sum(),
+            spin: daemon_pids.iter().map(|&pid| spinner_cpu(pid)).sum(),
         }
     }
 
@@ -40,6 +46,7 @@ impl CpuSnapshot {
                 .self_and_children
                 .saturating_sub(earlier.self_and_children),
             daemon: self.daemon.saturating_sub(earlier.daemon),
+            spin: self.spin.saturating_sub(earlier.spin),
         }
     }
 }
@@ -70,7 +77,34 @@ fn clock_ticks_per_second() -> u64 {
 
 /// utime + stime of a process (all its threads), zero if it is gone.
 pub fn process_cpu(pid: u32) -> Duration {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    stat_cpu(&format!("/proc/{pid}/stat"))
+}
+
+/// Thread names of the shoal daemon's keep-awake spinners (`shoal-spin-CPU`).
+const SPINNER_THREAD_PREFIX: &str = "shoal-spin-";
+
+/// A process's CPU without its keep-awake spinners.
+fn work_cpu(pid: u32) -> Duration {
+    process_cpu(pid).saturating_sub(spinner_cpu(pid))
+}
+
+/// CPU of the keep-awake spinner threads of a shoal daemon (zero for other processes).
+fn spinner_cpu(pid: u32) -> Duration {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.starts_with(SPINNER_THREAD_PREFIX))
+        })
+        .map(|task| stat_cpu(&task.path().join("stat").to_string_lossy()))
+        .sum()
+}
+
+fn stat_cpu(path: &str) -> Duration {
+    let Ok(stat) = fs::read_to_string(path) else {
         return Duration::ZERO;
     };
     parse_stat_ticks(&stat)
