@@ -45,7 +45,7 @@ const QUEUE_DEPTH: usize = 2;
 /// with that CPU's requests, and concurrent fsyncs can then share one sync.
 pub(crate) const THREADS_PER_QUEUE: usize = 4;
 /// How often an idle queue thread checks whether the session has ended.
-const STOP_POLL: Duration = Duration::from_millis(200);
+const STOP_POLL: Duration = Duration::from_secs(1);
 
 /// `struct fuse_uring_ent_in_out` (include/uapi/linux/fuse.h).
 #[repr(C)]
