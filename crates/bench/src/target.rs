@@ -1,6 +1,7 @@
 //! Where workloads run: any existing directory (`--target DIR`), or a fresh filesystem that
 //! `--make` creates on a loop device or as a shoal mount and always tears down again.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -92,6 +93,25 @@ pub struct TargetInfo {
 }
 
 impl Target {
+    /// FUSE requests the shoal daemon serving this target has answered so far, by type
+    /// (`shoal stats --json`); `None` for other filesystems.
+    pub fn request_counts(&self) -> Option<BTreeMap<String, u64>> {
+        let mount = self.mount.as_ref().filter(|mount| mount.is_shoal())?;
+        let output = std::process::Command::new(self.shoal_bin.as_ref()?)
+            .arg("stats")
+            .arg("--json")
+            .arg(&mount.mountpoint)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())?;
+        let stats: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        stats["ops"]
+            .as_array()?
+            .iter()
+            .map(|op| Some((op["op"].as_str()?.to_string(), op["count"].as_u64()?)))
+            .collect()
+    }
+
     /// An existing directory: must exist, be a directory and be writable.
     pub fn existing(dir: &Path, shoal_bin: Option<&Path>) -> Result<Target> {
         let bad = |reason: String| BenchError::BadTarget {

@@ -272,6 +272,25 @@ impl Outcome {
             Better::Lower,
             cpu_us,
         );
+        self.requests_per(name, ops, timed);
+    }
+
+    /// FUSE requests per entry of a section on shoal (nothing elsewhere): the total as a
+    /// metric, and each request type as a count (`requests NAME OP`) for the breakdown.
+    pub fn requests_per(&mut self, name: &str, entries: u64, timed: &Timed) {
+        let Some(requests) = &timed.requests else {
+            return;
+        };
+        let total: u64 = requests.values().sum();
+        self.metric(
+            &format!("{name} requests"),
+            "req/entry",
+            Better::Lower,
+            total as f64 / entries.max(1) as f64,
+        );
+        for (op, count) in requests {
+            self.count(&format!("requests {name} {op}"), *count);
+        }
     }
 
     pub fn seconds(&mut self, name: &str, timed: &Timed) {
@@ -284,10 +303,12 @@ impl Outcome {
 }
 
 /// Wall time and CPU of one timed section.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Timed {
     pub elapsed: Duration,
     pub cpu: CpuUsage,
+    /// FUSE requests sent to a shoal daemon during the section, by type (shoal only).
+    pub requests: Option<BTreeMap<String, u64>>,
 }
 
 /// Everything a workload sees.
@@ -308,12 +329,35 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// Runs `f` and measures its wall time and CPU (ours, our children's and the daemon's).
     pub fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Timed)> {
+        // Request counts are read outside the timed and CPU-measured window (asking the
+        // daemon runs `shoal stats`, a child process).
+        let requests_before = self.target.request_counts();
         let before = CpuSnapshot::take(&self.target.daemon_pids);
         let started = Instant::now();
         let value = f()?;
         let elapsed = started.elapsed();
         let cpu = CpuSnapshot::take(&self.target.daemon_pids).since(&before);
-        Ok((value, Timed { elapsed, cpu }))
+        let requests = requests_before.and_then(|before| {
+            let after = self.target.request_counts()?;
+            Some(
+                after
+                    .into_iter()
+                    .map(|(op, count)| {
+                        let delta = count.saturating_sub(before.get(&op).copied().unwrap_or(0));
+                        (op, delta)
+                    })
+                    .filter(|(_, delta)| *delta > 0)
+                    .collect(),
+            )
+        });
+        Ok((
+            value,
+            Timed {
+                elapsed,
+                cpu,
+                requests,
+            },
+        ))
     }
 }
 

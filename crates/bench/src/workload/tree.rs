@@ -77,26 +77,45 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     outcome.rate_and_cpu("tar x", "entry", entries, &timed);
     outcome.count("entries", entries);
 
-    tool(
+    outcome.requests_per("sync after tar x", entries, &synced);
+    let timed = tool(
         ctx,
         &mut outcome,
         "cp -a",
         Command::new("cp").arg("-a").arg(&root).arg(&copy),
     )?;
+    outcome.requests_per("cp -a", entries, &timed);
     outcome.count("entries_copied", count_tree(&copy)? + 1);
 
+    let mut readers = Vec::new();
     cold("find");
-    tool(ctx, &mut outcome, "find cold", &mut find(&root, false))?;
+    readers.push((
+        "find cold",
+        tool(ctx, &mut outcome, "find cold", &mut find(&root, false))?,
+    ));
     cold("find");
-    tool(ctx, &mut outcome, "find -ls cold", &mut find(&root, true))?;
-    tool(ctx, &mut outcome, "find -ls warm", &mut find(&root, true))?;
-    tool(ctx, &mut outcome, "find warm", &mut find(&root, false))?;
-    tool(
-        ctx,
-        &mut outcome,
+    let find_ls = &mut find(&root, true);
+    readers.push((
+        "find -ls cold",
+        tool(ctx, &mut outcome, "find -ls cold", find_ls)?,
+    ));
+    let find_ls = &mut find(&root, true);
+    readers.push((
+        "find -ls warm",
+        tool(ctx, &mut outcome, "find -ls warm", find_ls)?,
+    ));
+    readers.push((
+        "find warm",
+        tool(ctx, &mut outcome, "find warm", &mut find(&root, false))?,
+    ));
+    let du = &mut Command::new("du");
+    readers.push((
         "du -s",
-        Command::new("du").arg("-s").arg(&root),
-    )?;
+        tool(ctx, &mut outcome, "du -s", du.arg("-s").arg(&root))?,
+    ));
+    for (name, timed) in &readers {
+        outcome.requests_per(name, entries, timed);
+    }
     let timed = tool(
         ctx,
         &mut outcome,
