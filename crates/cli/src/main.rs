@@ -10,11 +10,14 @@ mod mount_cmd;
 mod mount_options;
 mod mounts;
 mod owner_names;
+mod quota_cli;
 mod quota_cmd;
 mod quota_protocol;
 mod stats_cmd;
 mod stats_report;
 mod umount_cmd;
+mod units;
+mod version;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +46,7 @@ unsafe impl Sync for AllocatorOptions {}
 #[derive(Parser)]
 #[command(
     name = "shoal",
-    version,
+    version = version::VERSION,
     about = "A filesystem for many small files, on an LSM key-value store"
 )]
 struct Cli {
@@ -55,6 +58,7 @@ struct Cli {
 enum Command {
     /// Create a new, empty filesystem store in STORE_DIR.
     Mkfs {
+        /// The directory to hold the store (created if missing; must be empty).
         store_dir: PathBuf,
         /// Format even if the directory is not empty or already holds a store.
         #[arg(long)]
@@ -69,9 +73,12 @@ enum Command {
         /// Keep the filesystem in RAM only (nothing is stored).
         #[arg(long)]
         memory: bool,
-        /// Comma-separated options: commit=SECONDS, ro, rw, allow_other, threads=N,
-        /// cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB,
-        /// memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off (see the README).
+        /// Comma-separated options (defaults in brackets): commit=DURATION [5s], ro, rw,
+        /// allow_other, threads=N [2], cache=SIZE [256M], memtable=SIZE [96M],
+        /// compaction_threads=N [2], journal=SIZE [512M], checkpoint=SIZE [4M],
+        /// memory=SIZE [1G], metrics=IP:PORT [off], writeback=on|off [on], uring=on|off
+        /// [on]. SIZE: a plain number is MiB; K, M, G, T suffixes are accepted (256M,
+        /// 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). See docs/cli.md.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
@@ -79,7 +86,10 @@ enum Command {
         foreground: bool,
     },
     /// Make everything durable, unmount, and wait for the daemon to finish.
-    Umount { mountpoint: PathBuf },
+    Umount {
+        /// The mountpoint of a shoal mount.
+        mountpoint: PathBuf,
+    },
     /// Check every invariant of an unmounted store; with --counters, only the usage
     /// counters, fast and in parallel, also on a live mount (against a snapshot).
     Fsck {
@@ -95,23 +105,23 @@ enum Command {
     /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
     /// a mountpoint (the daemon answers) or an unmounted store directory.
     #[command(subcommand)]
-    Quota(QuotaCommand),
+    Quota(quota_cli::QuotaCommand),
     /// Show a live mount's statistics: request rates and latencies, commits, log bytes,
     /// flushes, compactions, cache, memory. Refreshes every second until interrupted.
     Stats {
+        /// The mountpoint of a live shoal mount.
         mountpoint: PathBuf,
         /// Print one snapshot as JSON and exit.
         #[arg(long)]
         json: bool,
-        /// Seconds between screens.
+        /// Seconds between screens (0.1 to 3600; fractions allowed).
         #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
         interval: f64,
-        /// Stop after this many screens.
+        /// Stop after this many screens (default: run until interrupted).
         #[arg(long)]
         count: Option<u64>,
-        /// Also read malloc's heap (in use, free): the daemon walks the heap holding
-        /// malloc's locks, tens of milliseconds on a big fragmented heap, while every
-        /// allocation waits.
+        /// Also show the daemon's heap (jemalloc's bytes in use, and resident but free),
+        /// read from the allocator's counters.
         #[arg(long)]
         heap: bool,
     },
@@ -121,149 +131,15 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
+        /// Where to create the tree (created if missing).
         dir: PathBuf,
         /// Regular files to create (hard links, symlinks and directories come on top).
         #[arg(long, default_value_t = 20_000)]
         files: usize,
+        /// Seed of the generator: the same seed gives the same tree.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-}
-
-#[derive(Subcommand)]
-enum QuotaCommand {
-    /// Usage, limits and grace of every id with usage or limits (default: users).
-    Report {
-        #[arg(short = 'u', long = "user")]
-        user: bool,
-        #[arg(short = 'g', long = "group")]
-        group: bool,
-        #[arg(short = 'p', long = "project")]
-        project: bool,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Set limits of one user, group or project; 0 removes a limit. Sizes take k/m/g/t
-    /// (binary) suffixes.
-    Set {
-        #[arg(short = 'u', long = "user", value_name = "USER", group = "owner")]
-        user: Option<String>,
-        #[arg(short = 'g', long = "group", value_name = "GROUP", group = "owner")]
-        group: Option<String>,
-        #[arg(short = 'p', long = "project", value_name = "PROJECT", group = "owner")]
-        project: Option<String>,
-        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
-        bsoft: Option<u64>,
-        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
-        bhard: Option<u64>,
-        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
-        isoft: Option<u64>,
-        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
-        ihard: Option<u64>,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Show or change grace periods (default 7d) and whether id 0 is limited (default off).
-    Config {
-        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
-        bytes_grace: Option<u64>,
-        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
-        inodes_grace: Option<u64>,
-        #[arg(long, value_name = "on|off", value_parser = quota_cmd::parse_on_off)]
-        enforce_root: Option<bool>,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Tag a directory tree in a mount with a project (children inherit it), or clear it.
-    #[command(subcommand)]
-    Project(ProjectCommand),
-}
-
-#[derive(Subcommand)]
-enum ProjectCommand {
-    /// Tag DIR and everything below it with project ID (a number or a name from /etc/projid).
-    Set { dir: PathBuf, project: String },
-    /// Move DIR and everything below it back to project 0.
-    Clear { dir: PathBuf },
-}
-
-fn run_quota(command: QuotaCommand) -> anyhow::Result<ExitCode> {
-    use quota_protocol::{LimitsChange, QuotaKindArg, SettingsChange};
-    match command {
-        QuotaCommand::Report {
-            user,
-            group,
-            project,
-            json,
-            target,
-        } => {
-            let kinds = [
-                (user, QuotaKindArg::User),
-                (group, QuotaKindArg::Group),
-                (project, QuotaKindArg::Project),
-            ]
-            .into_iter()
-            .filter_map(|(wanted, kind)| wanted.then_some(kind))
-            .collect();
-            quota_cmd::report(&quota_cmd::ReportArgs {
-                kinds,
-                json,
-                target,
-            })
-        }
-        QuotaCommand::Set {
-            user,
-            group,
-            project,
-            bsoft,
-            bhard,
-            isoft,
-            ihard,
-            json,
-            target,
-        } => {
-            let (kind, name) = match (user, group, project) {
-                (Some(name), None, None) => (QuotaKindArg::User, name),
-                (None, Some(name), None) => (QuotaKindArg::Group, name),
-                (None, None, Some(name)) => (QuotaKindArg::Project, name),
-                _ => anyhow::bail!("say whose limits: one of -u USER, -g GROUP, -p PROJECT"),
-            };
-            let change = LimitsChange {
-                bytes_soft: bsoft,
-                bytes_hard: bhard,
-                inodes_soft: isoft,
-                inodes_hard: ihard,
-            };
-            quota_cmd::set(&quota_cmd::SetArgs {
-                kind,
-                name,
-                change,
-                json,
-                target,
-            })
-        }
-        QuotaCommand::Config {
-            bytes_grace,
-            inodes_grace,
-            enforce_root,
-            json,
-            target,
-        } => {
-            let change = SettingsChange {
-                bytes_grace_secs: bytes_grace,
-                inodes_grace_secs: inodes_grace,
-                enforce_root,
-            };
-            quota_cmd::config(change, json, &target)
-        }
-        QuotaCommand::Project(ProjectCommand::Set { dir, project }) => {
-            quota_cmd::project(&dir, Some(&project))
-        }
-        QuotaCommand::Project(ProjectCommand::Clear { dir }) => quota_cmd::project(&dir, None),
-    }
 }
 
 fn parse_interval(text: &str) -> Result<f64, String> {
@@ -295,7 +171,7 @@ fn main() -> ExitCode {
                 fsck_cmd::run(&target)
             }
         }
-        Command::Quota(command) => run_quota(command),
+        Command::Quota(command) => quota_cli::run(command),
         Command::Stats {
             mountpoint,
             json,

@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use shoal_engine::store::staged_memory_bound;
 
+use crate::units::{self, PlainUnit};
+
 pub const DEFAULT_COMMIT_SECONDS: u64 = 5;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +67,29 @@ fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
     Ok(parsed)
 }
 
+/// A size option in bytes: `cache=256` (MiB, as always), `cache=256M`, `cache=1G`
+/// (crate::units), bounded in MiB.
+fn size(key: &str, value: Option<&str>, min_mib: u64, max_mib: u64) -> Result<u64> {
+    let value = value.with_context(|| format!("option {key} needs a size ({key}=256M)"))?;
+    let bytes = units::parse_size(value, PlainUnit::Mebibytes)
+        .map_err(|error| anyhow::anyhow!("option {key}={value}: {error}"))?;
+    if bytes < min_mib << 20 || bytes > max_mib << 20 {
+        bail!("option {key}={value}: must be between {min_mib}M and {max_mib}M");
+    }
+    Ok(bytes)
+}
+
+/// A duration option in seconds: `commit=5`, `commit=5s`, `commit=1m` (crate::units).
+fn duration(key: &str, value: Option<&str>, max_secs: u64) -> Result<Duration> {
+    let value = value.with_context(|| format!("option {key} needs a duration ({key}=5s)"))?;
+    let secs = units::parse_duration_secs(value)
+        .map_err(|error| anyhow::anyhow!("option {key}={value}: {error}"))?;
+    if secs > max_secs {
+        bail!("option {key}={value}: must be at most {max_secs} seconds");
+    }
+    Ok(Duration::from_secs(secs))
+}
+
 /// `metrics=127.0.0.1:9100` or `metrics=[::1]:9100`: an IP address and a port (no host
 /// names: the daemon must not depend on name resolution at mount time).
 fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
@@ -97,25 +122,25 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             None => (option, None),
         };
         match key {
-            "commit" => options.commit = Duration::from_secs(number(key, value, 0, 3600)?),
+            "commit" => options.commit = duration(key, value, 3600)?,
             "threads" => options.threads = number(key, value, 1, 64)? as usize,
-            "cache" => options.cache_bytes = number(key, value, 1, 1 << 20)? << 20,
-            "memtable" => options.memtable_bytes = number(key, value, 1, 4096)? << 20,
+            "cache" => options.cache_bytes = size(key, value, 1, 1 << 20)?,
+            "memtable" => options.memtable_bytes = size(key, value, 1, 4096)?,
             "compaction_threads" => options.compaction_threads = number(key, value, 1, 64)? as usize,
             "journal" => {
                 let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
-                options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
+                options.journal_bytes = size(key, value, min_mib, 1 << 20)?
             }
-            "checkpoint" => options.checkpoint_bytes = number(key, value, 0, 1024)? << 20,
+            "checkpoint" => options.checkpoint_bytes = size(key, value, 0, 1024)?,
             "metrics" => options.metrics = Some(socket_address(key, value)?),
-            "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
+            "memory" => options.memory_bytes = size(key, value, 2, 1 << 24)?,
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
             "ro" | "allow_other" | "rw" if value.is_some() => bail!("option {key} takes no value"),
             "ro" => options.read_only = true,
             "rw" => options.read_only = false,
             "allow_other" => options.allow_other = true,
-            _ => bail!("unknown mount option {option:?} (known: commit=SECONDS, ro, rw, allow_other, threads=N, cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB, memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
+            _ => bail!("unknown mount option {option:?} (known: commit=DURATION, ro, rw, allow_other, threads=N, cache=SIZE, memtable=SIZE, compaction_threads=N, journal=SIZE, checkpoint=SIZE, memory=SIZE, metrics=IP:PORT, writeback=on|off, uring=on|off)"),
         }
     }
     // The block cache, the two keyspaces' memtables and the staged operations count
@@ -161,6 +186,11 @@ mod tests {
         let options = parse(&["cache=1,memtable=1,checkpoint=0,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
         assert_eq!(options.checkpoint_bytes, 0);
+        let options = parse(&["cache=256M,memtable=1G,memory=4G,commit=2m".into()]).unwrap();
+        assert_eq!(options.cache_bytes, 256 << 20);
+        assert_eq!(options.memtable_bytes, 1 << 30);
+        assert_eq!(options.memory_bytes, 4 << 30);
+        assert_eq!(options.commit, Duration::from_secs(120));
         let options = parse(&["checkpoint=2".into()]).unwrap();
         assert_eq!(options.checkpoint_bytes, 2 << 20);
         assert!(options.writeback, "writeback cache on by default");
@@ -201,6 +231,9 @@ mod tests {
             "cache=1,memtable=1,memory=4",
             "checkpoint=-1",
             "checkpoint=2000",
+            "cache=256X",
+            "cache=0M",
+            "commit=2h",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }
