@@ -3,10 +3,12 @@
 mod bench_cmd;
 mod control;
 mod fsck_cmd;
+mod fuse_access;
 mod gen_tree_cmd;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
+mod mount_helper;
 mod mount_options;
 mod mounts;
 mod owner_names;
@@ -63,6 +65,9 @@ enum Command {
         /// Format even if the directory is not empty or already holds a store.
         #[arg(long)]
         force: bool,
+        /// A name for the filesystem, shown by `shoal info` (at most 255 bytes).
+        #[arg(short = 'L', long)]
+        label: Option<String>,
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
@@ -150,9 +155,16 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    if mount_helper::invoked_as_helper() {
+        return mount_helper::main();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Mkfs { store_dir, force } => mkfs_cmd::run(&store_dir, force),
+        Command::Mkfs {
+            store_dir,
+            force,
+            label,
+        } => mkfs_cmd::run(&store_dir, force, label),
         Command::Mount {
             paths,
             memory,

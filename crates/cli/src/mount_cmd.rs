@@ -50,6 +50,7 @@ pub fn run(
         mountpoint: mounts::absolute(mountpoint),
         options: mount_options::parse(options)?,
     };
+    crate::fuse_access::check()?;
     check_mountpoint(&request.mountpoint)?;
     if let Some(store) = &request.store {
         store_dir::read_format(store)?;

@@ -40,11 +40,12 @@ mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
+pub mod store_identity;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
-pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
+pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
 pub use inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,

@@ -37,6 +37,8 @@ pub enum StoreDirError {
     Locked(PathBuf, String),
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
+    #[error("label {0:?}: {1}")]
+    BadLabel(String, crate::store_identity::LabelError),
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreDirError + '_ {
