@@ -41,13 +41,15 @@ pub enum ControlRequest {
     HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),
+    /// The store directory and usage, for `shoal info` (read-only).
+    Info,
 }
 
 impl ControlRequest {
     /// Whether the request changes anything (and so needs root or the daemon's user).
     pub fn mutates(&self) -> bool {
         match self {
-            ControlRequest::Stats | ControlRequest::HeapStats => false,
+            ControlRequest::Stats | ControlRequest::HeapStats | ControlRequest::Info => false,
             ControlRequest::Quota(quota) => quota.mutates(),
         }
     }

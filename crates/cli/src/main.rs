@@ -5,6 +5,7 @@ mod control;
 mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
+mod info_cmd;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -107,6 +108,9 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
     },
+    /// What a filesystem is and holds: format version, UUID, label, creation time,
+    /// inodes, bytes, store size. TARGET is a mountpoint or an unmounted store directory.
+    Info(info_cmd::InfoArgs),
     /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
     /// a mountpoint (the daemon answers) or an unmounted store directory.
     #[command(subcommand)]
@@ -184,6 +188,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Quota(command) => quota_cli::run(command),
+        Command::Info(args) => info_cmd::run(&args),
         Command::Stats {
             mountpoint,
             json,

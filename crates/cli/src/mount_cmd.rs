@@ -216,6 +216,8 @@ fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
 /// Answers `shoal stats` (and later commands) about this mount.
 struct DaemonControl {
     stats: Arc<StatsSource>,
+    /// None for a RAM filesystem.
+    store: Option<PathBuf>,
 }
 
 impl ControlHandler for DaemonControl {
@@ -231,6 +233,11 @@ impl ControlHandler for DaemonControl {
                     None => Err("the filesystem is unmounting".into()),
                 }
             }
+            ControlRequest::Info => match self.stats.engine.upgrade() {
+                Some(engine) => crate::info_cmd::answer(&engine, self.store.clone())
+                    .and_then(|info| serde_json::to_value(info).map_err(|e| e.to_string())),
+                None => Err("the filesystem is unmounting".into()),
+            },
             ControlRequest::Quota(quota) => match self.stats.engine.upgrade() {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
@@ -251,9 +258,14 @@ fn bind_metrics(options: &MountOptions) -> Result<Option<TcpListener>> {
 }
 
 /// The control socket and the metrics endpoint, both reading `stats`.
-fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Result<()> {
+fn start_reporting(
+    stats: Arc<StatsSource>,
+    metrics: Option<TcpListener>,
+    store: Option<PathBuf>,
+) -> Result<()> {
     control::serve(Arc::new(DaemonControl {
         stats: stats.clone(),
+        store,
     }))
     .context("cannot open the control socket")?;
     if let Some(listener) = metrics {
@@ -308,7 +320,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
     });
-    start_reporting(stats, metrics)?;
+    start_reporting(stats, metrics, request.store.clone())?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",

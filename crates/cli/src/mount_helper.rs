@@ -8,6 +8,7 @@
 //! go to `shoal mount -o`, which refuses what it does not know.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -42,12 +43,7 @@ pub fn main() -> ExitCode {
         if request.fake {
             return Ok(ExitCode::SUCCESS);
         }
-        crate::mount_cmd::run(
-            &[request.store, request.mountpoint],
-            false,
-            &[request.options.join(",")],
-            false,
-        )
+        exec_shoal_mount(&request)
     });
     match result {
         Ok(code) => code,
@@ -57,6 +53,24 @@ pub fn main() -> ExitCode {
             ExitCode::from(32)
         }
     }
+}
+
+/// Becomes `shoal mount STORE MOUNTPOINT -o OPTIONS`: the daemon then carries the command
+/// line by which `shoal umount`, `stats` and `quota` find it (`mounts::daemon_pids`).
+fn exec_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
+    let shoal = std::env::current_exe().context("cannot find the shoal binary")?;
+    let mut command = std::process::Command::new(&shoal);
+    command
+        .arg0("shoal")
+        .arg("mount")
+        .arg(&request.store)
+        .arg(&request.mountpoint);
+    if !request.options.is_empty() {
+        command.arg("-o").arg(request.options.join(","));
+    }
+    // exec only returns on failure.
+    let error = command.exec();
+    Err(error).with_context(|| format!("cannot run {}", shoal.display()))
 }
 
 fn parse_args(args: &[OsString]) -> Result<HelperRequest> {
