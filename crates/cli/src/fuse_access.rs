@@ -25,17 +25,6 @@ pub fn check() -> Result<()> {
     if unsafe { libc::geteuid() } == 0 {
         return Ok(());
     }
-    let device = std::ffi::CString::new(DEV_FUSE)?;
-    // SAFETY: access(2) on a NUL-terminated path; it checks the real uid, as fusermount3.
-    if unsafe { libc::access(device.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
-        let mode = std::fs::metadata(DEV_FUSE).map_or(0, |meta| meta.permissions().mode());
-        bail!(
-            "cannot mount as a non-root user: {DEV_FUSE} is not readable and writable by you \
-             (mode {:o}); FUSE for users needs it mode 0666 (`chmod 0666 {DEV_FUSE}` as root, \
-             as udev sets it on most systems), or mount as root",
-            mode & 0o7777
-        );
-    }
     let Some(fusermount) = find_in_path(FUSERMOUNT) else {
         bail!(
             "cannot mount as a non-root user: {FUSERMOUNT} is not installed (or not in PATH); \
@@ -48,6 +37,17 @@ pub fn check() -> Result<()> {
             "cannot mount as a non-root user: {} is not setuid root (chmod u+s it as root, \
              as the fuse3 package installs it), or mount as root",
             fusermount.display()
+        );
+    }
+    let device = std::ffi::CString::new(DEV_FUSE)?;
+    // SAFETY: access(2) on a NUL-terminated path; it checks the real uid, as fusermount3.
+    if unsafe { libc::access(device.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        let mode = std::fs::metadata(DEV_FUSE).map_or(0, |meta| meta.permissions().mode());
+        bail!(
+            "cannot mount as a non-root user: {DEV_FUSE} is not readable and writable by you \
+             (mode {:o}); FUSE for users needs it mode 0666 (`chmod 0666 {DEV_FUSE}` as root, \
+             as udev sets it on most systems), or mount as root",
+            mode & 0o7777
         );
     }
     Ok(())

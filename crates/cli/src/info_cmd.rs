@@ -74,7 +74,11 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
     let absolute = mounts::absolute(target);
     let (mountpoint, answer) = match mounts::mount_at(&absolute) {
         Some(entry) if !mounts::is_shoal(&entry) => {
-            bail!("{} is a {} mount, not shoal", target.display(), entry.fstype)
+            bail!(
+                "{} is a {} mount, not shoal",
+                target.display(),
+                entry.fstype
+            )
         }
         Some(_) => {
             let daemon = crate::stats_cmd::find_daemon(&absolute)?;
@@ -95,7 +99,9 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
         store_dir: answer.store_dir.clone(),
         mountpoint,
         uuid: identity.as_ref().map(|identity| identity.uuid.clone()),
-        label: identity.as_ref().and_then(|identity| identity.label.clone()),
+        label: identity
+            .as_ref()
+            .and_then(|identity| identity.label.clone()),
         created_secs: identity.as_ref().map(|identity| identity.created_secs),
         inodes: answer.inodes,
         bytes: answer.bytes,
@@ -110,8 +116,12 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
 }
 
 fn open_store(store: &Path) -> Result<InfoAnswer> {
-    store_dir::read_format(store)
-        .with_context(|| format!("{} is neither a shoal mountpoint nor a store", store.display()))?;
+    store_dir::read_format(store).with_context(|| {
+        format!(
+            "{} is neither a shoal mountpoint nor a store",
+            store.display()
+        )
+    })?;
     let config = EngineConfig {
         read_only: true,
         commit_interval: None,

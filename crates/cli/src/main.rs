@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod control;
+mod docs_cmd;
 mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
@@ -25,7 +26,7 @@ mod version;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// jemalloc, not glibc malloc: see shoal_fuse's `heap` module for why.
 #[global_allocator]
@@ -138,6 +139,12 @@ enum Command {
     /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
     /// side by side, with a table, JSON, Markdown and SVG charts.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Write the man pages (shoal.8 and one per subcommand) into a directory.
+    #[command(hide = true)]
+    Man(docs_cmd::ManArgs),
+    /// Print a shell completion script.
+    #[command(hide = true)]
+    Completions(docs_cmd::CompletionsArgs),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         /// Where to create the tree (created if missing).
@@ -189,6 +196,8 @@ fn main() -> ExitCode {
         }
         Command::Quota(command) => quota_cli::run(command),
         Command::Info(args) => info_cmd::run(&args),
+        Command::Man(args) => docs_cmd::man(Cli::command(), &args),
+        Command::Completions(args) => docs_cmd::completions(Cli::command(), &args),
         Command::Stats {
             mountpoint,
             json,

@@ -17,6 +17,9 @@ use anyhow::{bail, Context, Result};
 /// The name mount(8) looks for: `/sbin/mount.<type>` with type `fuse.shoal`.
 pub const HELPER_NAME: &str = "mount.fuse.shoal";
 
+/// mount(8)'s exit status for "mount failure" (its helpers use the same codes).
+const MOUNT_FAILURE: u8 = 32;
+
 /// Whether this process was started as the mount helper (by its name).
 pub fn invoked_as_helper() -> bool {
     std::env::args_os()
@@ -43,21 +46,21 @@ pub fn main() -> ExitCode {
         if request.fake {
             return Ok(ExitCode::SUCCESS);
         }
-        exec_shoal_mount(&request)
+        run_shoal_mount(&request)
     });
     match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("{HELPER_NAME}: {error:#}");
-            // mount(8)'s exit status for "mount failure".
-            ExitCode::from(32)
+            ExitCode::from(MOUNT_FAILURE)
         }
     }
 }
 
-/// Becomes `shoal mount STORE MOUNTPOINT -o OPTIONS`: the daemon then carries the command
-/// line by which `shoal umount`, `stats` and `quota` find it (`mounts::daemon_pids`).
-fn exec_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
+/// Runs `shoal mount STORE MOUNTPOINT -o OPTIONS` (which returns once the mount is live):
+/// the daemon then carries the command line by which `shoal umount`, `stats` and `quota`
+/// find it (`mounts::daemon_pids`). Its messages go straight to mount(8)'s stderr.
+fn run_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
     let shoal = std::env::current_exe().context("cannot find the shoal binary")?;
     let mut command = std::process::Command::new(&shoal);
     command
@@ -68,9 +71,14 @@ fn exec_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
     if !request.options.is_empty() {
         command.arg("-o").arg(request.options.join(","));
     }
-    // exec only returns on failure.
-    let error = command.exec();
-    Err(error).with_context(|| format!("cannot run {}", shoal.display()))
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", shoal.display()))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(MOUNT_FAILURE)
+    })
 }
 
 fn parse_args(args: &[OsString]) -> Result<HelperRequest> {

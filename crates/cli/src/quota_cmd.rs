@@ -11,10 +11,10 @@ use shoal_engine::{Engine, EngineConfig};
 
 use crate::mounts;
 use crate::owner_names;
-use crate::units;
 use crate::quota_protocol::{
     execute, LimitsChange, QuotaKindArg, QuotaLine, QuotaRequest, SettingsChange, SettingsLine,
 };
+use crate::units;
 
 /// Where quota requests go.
 pub enum QuotaTarget {

@@ -39,9 +39,8 @@ impl StoreIdentity {
             check_label(label)
                 .map_err(|error| StoreDirError::BadLabel(label.to_string(), error))?;
         }
-        let random = random_bytes().map_err(|error| {
-            StoreDirError::Io(Path::new("/dev/urandom").to_path_buf(), error)
-        })?;
+        let random = random_bytes()
+            .map_err(|error| StoreDirError::Io(Path::new("/dev/urandom").to_path_buf(), error))?;
         Ok(StoreIdentity {
             uuid: uuid_v4(random),
             label: label.map(str::to_string),
