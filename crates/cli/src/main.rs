@@ -7,6 +7,7 @@ mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
 mod info_cmd;
+mod log_file;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;

@@ -16,6 +16,7 @@ use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
 use shoal_fuse::{FuseStats, MountConfig};
 
 use crate::control::{self, ControlHandler, ControlRequest, RequestContext};
+use crate::log_file::{self, RotatingLog};
 use crate::metrics_http;
 use crate::mount_options::{self, MountOptions};
 use crate::mounts;
@@ -162,11 +163,7 @@ fn init_logging(file: Option<&Path>) {
         .with_env_filter(filter)
         .with_ansi(false);
     let log_file = file.and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .ok()
+        RotatingLog::open(path, log_file::LOG_ROTATE_BYTES, log_file::LOG_KEPT_FILES).ok()
     });
     match log_file {
         Some(log_file) => {
