@@ -43,6 +43,9 @@ pub enum ControlRequest {
     Quota(QuotaRequest),
     /// The store directory and usage, for `shoal info` (read-only).
     Info,
+    /// Write a backup of a snapshot to a new file at `path` (`shoal backup`). It creates a
+    /// file as the daemon's user, so it is limited as a change is.
+    Backup { path: std::path::PathBuf },
 }
 
 impl ControlRequest {
@@ -50,6 +53,7 @@ impl ControlRequest {
     pub fn mutates(&self) -> bool {
         match self {
             ControlRequest::Stats | ControlRequest::HeapStats | ControlRequest::Info => false,
+            ControlRequest::Backup { .. } => true,
             ControlRequest::Quota(quota) => quota.mutates(),
         }
     }
@@ -60,7 +64,8 @@ impl ControlRequest {
         match self {
             ControlRequest::Quota(
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
-            ) => LONG_ANSWER_TIMEOUT,
+            )
+            | ControlRequest::Backup { .. } => LONG_ANSWER_TIMEOUT,
             _ => IO_TIMEOUT,
         }
     }

@@ -109,7 +109,10 @@ mod tests {
         }
         // The newest lines are in shoal.log, the ones before in .1: nothing reordered.
         let current = fs::read_to_string(&path).unwrap();
-        assert!(current.ends_with("line 49 of the daemon's log\n"), "{current}");
+        assert!(
+            current.ends_with("line 49 of the daemon's log\n"),
+            "{current}"
+        );
         let previous = fs::read_to_string(dir.path().join("shoal.log.1")).unwrap();
         let last_previous: u32 = previous.lines().last().unwrap()[5..7].parse().unwrap();
         let first_current: u32 = current.lines().next().unwrap()[5..7].parse().unwrap();
@@ -120,6 +123,9 @@ mod tests {
         let mut log = RotatingLog::open(&path, 100, 2).unwrap();
         writeln!(log, "after restart").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "after restart\n");
-        assert_eq!(fs::read(dir.path().join("shoal.log.1")).unwrap(), vec![b'x'; 150]);
+        assert_eq!(
+            fs::read(dir.path().join("shoal.log.1")).unwrap(),
+            vec![b'x'; 150]
+        );
     }
 }

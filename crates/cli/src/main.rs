@@ -1,5 +1,6 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod backup_cmd;
 mod bench_cmd;
 mod control;
 mod docs_cmd;
@@ -15,6 +16,7 @@ mod mount_helper;
 mod mount_options;
 mod mounts;
 mod owner_names;
+mod progress_bar;
 mod quota_cli;
 mod quota_cmd;
 mod quota_protocol;
@@ -113,6 +115,11 @@ enum Command {
     /// What a filesystem is and holds: format version, UUID, label, creation time,
     /// inodes, bytes, store size. TARGET is a mountpoint or an unmounted store directory.
     Info(info_cmd::InfoArgs),
+    /// Copy a whole filesystem into one file: a live mount from a consistent snapshot
+    /// while writes go on, or an unmounted store.
+    Backup(backup_cmd::BackupArgs),
+    /// Create a new store from a backup file (checked whole before anything is written).
+    Restore(backup_cmd::RestoreArgs),
     /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
     /// a mountpoint (the daemon answers) or an unmounted store directory.
     #[command(subcommand)]
@@ -197,6 +204,8 @@ fn main() -> ExitCode {
         }
         Command::Quota(command) => quota_cli::run(command),
         Command::Info(args) => info_cmd::run(&args),
+        Command::Backup(args) => backup_cmd::run_backup(&args),
+        Command::Restore(args) => backup_cmd::run_restore(&args),
         Command::Man(args) => docs_cmd::man(Cli::command(), &args),
         Command::Completions(args) => docs_cmd::completions(Cli::command(), &args),
         Command::Stats {

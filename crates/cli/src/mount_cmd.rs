@@ -235,6 +235,13 @@ impl ControlHandler for DaemonControl {
                     .and_then(|info| serde_json::to_value(info).map_err(|e| e.to_string())),
                 None => Err("the filesystem is unmounting".into()),
             },
+            ControlRequest::Backup { path } => match self.stats.engine.upgrade() {
+                Some(engine) => {
+                    crate::backup_cmd::serve_backup(&engine, self.store.as_deref(), path)
+                        .and_then(|answer| serde_json::to_value(answer).map_err(|e| e.to_string()))
+                }
+                None => Err("the filesystem is unmounting".into()),
+            },
             ControlRequest::Quota(quota) => match self.stats.engine.upgrade() {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
