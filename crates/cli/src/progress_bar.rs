@@ -29,3 +29,18 @@ pub fn bytes(what: &str, total: Option<u64>) -> ProgressBar {
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
+
+/// A spinner counting `unit`s (pairs, inodes) whose total is not known in advance.
+pub fn count(what: &str, unit: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    let template = format!("{{prefix}} {{spinner}} {{human_pos}} {unit} {{per_sec}} {{elapsed}}");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar.set_prefix(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}

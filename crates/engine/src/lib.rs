@@ -31,6 +31,7 @@ mod data;
 mod engine;
 mod error;
 pub mod fsck;
+pub mod fsck_progress;
 pub mod histogram;
 mod inode;
 pub mod keys;
