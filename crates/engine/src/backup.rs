@@ -155,7 +155,7 @@ fn write_backup(
                 return Scan::Stop;
             }
             pairs += 1;
-            if pairs % 4096 == 0 {
+            if pairs.is_multiple_of(4096) {
                 progress(out.bytes);
             }
             Scan::Continue
@@ -259,7 +259,7 @@ fn read_backup(
         let value = read_part(&mut input)?;
         pair(space, key, value)?;
         pairs += 1;
-        if pairs % 4096 == 0 {
+        if pairs.is_multiple_of(4096) {
             progress(input.bytes);
         }
     }

@@ -43,7 +43,7 @@ impl StoreView for Counting<'_> {
         use std::sync::atomic::Ordering::Relaxed;
         self.inner.scan(space, start, end, &mut |key, value| {
             let visited = self.visited.fetch_add(1, Relaxed) + 1;
-            if visited % REPORT_EVERY_PAIRS == 0 {
+            if visited.is_multiple_of(REPORT_EVERY_PAIRS) {
                 (self.progress)(visited);
             }
             visit(key, value)
