@@ -61,6 +61,12 @@ struct Cli {
     command: Command,
 }
 
+/// The daemon's log, under `shoal mount --help` and in shoal-mount(8).
+const MOUNT_ENVIRONMENT: &str = "Environment:\n  SHOAL_LOG  what the daemon logs: a level (error, warn, info [default], debug, trace) or \
+tracing directives (info,shoal_fuse=debug). The log is STORE_DIR/shoal.log (stderr with \
+--foreground), rotated at 16 MiB into shoal.log.1 .. shoal.log.3.\n\nAlso: mount -t fuse.shoal \
+STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (see docs/cli.md).";
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a new, empty filesystem store in STORE_DIR.
@@ -76,6 +82,7 @@ enum Command {
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
+    #[command(after_help = MOUNT_ENVIRONMENT)]
     Mount {
         /// STORE_DIR MOUNTPOINT, or only MOUNTPOINT with --memory.
         #[arg(required = true, num_args = 1..=2, value_names = ["STORE_DIR", "MOUNTPOINT"])]
@@ -238,6 +245,14 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The help text repeats the rotation figures: it must say what log_file does.
+    #[test]
+    fn mount_help_states_the_log_rotation() {
+        let size = format!("rotated at {} MiB", log_file::LOG_ROTATE_BYTES >> 20);
+        let kept = format!("shoal.log.{}", log_file::LOG_KEPT_FILES);
+        assert!(MOUNT_ENVIRONMENT.contains(&size) && MOUNT_ENVIRONMENT.contains(&kept));
+    }
 
     /// Every argument of every command says what it is (`--help`, the man pages).
     #[test]
