@@ -107,10 +107,11 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
         unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     if pid > 0 {
         drop(write_end);
+        let bar = crate::progress_bar::opening(request.store.as_deref());
         let mut answer = String::new();
-        read_end
-            .read_to_string(&mut answer)
-            .context("waiting for the daemon")?;
+        let waited = read_end.read_to_string(&mut answer);
+        bar.finish_and_clear();
+        waited.context("waiting for the daemon")?;
         return match answer.strip_prefix("ok") {
             Some(_) => Ok(ExitCode::SUCCESS),
             None if answer.is_empty() => bail!("the daemon exited before the mount was live"),

@@ -44,3 +44,23 @@ pub fn count(what: &str, unit: &str) -> ProgressBar {
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
+
+/// A spinner while `shoal mount` waits for its daemon: opening the store replays its
+/// journal, which after a crash with a big `journal=` takes a while.
+pub fn opening(store: Option<&std::path::Path>) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let journal = store.map_or(0, shoal_engine::store_dir::journal_bytes);
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{prefix} {spinner} {msg} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(format!(
+        "opening the store (up to {} of journal to replay)",
+        crate::units::human_bytes(journal)
+    ));
+    bar.set_prefix("mount");
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}

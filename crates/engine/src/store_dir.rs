@@ -53,6 +53,20 @@ pub fn log_path(dir: &Path) -> PathBuf {
     dir.join(LOG_FILE)
 }
 
+/// Bytes of fjall's journals (`kv/*.jnl`): what opening the store replays at most, for
+/// the progress shown while a mount or an offline command opens it.
+pub fn journal_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(kv_path(dir)) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "jnl"))
+        .filter_map(|entry| entry.metadata().ok())
+        .map(|meta| meta.len())
+        .sum()
+}
+
 /// Prepares `dir` for a new store: creates it if missing, and empties it when `force`.
 pub fn prepare_new(dir: &Path, force: bool) -> Result<(), StoreDirError> {
     if !dir.exists() {
