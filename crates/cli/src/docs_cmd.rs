@@ -65,3 +65,30 @@ pub fn completions(command: Command, args: &CompletionsArgs) -> Result<ExitCode>
     clap_complete::generate(args.shell, &mut command, "shoal", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::stats_report::StatsReport;
+
+    /// docs/monitoring.md's glossary lists every metric the endpoint serves, with the help
+    /// text the endpoint prints: the code is the home of that text, the page its copy.
+    #[test]
+    fn the_metrics_glossary_matches_the_endpoint() {
+        let glossary = include_str!("../../../docs/monitoring.md");
+        let exposition = crate::metrics_http::render(&StatsReport::default());
+        let mut missing = Vec::new();
+        for line in exposition.lines() {
+            let Some(described) = line.strip_prefix("# HELP ") else {
+                continue;
+            };
+            let (name, help) = described.split_once(' ').unwrap_or((described, ""));
+            if !glossary.contains(&format!("| `{name}` |")) || !glossary.contains(help) {
+                missing.push(name.to_string());
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "docs/monitoring.md lacks or misquotes: {missing:?}"
+        );
+    }
+}
