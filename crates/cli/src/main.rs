@@ -246,6 +246,52 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// `shoal mount --help` and docs/cli.md state each option's default: they must be the
+    /// defaults mount_options has.
+    #[test]
+    fn mount_help_and_docs_state_the_defaults() {
+        let defaults = mount_options::MountOptions::default();
+        let command = Cli::command();
+        let help = command
+            .find_subcommand("mount")
+            .and_then(|mount| mount.get_arguments().find(|arg| arg.get_id() == "options"))
+            .and_then(|arg| arg.get_help())
+            .map(|help| help.to_string().replace('\n', " "))
+            .expect("the -o help");
+        let docs = include_str!("../../../docs/cli.md");
+        let sizes = [
+            ("cache", defaults.cache_bytes),
+            ("memtable", defaults.memtable_bytes),
+            ("journal", defaults.journal_bytes),
+            ("checkpoint", defaults.checkpoint_bytes),
+            ("memory", defaults.memory_bytes),
+        ];
+        for (name, bytes) in sizes {
+            let size = units::human_bytes(bytes);
+            assert!(
+                help.contains(&format!("{name}=SIZE [{size}]")),
+                "{name} in {help}"
+            );
+            assert!(
+                docs.contains(&format!("| `{name}=SIZE` | {size} |")),
+                "{name} in docs"
+            );
+        }
+        let commit = format!("{}s", defaults.commit.as_secs());
+        assert!(help.contains(&format!("commit=DURATION [{commit}]")));
+        assert!(docs.contains(&format!("| `commit=DURATION` | {commit} |")));
+        for (name, count) in [
+            ("threads", defaults.threads),
+            ("compaction_threads", defaults.compaction_threads),
+        ] {
+            assert!(help.contains(&format!("{name}=N [{count}]")), "{name}");
+            assert!(
+                docs.contains(&format!("| `{name}=N` | {count} |")),
+                "{name}"
+            );
+        }
+    }
+
     /// The help text repeats the rotation figures: it must say what log_file does.
     #[test]
     fn mount_help_states_the_log_rotation() {
