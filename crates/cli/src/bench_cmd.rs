@@ -64,6 +64,8 @@ pub struct BenchArgs {
     /// time allows": MINUTES for every target, or TARGET=MINUTES,... (e.g. xfs=25).
     #[arg(long, value_name = "LIST")]
     objects_minutes: Option<String>,
+    /// Seed of the generated tree and of random choices: the same seed, the same work
+    /// (default: the size preset's).
     #[arg(long)]
     seed: Option<u64>,
     /// Also run fs_mark and bonnie++ with matching parameters, where installed.

@@ -41,13 +41,19 @@ pub enum ControlRequest {
     HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),
+    /// The store directory and usage, for `shoal info` (read-only).
+    Info,
+    /// Write a backup of a snapshot to a new file at `path` (`shoal backup`). It creates a
+    /// file as the daemon's user, so it is limited as a change is.
+    Backup { path: std::path::PathBuf },
 }
 
 impl ControlRequest {
     /// Whether the request changes anything (and so needs root or the daemon's user).
     pub fn mutates(&self) -> bool {
         match self {
-            ControlRequest::Stats | ControlRequest::HeapStats => false,
+            ControlRequest::Stats | ControlRequest::HeapStats | ControlRequest::Info => false,
+            ControlRequest::Backup { .. } => true,
             ControlRequest::Quota(quota) => quota.mutates(),
         }
     }
@@ -58,7 +64,8 @@ impl ControlRequest {
         match self {
             ControlRequest::Quota(
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
-            ) => LONG_ANSWER_TIMEOUT,
+            )
+            | ControlRequest::Backup { .. } => LONG_ANSWER_TIMEOUT,
             _ => IO_TIMEOUT,
         }
     }

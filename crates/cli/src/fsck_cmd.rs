@@ -6,7 +6,12 @@ use anyhow::Result;
 /// Exit 0 when clean, 1 when an invariant fails (the report says which), 2 when the store
 /// cannot be read at all.
 pub fn run(store_dir: &Path) -> Result<ExitCode> {
-    match shoal_engine::fsck::fsck_store_dir(store_dir) {
+    let bar = crate::progress_bar::count("fsck", "pairs");
+    let checked = shoal_engine::fsck_progress::fsck_store_dir_with_progress(store_dir, &|pairs| {
+        bar.set_position(pairs)
+    });
+    bar.finish_and_clear();
+    match checked {
         Ok(report) => {
             print!("{}: {}", store_dir.display(), report.summary());
             Ok(if report.is_clean() {

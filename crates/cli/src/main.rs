@@ -1,25 +1,35 @@
 //! The `shoal` command: format, mount, unmount and check filesystems.
 
+mod backup_cmd;
 mod bench_cmd;
 mod control;
+mod docs_cmd;
 mod fsck_cmd;
+mod fuse_access;
 mod gen_tree_cmd;
+mod info_cmd;
+mod log_file;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
+mod mount_helper;
 mod mount_options;
 mod mounts;
 mod owner_names;
+mod progress_bar;
+mod quota_cli;
 mod quota_cmd;
 mod quota_protocol;
 mod stats_cmd;
 mod stats_report;
 mod umount_cmd;
+mod units;
+mod version;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// jemalloc, not glibc malloc: see shoal_fuse's `heap` module for why.
 #[global_allocator]
@@ -43,7 +53,7 @@ unsafe impl Sync for AllocatorOptions {}
 #[derive(Parser)]
 #[command(
     name = "shoal",
-    version,
+    version = version::VERSION,
     about = "A filesystem for many small files, on an LSM key-value store"
 )]
 struct Cli {
@@ -51,17 +61,28 @@ struct Cli {
     command: Command,
 }
 
+/// The daemon's log, under `shoal mount --help` and in shoal-mount(8).
+const MOUNT_ENVIRONMENT: &str = "Environment:\n  SHOAL_LOG  what the daemon logs: a level (error, warn, info [default], debug, trace) or \
+tracing directives (info,shoal_fuse=debug). The log is STORE_DIR/shoal.log (stderr with \
+--foreground), rotated at 16 MiB into shoal.log.1 .. shoal.log.3.\n\nAlso: mount -t fuse.shoal \
+STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (see docs/cli.md).";
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a new, empty filesystem store in STORE_DIR.
     Mkfs {
+        /// The directory to hold the store (created if missing; must be empty).
         store_dir: PathBuf,
         /// Format even if the directory is not empty or already holds a store.
         #[arg(long)]
         force: bool,
+        /// A name for the filesystem, shown by `shoal info` (at most 255 bytes).
+        #[arg(short = 'L', long)]
+        label: Option<String>,
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
+    #[command(after_help = MOUNT_ENVIRONMENT)]
     Mount {
         /// STORE_DIR MOUNTPOINT, or only MOUNTPOINT with --memory.
         #[arg(required = true, num_args = 1..=2, value_names = ["STORE_DIR", "MOUNTPOINT"])]
@@ -69,9 +90,12 @@ enum Command {
         /// Keep the filesystem in RAM only (nothing is stored).
         #[arg(long)]
         memory: bool,
-        /// Comma-separated options: commit=SECONDS, ro, rw, allow_other, threads=N,
-        /// cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB,
-        /// memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off (see the README).
+        /// Comma-separated options (defaults in brackets): commit=DURATION [5s], ro, rw,
+        /// allow_other, threads=N [2], cache=SIZE [256M], memtable=SIZE [96M],
+        /// compaction_threads=N [2], journal=SIZE [512M], checkpoint=SIZE [4M],
+        /// memory=SIZE [1G], metrics=IP:PORT [off], writeback=on|off [on], uring=on|off
+        /// [on]. SIZE: a plain number is MiB; K, M, G, T suffixes are accepted (256M,
+        /// 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). See docs/cli.md.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
@@ -79,7 +103,10 @@ enum Command {
         foreground: bool,
     },
     /// Make everything durable, unmount, and wait for the daemon to finish.
-    Umount { mountpoint: PathBuf },
+    Umount {
+        /// The mountpoint of a shoal mount.
+        mountpoint: PathBuf,
+    },
     /// Check every invariant of an unmounted store; with --counters, only the usage
     /// counters, fast and in parallel, also on a live mount (against a snapshot).
     Fsck {
@@ -92,26 +119,34 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
     },
+    /// What a filesystem is and holds: format version, UUID, label, creation time,
+    /// inodes, bytes, store size. TARGET is a mountpoint or an unmounted store directory.
+    Info(info_cmd::InfoArgs),
+    /// Copy a whole filesystem into one file: a live mount from a consistent snapshot
+    /// while writes go on, or an unmounted store.
+    Backup(backup_cmd::BackupArgs),
+    /// Create a new store from a backup file (checked whole before anything is written).
+    Restore(backup_cmd::RestoreArgs),
     /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
     /// a mountpoint (the daemon answers) or an unmounted store directory.
     #[command(subcommand)]
-    Quota(QuotaCommand),
+    Quota(quota_cli::QuotaCommand),
     /// Show a live mount's statistics: request rates and latencies, commits, log bytes,
     /// flushes, compactions, cache, memory. Refreshes every second until interrupted.
     Stats {
+        /// The mountpoint of a live shoal mount.
         mountpoint: PathBuf,
         /// Print one snapshot as JSON and exit.
         #[arg(long)]
         json: bool,
-        /// Seconds between screens.
+        /// Seconds between screens (0.1 to 3600; fractions allowed).
         #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
         interval: f64,
-        /// Stop after this many screens.
+        /// Stop after this many screens (default: run until interrupted).
         #[arg(long)]
         count: Option<u64>,
-        /// Also read malloc's heap (in use, free): the daemon walks the heap holding
-        /// malloc's locks, tens of milliseconds on a big fragmented heap, while every
-        /// allocation waits.
+        /// Also show the daemon's heap (jemalloc's bytes in use, and resident but free),
+        /// read from the allocator's counters.
         #[arg(long)]
         heap: bool,
     },
@@ -119,151 +154,23 @@ enum Command {
     /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
     /// side by side, with a table, JSON, Markdown and SVG charts.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Write the man pages (shoal.8 and one per subcommand) into a directory.
+    #[command(hide = true)]
+    Man(docs_cmd::ManArgs),
+    /// Print a shell completion script.
+    #[command(hide = true)]
+    Completions(docs_cmd::CompletionsArgs),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
+        /// Where to create the tree (created if missing).
         dir: PathBuf,
         /// Regular files to create (hard links, symlinks and directories come on top).
         #[arg(long, default_value_t = 20_000)]
         files: usize,
+        /// Seed of the generator: the same seed gives the same tree.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-}
-
-#[derive(Subcommand)]
-enum QuotaCommand {
-    /// Usage, limits and grace of every id with usage or limits (default: users).
-    Report {
-        #[arg(short = 'u', long = "user")]
-        user: bool,
-        #[arg(short = 'g', long = "group")]
-        group: bool,
-        #[arg(short = 'p', long = "project")]
-        project: bool,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Set limits of one user, group or project; 0 removes a limit. Sizes take k/m/g/t
-    /// (binary) suffixes.
-    Set {
-        #[arg(short = 'u', long = "user", value_name = "USER", group = "owner")]
-        user: Option<String>,
-        #[arg(short = 'g', long = "group", value_name = "GROUP", group = "owner")]
-        group: Option<String>,
-        #[arg(short = 'p', long = "project", value_name = "PROJECT", group = "owner")]
-        project: Option<String>,
-        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
-        bsoft: Option<u64>,
-        #[arg(long, value_name = "SIZE", value_parser = quota_cmd::parse_bytes)]
-        bhard: Option<u64>,
-        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
-        isoft: Option<u64>,
-        #[arg(long, value_name = "N", value_parser = quota_cmd::parse_count)]
-        ihard: Option<u64>,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Show or change grace periods (default 7d) and whether id 0 is limited (default off).
-    Config {
-        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
-        bytes_grace: Option<u64>,
-        #[arg(long, value_name = "DURATION", value_parser = quota_cmd::parse_duration)]
-        inodes_grace: Option<u64>,
-        #[arg(long, value_name = "on|off", value_parser = quota_cmd::parse_on_off)]
-        enforce_root: Option<bool>,
-        #[arg(long)]
-        json: bool,
-        target: PathBuf,
-    },
-    /// Tag a directory tree in a mount with a project (children inherit it), or clear it.
-    #[command(subcommand)]
-    Project(ProjectCommand),
-}
-
-#[derive(Subcommand)]
-enum ProjectCommand {
-    /// Tag DIR and everything below it with project ID (a number or a name from /etc/projid).
-    Set { dir: PathBuf, project: String },
-    /// Move DIR and everything below it back to project 0.
-    Clear { dir: PathBuf },
-}
-
-fn run_quota(command: QuotaCommand) -> anyhow::Result<ExitCode> {
-    use quota_protocol::{LimitsChange, QuotaKindArg, SettingsChange};
-    match command {
-        QuotaCommand::Report {
-            user,
-            group,
-            project,
-            json,
-            target,
-        } => {
-            let kinds = [
-                (user, QuotaKindArg::User),
-                (group, QuotaKindArg::Group),
-                (project, QuotaKindArg::Project),
-            ]
-            .into_iter()
-            .filter_map(|(wanted, kind)| wanted.then_some(kind))
-            .collect();
-            quota_cmd::report(&quota_cmd::ReportArgs {
-                kinds,
-                json,
-                target,
-            })
-        }
-        QuotaCommand::Set {
-            user,
-            group,
-            project,
-            bsoft,
-            bhard,
-            isoft,
-            ihard,
-            json,
-            target,
-        } => {
-            let (kind, name) = match (user, group, project) {
-                (Some(name), None, None) => (QuotaKindArg::User, name),
-                (None, Some(name), None) => (QuotaKindArg::Group, name),
-                (None, None, Some(name)) => (QuotaKindArg::Project, name),
-                _ => anyhow::bail!("say whose limits: one of -u USER, -g GROUP, -p PROJECT"),
-            };
-            let change = LimitsChange {
-                bytes_soft: bsoft,
-                bytes_hard: bhard,
-                inodes_soft: isoft,
-                inodes_hard: ihard,
-            };
-            quota_cmd::set(&quota_cmd::SetArgs {
-                kind,
-                name,
-                change,
-                json,
-                target,
-            })
-        }
-        QuotaCommand::Config {
-            bytes_grace,
-            inodes_grace,
-            enforce_root,
-            json,
-            target,
-        } => {
-            let change = SettingsChange {
-                bytes_grace_secs: bytes_grace,
-                inodes_grace_secs: inodes_grace,
-                enforce_root,
-            };
-            quota_cmd::config(change, json, &target)
-        }
-        QuotaCommand::Project(ProjectCommand::Set { dir, project }) => {
-            quota_cmd::project(&dir, Some(&project))
-        }
-        QuotaCommand::Project(ProjectCommand::Clear { dir }) => quota_cmd::project(&dir, None),
-    }
 }
 
 fn parse_interval(text: &str) -> Result<f64, String> {
@@ -274,9 +181,16 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    if mount_helper::invoked_as_helper() {
+        return mount_helper::main();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Mkfs { store_dir, force } => mkfs_cmd::run(&store_dir, force),
+        Command::Mkfs {
+            store_dir,
+            force,
+            label,
+        } => mkfs_cmd::run(&store_dir, force, label),
         Command::Mount {
             paths,
             memory,
@@ -295,7 +209,12 @@ fn main() -> ExitCode {
                 fsck_cmd::run(&target)
             }
         }
-        Command::Quota(command) => run_quota(command),
+        Command::Quota(command) => quota_cli::run(command),
+        Command::Info(args) => info_cmd::run(&args),
+        Command::Backup(args) => backup_cmd::run_backup(&args),
+        Command::Restore(args) => backup_cmd::run_restore(&args),
+        Command::Man(args) => docs_cmd::man(Cli::command(), &args),
+        Command::Completions(args) => docs_cmd::completions(Cli::command(), &args),
         Command::Stats {
             mountpoint,
             json,
@@ -320,5 +239,86 @@ fn main() -> ExitCode {
             eprintln!("shoal: {error:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `shoal mount --help` and docs/cli.md state each option's default: they must be the
+    /// defaults mount_options has.
+    #[test]
+    fn mount_help_and_docs_state_the_defaults() {
+        let defaults = mount_options::MountOptions::default();
+        let command = Cli::command();
+        let help = command
+            .find_subcommand("mount")
+            .and_then(|mount| mount.get_arguments().find(|arg| arg.get_id() == "options"))
+            .and_then(|arg| arg.get_help())
+            .map(|help| help.to_string().replace('\n', " "))
+            .expect("the -o help");
+        let docs = include_str!("../../../docs/cli.md");
+        let sizes = [
+            ("cache", defaults.cache_bytes),
+            ("memtable", defaults.memtable_bytes),
+            ("journal", defaults.journal_bytes),
+            ("checkpoint", defaults.checkpoint_bytes),
+            ("memory", defaults.memory_bytes),
+        ];
+        for (name, bytes) in sizes {
+            let size = units::human_bytes(bytes);
+            assert!(
+                help.contains(&format!("{name}=SIZE [{size}]")),
+                "{name} in {help}"
+            );
+            assert!(
+                docs.contains(&format!("| `{name}=SIZE` | {size} |")),
+                "{name} in docs"
+            );
+        }
+        let commit = format!("{}s", defaults.commit.as_secs());
+        assert!(help.contains(&format!("commit=DURATION [{commit}]")));
+        assert!(docs.contains(&format!("| `commit=DURATION` | {commit} |")));
+        for (name, count) in [
+            ("threads", defaults.threads),
+            ("compaction_threads", defaults.compaction_threads),
+        ] {
+            assert!(help.contains(&format!("{name}=N [{count}]")), "{name}");
+            assert!(
+                docs.contains(&format!("| `{name}=N` | {count} |")),
+                "{name}"
+            );
+        }
+    }
+
+    /// The help text repeats the rotation figures: it must say what log_file does.
+    #[test]
+    fn mount_help_states_the_log_rotation() {
+        let size = format!("rotated at {} MiB", log_file::LOG_ROTATE_BYTES >> 20);
+        let kept = format!("shoal.log.{}", log_file::LOG_KEPT_FILES);
+        assert!(MOUNT_ENVIRONMENT.contains(&size) && MOUNT_ENVIRONMENT.contains(&kept));
+    }
+
+    /// Every argument of every command says what it is (`--help`, the man pages).
+    #[test]
+    fn every_argument_has_help() {
+        fn missing(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    out.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                missing(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut out = Vec::new();
+        missing(&Cli::command(), "shoal", &mut out);
+        assert!(out.is_empty(), "arguments without help: {out:?}");
     }
 }

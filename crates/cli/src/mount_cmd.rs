@@ -16,6 +16,7 @@ use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
 use shoal_fuse::{FuseStats, MountConfig};
 
 use crate::control::{self, ControlHandler, ControlRequest, RequestContext};
+use crate::log_file::{self, RotatingLog};
 use crate::metrics_http;
 use crate::mount_options::{self, MountOptions};
 use crate::mounts;
@@ -50,6 +51,7 @@ pub fn run(
         mountpoint: mounts::absolute(mountpoint),
         options: mount_options::parse(options)?,
     };
+    crate::fuse_access::check()?;
     check_mountpoint(&request.mountpoint)?;
     if let Some(store) = &request.store {
         store_dir::read_format(store)?;
@@ -105,10 +107,11 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
         unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     if pid > 0 {
         drop(write_end);
+        let bar = crate::progress_bar::opening(request.store.as_deref());
         let mut answer = String::new();
-        read_end
-            .read_to_string(&mut answer)
-            .context("waiting for the daemon")?;
+        let waited = read_end.read_to_string(&mut answer);
+        bar.finish_and_clear();
+        waited.context("waiting for the daemon")?;
         return match answer.strip_prefix("ok") {
             Some(_) => Ok(ExitCode::SUCCESS),
             None if answer.is_empty() => bail!("the daemon exited before the mount was live"),
@@ -161,11 +164,7 @@ fn init_logging(file: Option<&Path>) {
         .with_env_filter(filter)
         .with_ansi(false);
     let log_file = file.and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .ok()
+        RotatingLog::open(path, log_file::LOG_ROTATE_BYTES, log_file::LOG_KEPT_FILES).ok()
     });
     match log_file {
         Some(log_file) => {
@@ -215,6 +214,8 @@ fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
 /// Answers `shoal stats` (and later commands) about this mount.
 struct DaemonControl {
     stats: Arc<StatsSource>,
+    /// None for a RAM filesystem.
+    store: Option<PathBuf>,
 }
 
 impl ControlHandler for DaemonControl {
@@ -230,6 +231,18 @@ impl ControlHandler for DaemonControl {
                     None => Err("the filesystem is unmounting".into()),
                 }
             }
+            ControlRequest::Info => match self.stats.engine.upgrade() {
+                Some(engine) => crate::info_cmd::answer(&engine, self.store.clone())
+                    .and_then(|info| serde_json::to_value(info).map_err(|e| e.to_string())),
+                None => Err("the filesystem is unmounting".into()),
+            },
+            ControlRequest::Backup { path } => match self.stats.engine.upgrade() {
+                Some(engine) => {
+                    crate::backup_cmd::serve_backup(&engine, self.store.as_deref(), path)
+                        .and_then(|answer| serde_json::to_value(answer).map_err(|e| e.to_string()))
+                }
+                None => Err("the filesystem is unmounting".into()),
+            },
             ControlRequest::Quota(quota) => match self.stats.engine.upgrade() {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
@@ -250,9 +263,14 @@ fn bind_metrics(options: &MountOptions) -> Result<Option<TcpListener>> {
 }
 
 /// The control socket and the metrics endpoint, both reading `stats`.
-fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Result<()> {
+fn start_reporting(
+    stats: Arc<StatsSource>,
+    metrics: Option<TcpListener>,
+    store: Option<PathBuf>,
+) -> Result<()> {
     control::serve(Arc::new(DaemonControl {
         stats: stats.clone(),
+        store,
     }))
     .context("cannot open the control socket")?;
     if let Some(listener) = metrics {
@@ -320,7 +338,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
     });
-    start_reporting(stats, metrics)?;
+    start_reporting(stats, metrics, request.store.clone())?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",

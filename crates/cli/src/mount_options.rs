@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use shoal_engine::store::staged_memory_bound;
 use shoal_fuse::KernelFlag;
 
+use crate::units::{self, PlainUnit};
+
 pub const DEFAULT_COMMIT_SECONDS: u64 = 5;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -47,17 +49,17 @@ pub struct MountOptions {
 /// Every option `shoal mount -o` accepts: the one list the parser, its error message and
 /// helpers that translate fstab lines (`mount.fuse.shoal`) go by.
 pub const KNOWN_OPTIONS: &[&str] = &[
-    "commit=SECONDS",
+    "commit=DURATION",
     "ro",
     "rw",
     "allow_other",
     "threads=N",
-    "cache=MIB",
-    "memtable=MIB",
+    "cache=SIZE",
+    "memtable=SIZE",
     "compaction_threads=N",
-    "journal=MIB",
-    "checkpoint=MIB",
-    "memory=MIB",
+    "journal=SIZE",
+    "checkpoint=SIZE",
+    "memory=SIZE",
     "metrics=IP:PORT",
     "writeback=on|off",
     "uring=on|off",
@@ -141,6 +143,29 @@ fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
     Ok(parsed)
 }
 
+/// A size option in bytes: `cache=256` (MiB, as always), `cache=256M`, `cache=1G`
+/// (crate::units), bounded in MiB.
+fn size(key: &str, value: Option<&str>, min_mib: u64, max_mib: u64) -> Result<u64> {
+    let value = value.with_context(|| format!("option {key} needs a size ({key}=256M)"))?;
+    let bytes = units::parse_size(value, PlainUnit::Mebibytes)
+        .map_err(|error| anyhow::anyhow!("option {key}={value}: {error}"))?;
+    if bytes < min_mib << 20 || bytes > max_mib << 20 {
+        bail!("option {key}={value}: must be between {min_mib}M and {max_mib}M");
+    }
+    Ok(bytes)
+}
+
+/// A duration option in seconds: `commit=5`, `commit=5s`, `commit=1m` (crate::units).
+fn duration(key: &str, value: Option<&str>, max_secs: u64) -> Result<Duration> {
+    let value = value.with_context(|| format!("option {key} needs a duration ({key}=5s)"))?;
+    let secs = units::parse_duration_secs(value)
+        .map_err(|error| anyhow::anyhow!("option {key}={value}: {error}"))?;
+    if secs > max_secs {
+        bail!("option {key}={value}: must be at most {max_secs} seconds");
+    }
+    Ok(Duration::from_secs(secs))
+}
+
 /// `metrics=127.0.0.1:9100` or `metrics=[::1]:9100`: an IP address and a port (no host
 /// names: the daemon must not depend on name resolution at mount time).
 fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
@@ -173,20 +198,18 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             None => (option, None),
         };
         match key {
-            "commit" => options.commit = Duration::from_secs(number(key, value, 0, 3600)?),
+            "commit" => options.commit = duration(key, value, 3600)?,
             "threads" => options.threads = number(key, value, 1, 64)? as usize,
-            "cache" => options.cache_bytes = number(key, value, 1, 1 << 20)? << 20,
-            "memtable" => options.memtable_bytes = number(key, value, 1, 4096)? << 20,
-            "compaction_threads" => {
-                options.compaction_threads = number(key, value, 1, 64)? as usize
-            }
+            "cache" => options.cache_bytes = size(key, value, 1, 1 << 20)?,
+            "memtable" => options.memtable_bytes = size(key, value, 1, 4096)?,
+            "compaction_threads" => options.compaction_threads = number(key, value, 1, 64)? as usize,
             "journal" => {
                 let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
-                options.journal_bytes = number(key, value, min_mib, 1 << 20)? << 20
+                options.journal_bytes = size(key, value, min_mib, 1 << 20)?
             }
-            "checkpoint" => options.checkpoint_bytes = number(key, value, 0, 1024)? << 20,
+            "checkpoint" => options.checkpoint_bytes = size(key, value, 0, 1024)?,
             "metrics" => options.metrics = Some(socket_address(key, value)?),
-            "memory" => options.memory_bytes = number(key, value, 2, 1 << 24)? << 20,
+            "memory" => options.memory_bytes = size(key, value, 2, 1 << 24)?,
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
             "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
@@ -253,6 +276,11 @@ mod tests {
         let options = parse(&["cache=1,memtable=1,checkpoint=0,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
         assert_eq!(options.checkpoint_bytes, 0);
+        let options = parse(&["cache=256M,memtable=1G,memory=4G,commit=2m".into()]).unwrap();
+        assert_eq!(options.cache_bytes, 256 << 20);
+        assert_eq!(options.memtable_bytes, 1 << 30);
+        assert_eq!(options.memory_bytes, 4 << 30);
+        assert_eq!(options.commit, Duration::from_secs(120));
         let options = parse(&["checkpoint=2".into()]).unwrap();
         assert_eq!(options.checkpoint_bytes, 2 << 20);
         assert!(options.writeback, "writeback cache on by default");
@@ -335,6 +363,9 @@ mod tests {
             "nosuid=1",
             "defaults=1",
             "noatime=yes",
+            "cache=256X",
+            "cache=0M",
+            "commit=2h",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }

@@ -19,7 +19,7 @@ pub struct StatsArgs {
     pub interval: Duration,
     /// Screens to print; `None`: until interrupted.
     pub count: Option<u64>,
-    /// Ask for malloc's heap figures too (`ControlRequest::HeapStats`).
+    /// Ask for jemalloc's heap figures too (`ControlRequest::HeapStats`).
     pub heap: bool,
 }
 

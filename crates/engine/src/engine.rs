@@ -20,6 +20,7 @@ use crate::store::{
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
 use crate::unlinked::Unlinked;
+use crate::store_identity::{self, StoreIdentity};
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -139,6 +140,17 @@ struct CommitStop {
     wake: Condvar,
 }
 
+/// How `Engine::mkfs_with` formats a store.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    /// Format even a non-empty directory or an existing store.
+    pub force: bool,
+    /// Who owns the root directory: the user who ran mkfs, so a user's own filesystem is
+    /// writable by them.
+    pub root_owner: Caller,
+    pub label: Option<String>,
+}
+
 /// Filesystem-wide numbers for `statfs`.
 #[derive(Clone, Copy, Debug)]
 pub struct FsStats {
@@ -150,13 +162,27 @@ impl Engine {
     /// Formats a new, empty filesystem in `dir` (created if missing). Refuses a non-empty
     /// directory unless `force`.
     pub fn mkfs(dir: &Path, force: bool) -> Result<(), OpenError> {
-        store_dir::prepare_new(dir, force)?;
+        let options = MkfsOptions {
+            force,
+            root_owner: Caller::ROOT,
+            label: None,
+        };
+        Self::mkfs_with(dir, &options).map(|_| ())
+    }
+
+    /// [`Engine::mkfs`] with a label and the owner of the root directory; returns the new
+    /// store's identity.
+    pub fn mkfs_with(dir: &Path, options: &MkfsOptions) -> Result<StoreIdentity, OpenError> {
+        // Before touching the directory: a bad label must not cost an existing store.
+        let identity = StoreIdentity::new(options.label.as_deref())?;
+        store_dir::prepare_new(dir, options.force)?;
         let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
-        initialize(&store)?;
+        initialize(&store, options.root_owner)?;
         store.sync()?;
         drop(store);
+        store_identity::write(dir, &identity)?;
         store_dir::write_format(dir)?;
-        Ok(())
+        Ok(identity)
     }
 
     /// Opens the store in `dir`, locking it against a second user.
@@ -174,7 +200,7 @@ impl Engine {
     /// A filesystem kept only in RAM, with the same semantics.
     pub fn open_memory(config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         let store = MemoryStore::new();
-        initialize(&store)?;
+        initialize(&store, Caller::ROOT)?;
         Self::start(Box::new(store), config, None)
     }
 
@@ -488,7 +514,7 @@ impl Drop for Engine {
 }
 
 /// Writes the superblock, the root directory and zeroed counters of a new filesystem.
-fn initialize(store: &dyn Store) -> Result<(), OpenError> {
+fn initialize(store: &dyn Store, root_owner: Caller) -> Result<(), OpenError> {
     let superblock = Superblock {
         format_version: FORMAT_VERSION,
         inline_max_bytes: DEFAULT_INLINE_MAX_BYTES,
@@ -499,8 +525,8 @@ fn initialize(store: &dyn Store) -> Result<(), OpenError> {
         ino: ROOT_INO,
         kind: FileKind::Directory,
         perm: 0o755,
-        uid: 0,
-        gid: 0,
+        uid: root_owner.uid,
+        gid: root_owner.gid,
         nlink: 2,
         size: 0,
         allocated_bytes: 0,

@@ -26,6 +26,7 @@
 //! ```
 
 mod acl;
+pub mod backup;
 mod counters_check;
 mod data;
 mod engine;
@@ -33,6 +34,7 @@ mod error;
 mod fallocate;
 pub mod fsck;
 mod handles;
+pub mod fsck_progress;
 pub mod histogram;
 mod inode;
 pub mod keys;
@@ -45,11 +47,12 @@ pub mod store;
 pub mod store_dir;
 mod tmpfile;
 mod unlinked;
+pub mod store_identity;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
-pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
+pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
 pub use fallocate::Fallocate;
 pub use inode::{

@@ -37,6 +37,8 @@ pub enum StoreDirError {
     Locked(PathBuf, String),
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
+    #[error("label {0:?}: {1}")]
+    BadLabel(String, crate::store_identity::LabelError),
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreDirError + '_ {
@@ -49,6 +51,20 @@ pub fn kv_path(dir: &Path) -> PathBuf {
 
 pub fn log_path(dir: &Path) -> PathBuf {
     dir.join(LOG_FILE)
+}
+
+/// Bytes of fjall's journals (`kv/*.jnl`): what opening the store replays at most, for
+/// the progress shown while a mount or an offline command opens it.
+pub fn journal_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(kv_path(dir)) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "jnl"))
+        .filter_map(|entry| entry.metadata().ok())
+        .map(|meta| meta.len())
+        .sum()
 }
 
 /// Prepares `dir` for a new store: creates it if missing, and empties it when `force`.

@@ -1,0 +1,205 @@
+//! `mount.fuse.shoal`: the helper mount(8) runs for `mount -t fuse.shoal STORE MNT`, for
+//! /etc/fstab lines and for systemd `.mount` units. It is the `shoal` binary itself under
+//! that name (scripts/install makes the link), as mount(8) calls it:
+//!
+//! `mount.fuse.shoal STORE MOUNTPOINT [-sfnv] [-N NAMESPACE] [-o OPTIONS] [-t TYPE]`
+//!
+//! Options that only mean something to mount(8), fstab or systemd are dropped here; the rest
+//! go to `shoal mount -o`, which refuses what it does not know.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+/// The name mount(8) looks for: `/sbin/mount.<type>` with type `fuse.shoal`.
+pub const HELPER_NAME: &str = "mount.fuse.shoal";
+
+/// mount(8)'s exit status for "mount failure" (its helpers use the same codes).
+const MOUNT_FAILURE: u8 = 32;
+
+/// Whether this process was started as the mount helper (by its name).
+pub fn invoked_as_helper() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|path| path.file_name().map(|name| name == HELPER_NAME))
+        .unwrap_or(false)
+}
+
+/// What mount(8) asked for.
+#[derive(Debug, PartialEq)]
+struct HelperRequest {
+    store: PathBuf,
+    mountpoint: PathBuf,
+    /// What is left for `shoal mount -o` once the fstab-only options are dropped.
+    options: Vec<String>,
+    /// `-f`: mount(8)'s "fake": do everything but the mount.
+    fake: bool,
+}
+
+pub fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let result = parse_args(&args).and_then(|request| {
+        if request.fake {
+            return Ok(ExitCode::SUCCESS);
+        }
+        run_shoal_mount(&request)
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("{HELPER_NAME}: {error:#}");
+            ExitCode::from(MOUNT_FAILURE)
+        }
+    }
+}
+
+/// Runs `shoal mount STORE MOUNTPOINT -o OPTIONS` (which returns once the mount is live):
+/// the daemon then carries the command line by which `shoal umount`, `stats` and `quota`
+/// find it (`mounts::daemon_pids`). Its messages go straight to mount(8)'s stderr.
+fn run_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
+    let shoal = std::env::current_exe().context("cannot find the shoal binary")?;
+    let mut command = std::process::Command::new(&shoal);
+    command
+        .arg0("shoal")
+        .arg("mount")
+        .arg(&request.store)
+        .arg(&request.mountpoint);
+    if !request.options.is_empty() {
+        command.arg("-o").arg(request.options.join(","));
+    }
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", shoal.display()))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(MOUNT_FAILURE)
+    })
+}
+
+fn parse_args(args: &[OsString]) -> Result<HelperRequest> {
+    let mut paths = Vec::new();
+    let mut options = Vec::new();
+    let mut fake = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        match text.as_ref() {
+            "-o" => {
+                let value = args.next().context("-o needs a value")?;
+                options.extend(kept_options(&value.to_string_lossy()));
+            }
+            "-t" => {
+                let value = args.next().context("-t needs a value")?;
+                let fstype = value.to_string_lossy();
+                if fstype != "fuse.shoal" && fstype != "shoal" {
+                    bail!("asked to mount type {fstype}; this helper mounts fuse.shoal");
+                }
+            }
+            "-N" => bail!("mounting into another mount namespace (-N) is not supported"),
+            "-h" | "--help" => bail!(
+                "usage: {HELPER_NAME} STORE_DIR MOUNTPOINT [-o OPTIONS] (run by mount -t fuse.shoal)"
+            ),
+            _ if text.starts_with("-o") => options.extend(kept_options(&text[2..])),
+            _ if text.starts_with('-') && text.len() > 1 => {
+                for flag in text[1..].chars() {
+                    match flag {
+                        'f' => fake = true,
+                        // sloppy, no mtab, verbose: nothing to do for a FUSE mount.
+                        's' | 'n' | 'v' => {}
+                        other => bail!("unknown flag -{other}"),
+                    }
+                }
+            }
+            _ => paths.push(PathBuf::from(arg)),
+        }
+    }
+    let [store, mountpoint] = <[PathBuf; 2]>::try_from(paths)
+        .map_err(|_| anyhow::anyhow!("give STORE_DIR and MOUNTPOINT (as mount(8) does)"))?;
+    Ok(HelperRequest {
+        store,
+        mountpoint,
+        options,
+        fake,
+    })
+}
+
+/// Options for mount(8), fstab and systemd, not for the filesystem: `nofail`, `_netdev`,
+/// `noauto`/`auto`, `user`/`users`/`owner`/`group`/`nouser`, `defaults`, `comment=`,
+/// and every `x-` option (`x-systemd.requires=`, `x-systemd.automount`, ...).
+fn is_fstab_only(option: &str) -> bool {
+    let key = option.split_once('=').map_or(option, |(key, _)| key);
+    matches!(
+        key,
+        "nofail"
+            | "_netdev"
+            | "noauto"
+            | "auto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "defaults"
+            | "comment"
+    ) || key.starts_with("x-")
+}
+
+fn kept_options(list: &str) -> impl Iterator<Item = String> + '_ {
+    list.split(',')
+        .filter(|option| !option.is_empty() && !is_fstab_only(option))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<HelperRequest> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        parse_args(&args)
+    }
+
+    #[test]
+    fn drops_fstab_only_options_and_keeps_the_rest() {
+        let request = parse(&[
+            "/srv/store",
+            "/mnt/x",
+            "-o",
+            "rw,nofail,_netdev,x-systemd.requires=network.target,noauto,user,comment=hi,cache=64,defaults",
+            "-t",
+            "fuse.shoal",
+        ])
+        .unwrap();
+        assert_eq!(request.store, PathBuf::from("/srv/store"));
+        assert_eq!(request.mountpoint, PathBuf::from("/mnt/x"));
+        assert_eq!(request.options, ["rw", "cache=64"]);
+        assert!(!request.fake);
+    }
+
+    #[test]
+    fn accepts_the_flags_mount_passes() {
+        let request = parse(&["-sfnv", "-ocommit=1", "/s", "/m"]).unwrap();
+        assert!(request.fake);
+        assert_eq!(request.options, ["commit=1"]);
+        assert_eq!(parse(&["/s", "/m"]).unwrap().options, Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_do() {
+        for bad in [
+            &["/s"][..],
+            &["/s", "/m", "/extra"],
+            &["/s", "/m", "-t", "ext4"],
+            &["/s", "/m", "-N", "1234"],
+            &["/s", "/m", "-x"],
+            &["/s", "/m", "-o"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
