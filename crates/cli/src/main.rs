@@ -56,9 +56,13 @@ enum Command {
     /// Create a new, empty filesystem store in STORE_DIR.
     Mkfs {
         store_dir: PathBuf,
-        /// Format even if the directory is not empty or already holds a store.
+        /// Re-format an existing shoal store (its files are lost); never anything else.
         #[arg(long)]
         force: bool,
+        /// Delete every entry of a non-empty directory that is not a shoal store, then
+        /// format it; the deleted names are printed.
+        #[arg(long)]
+        wipe: bool,
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
@@ -276,7 +280,11 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Mkfs { store_dir, force } => mkfs_cmd::run(&store_dir, force),
+        Command::Mkfs {
+            store_dir,
+            force,
+            wipe,
+        } => mkfs_cmd::run(&store_dir, force, wipe),
         Command::Mount {
             paths,
             memory,

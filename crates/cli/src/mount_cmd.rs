@@ -45,6 +45,8 @@ pub fn run(
         }
         (false, _) => bail!("missing MOUNTPOINT (usage: shoal mount STORE_DIR MOUNTPOINT)"),
     };
+    // Before the log file and the store's files are created (`store_access`).
+    crate::mkfs_cmd::set_private_umask();
     let request = MountRequest {
         store,
         mountpoint: mounts::absolute(mountpoint),
@@ -53,6 +55,9 @@ pub fn run(
     check_mountpoint(&request.mountpoint)?;
     if let Some(store) = &request.store {
         store_dir::read_format(store)?;
+        if let Some(warning) = shoal_engine::store_access::warn_if_exposed(store) {
+            eprintln!("shoal: warning: {warning}");
+        }
     }
     if foreground {
         init_logging(None);

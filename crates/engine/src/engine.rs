@@ -18,7 +18,8 @@ use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
     DEFAULT_CHECKPOINT_BYTES,
 };
-use crate::store_dir::{self, StoreDirError, StoreLock};
+use crate::store_access;
+use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -143,21 +144,34 @@ pub struct FsStats {
 
 impl Engine {
     /// Formats a new, empty filesystem in `dir` (created if missing). Refuses a non-empty
-    /// directory unless `force`.
+    /// directory, and with `force` re-formats only an existing store.
     pub fn mkfs(dir: &Path, force: bool) -> Result<(), OpenError> {
-        store_dir::prepare_new(dir, force)?;
+        let overwrite = if force {
+            Overwrite::Store
+        } else {
+            Overwrite::Nothing
+        };
+        Self::format(dir, overwrite).map(drop)
+    }
+
+    /// Formats a new, empty filesystem in `dir`, deleting what `overwrite` allows first;
+    /// returns the names of the deleted entries. The store is private to its owner.
+    pub fn format(dir: &Path, overwrite: Overwrite) -> Result<Vec<String>, OpenError> {
+        let deleted = store_dir::prepare_new(dir, overwrite)?;
         let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
         initialize(&store)?;
         store.sync()?;
         drop(store);
         store_dir::write_format(dir)?;
-        Ok(())
+        store_access::make_private(dir).map_err(|error| StoreDirError::Io(dir.into(), error))?;
+        Ok(deleted)
     }
 
     /// Opens the store in `dir`, locking it against a second user.
     pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
+        store_access::warn_if_exposed(dir);
         let mut store: Box<dyn Store> =
             Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
         if config.checkpoint_bytes > 0 {

@@ -39,6 +39,7 @@ mod quota_ops;
 mod rename;
 pub mod stats;
 pub mod store;
+pub mod store_access;
 pub mod store_dir;
 mod xattr;
 
