@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod control;
+mod exit_report;
 mod fsck_cmd;
 mod gen_tree_cmd;
 mod metrics_http;

@@ -131,9 +131,13 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
     redirect_stdio_to_null();
     let mut ready = Some(write_end);
     let code = match serve(request, &mut ready) {
-        Ok(()) => 0,
+        Ok(()) => {
+            crate::exit_report::record(None);
+            0
+        }
         Err(error) => {
             tracing::error!("{error:#}");
+            crate::exit_report::record(Some(&format!("{error:#}")));
             // Still unreported (failed before the mount was live): tell the waiting parent.
             if let Some(mut pipe) = ready.take() {
                 let _ = writeln!(pipe, "{error:#}");
@@ -327,10 +331,25 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         pipe.write_all(b"ok\n").context("reporting readiness")?;
     }
     shoal_fuse::run(session).context("serving FUSE requests")?;
-    engine.sync().context("final sync")?;
+    final_sync(&engine)?;
     drop(engine);
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())
+}
+
+/// The sync at unmount; on failure the error says how much acknowledged work is not
+/// durable (and `shoal umount` prints it).
+fn final_sync(engine: &Engine) -> Result<()> {
+    let Err(error) = engine.sync() else {
+        return Ok(());
+    };
+    let unsynced = engine.unsynced_batches();
+    let staged = engine.stats_snapshot().1.staged_bytes;
+    bail!(
+        "final sync failed: {error}; {unsynced} operation(s) acknowledged since the last \
+         successful sync are not durable ({staged} bytes of them still only in memory, \
+         lost now)"
+    )
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started after it, so

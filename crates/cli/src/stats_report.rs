@@ -80,6 +80,12 @@ pub struct EngineReport {
     /// while flushes and compactions catch up), and the time they took.
     pub write_slowdowns: u64,
     pub write_slowdown_ns: u64,
+    /// Background writes (checkpoints, interval commits) that failed, and the newest
+    /// failure; each is also returned to the next fsync.
+    #[serde(default)]
+    pub write_errors: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_write_error: Option<String>,
 }
 
 /// `shoal_engine::StoreMetrics`, field for field.
@@ -195,7 +201,10 @@ impl StatsSource {
     /// `None` once the filesystem is unmounting and the engine is gone. `heap` also reads
     /// the allocator's heap figures (see `ControlRequest::HeapStats`).
     pub fn report(&self, heap: bool) -> Option<StatsReport> {
-        let (engine, store) = self.engine.upgrade()?.stats_snapshot();
+        let live = self.engine.upgrade()?;
+        let errors = live.write_errors();
+        let (engine, store) = live.stats_snapshot();
+        drop(live);
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
         Some(StatsReport {
@@ -221,6 +230,8 @@ impl StatsSource {
                 batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
                 write_slowdowns: engine.slow_batch_writes,
                 write_slowdown_ns: engine.slow_batch_write_ns,
+                write_errors: errors.count,
+                last_write_error: errors.last,
             },
             store: store.into(),
             memory: MemoryReport {

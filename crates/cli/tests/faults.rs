@@ -109,3 +109,221 @@ fn mkfs_force_reformats_only_stores_and_wipe_names_what_goes() {
     // Now a store: --force re-formats it.
     shoal_ok(&[OsStr::new("mkfs"), os(&foreign), OsStr::new("--force")]);
 }
+
+/// A small filesystem on a loop device (an image file), mounted on a fresh directory and
+/// unmounted on drop: a store on it runs out of space quickly.
+struct LoopFs {
+    mountpoint: PathBuf,
+    // Last: removed after the unmount in Drop.
+    _dir: tempfile::TempDir,
+}
+
+impl LoopFs {
+    fn new(size_mib: u64, fstype: &str) -> LoopFs {
+        let dir = test_dir();
+        let image = dir.path().join("image");
+        let mountpoint = dir.path().join("fs");
+        fs::create_dir(&mountpoint).unwrap();
+        let file = fs::File::create(&image).unwrap();
+        file.set_len(size_mib << 20).unwrap();
+        drop(file);
+        let mkfs = format!("mkfs.{fstype}");
+        common::run_ok(
+            std::process::Command::new(&mkfs).arg("-q").arg(&image),
+            common::SHOAL_TIMEOUT,
+        );
+        common::run_ok(
+            std::process::Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mountpoint),
+            common::SHOAL_TIMEOUT,
+        );
+        LoopFs {
+            mountpoint,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        // Lazy: a failed test may leave a daemon with files open there.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+    }
+}
+
+/// A shoal store on `disk`, mounted on a fresh directory; unmounted on drop.
+struct StoreOn {
+    store: PathBuf,
+    mnt: PathBuf,
+    options: String,
+    _dir: tempfile::TempDir,
+}
+
+impl StoreOn {
+    fn new(disk: &LoopFs, options: &str) -> StoreOn {
+        let dir = test_dir();
+        let store = disk.mountpoint.join("store");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        shoal_ok(&[OsStr::new("mkfs"), os(&store)]);
+        let mounted = StoreOn {
+            store,
+            mnt,
+            options: options.to_string(),
+            _dir: dir,
+        };
+        mounted.mount();
+        mounted
+    }
+
+    fn mount(&self) {
+        let out = shoal(&[
+            OsStr::new("mount"),
+            os(&self.store),
+            os(&self.mnt),
+            OsStr::new("-o"),
+            OsStr::new(&self.options),
+        ]);
+        assert!(out.success(), "{}", out.describe());
+    }
+
+    fn umount(&self) -> common::CmdOutput {
+        shoal(&[OsStr::new("umount"), os(&self.mnt)])
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.mnt.join(name)
+    }
+
+    fn fsck(&self) -> common::CmdOutput {
+        common::run(
+            std::process::Command::new(common::SHOAL)
+                .arg("fsck")
+                .arg(&self.store),
+            common::FSCK_TIMEOUT,
+        )
+    }
+}
+
+impl Drop for StoreOn {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.mnt) {
+            common::force_unmount(Some(&self.store), &self.mnt);
+        }
+    }
+}
+
+/// Writes `bytes` to a new file and fsyncs it; the first error of any step.
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// A full device is ENOSPC from the operation that needs the space, never EIO, and the
+/// mount lives on: reads, unlink, rename, truncate and rmdir go on working, every fsync'd
+/// file survives, and the store unmounts clean.
+#[test]
+fn a_full_disk_is_enospc_and_the_mount_lives_on() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    fs::create_dir(m.path("dir")).unwrap();
+    let keep = pattern(1, 300_000);
+    write_file(&m.path("keep"), &keep).unwrap();
+    let mut written = Vec::new();
+    let mut refused = None;
+    for index in 0..400u64 {
+        let name = format!("dir/f{index}");
+        match write_file(&m.path(&name), &pattern(index + 10, 1 << 20)) {
+            Ok(()) => written.push((name, index + 10)),
+            Err(error) => {
+                refused = Some((error, name));
+                break;
+            }
+        }
+    }
+    let (refused, partial) = refused.expect("128 MiB never filled up");
+    assert_eq!(
+        refused.raw_os_error(),
+        Some(libc::ENOSPC),
+        "the write that needs space gets ENOSPC, got {refused} after {} files",
+        written.len()
+    );
+    assert!(written.len() > 10, "only {} MiB fit", written.len());
+    // Small creates and mkdir are refused the same way, not with EIO.
+    for attempt in [
+        write_file(&m.path("small"), b"x"),
+        fs::create_dir(m.path("newdir")),
+    ] {
+        if let Err(error) = attempt {
+            assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+        }
+    }
+    // The mount lives on: reads, renames, truncates, unlinks and rmdir all work.
+    assert_eq!(fs::read(m.path("keep")).unwrap(), keep);
+    let (first, seed) = written[0].clone();
+    assert_eq!(fs::read(m.path(&first)).unwrap(), pattern(seed, 1 << 20));
+    fs::rename(m.path(&first), m.path("moved")).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("moved"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    fs::remove_file(m.path("moved")).unwrap();
+    // The file whose write was refused is there (created before the space ran out).
+    fs::remove_file(m.path(&partial)).unwrap();
+    fs::create_dir(m.path("dir/sub")).ok();
+    let _ = fs::remove_dir(m.path("dir/sub"));
+    // Most of the files go: a blob file's space comes back by copying its live rest
+    // elsewhere, which needs that much free space (see docs/durability.md).
+    for (name, _) in written.drain(1..written.len() - 2) {
+        fs::remove_file(m.path(&name)).unwrap();
+    }
+    let listing = fs::read_dir(m.path("dir")).unwrap().count();
+    assert_eq!(listing, written.len() - 1);
+    // The deleted files' space comes back: new writes fit again, without a remount.
+    let started = std::time::Instant::now();
+    let after = common::poll(std::time::Duration::from_secs(60), || {
+        write_file(&m.path("after"), &pattern(99, 1 << 20)).is_ok()
+    });
+    assert!(after, "no write fit after deleting most files");
+    eprintln!(
+        "a write fit again {:?} after the deletions",
+        started.elapsed()
+    );
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    let out = m.fsck();
+    assert!(out.success(), "{}", out.describe());
+    m.mount();
+    assert_eq!(fs::read(m.path("keep")).unwrap(), keep);
+    for (name, seed) in &written[1..] {
+        assert_eq!(
+            fs::read(m.path(name)).unwrap(),
+            pattern(*seed, 1 << 20),
+            "{name}"
+        );
+    }
+    assert_eq!(fs::read(m.path("after")).unwrap(), pattern(99, 1 << 20));
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+}

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{FsError, FsResult};
+use crate::error_seq::{ErrorSeq, WriteErrors};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
+use crate::space_reserve::{Need, SpaceReserve};
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
@@ -124,6 +126,12 @@ pub struct Engine {
     commit_stop: Arc<CommitStop>,
     /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
     quota_records_exist: AtomicBool,
+    /// Interval commits that failed (see `error_seq`), and how many background failures
+    /// (these and the store's) a `sync` has returned so far.
+    errors: ErrorSeq,
+    errors_reported: AtomicU64,
+    /// Free space kept back on the store's device (none in memory or read-only).
+    space: Option<SpaceReserve>,
     _lock: Option<StoreLock>,
 }
 
@@ -177,20 +185,28 @@ impl Engine {
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
         }
-        Self::start(store, config, Some(lock))
+        let space = if config.read_only {
+            None
+        } else {
+            let reserve =
+                SpaceReserve::new(dir).map_err(|error| StoreDirError::Io(dir.into(), error))?;
+            Some(reserve)
+        };
+        Self::start(store, config, Some(lock), space)
     }
 
     /// A filesystem kept only in RAM, with the same semantics.
     pub fn open_memory(config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         let store = MemoryStore::new();
         initialize(&store)?;
-        Self::start(Box::new(store), config, None)
+        Self::start(Box::new(store), config, None, None)
     }
 
     fn start(
         store: Box<dyn Store>,
         config: EngineConfig,
         lock: Option<StoreLock>,
+        space: Option<SpaceReserve>,
     ) -> Result<Arc<Engine>, OpenError> {
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
@@ -229,6 +245,9 @@ impl Engine {
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
+            errors: ErrorSeq::default(),
+            errors_reported: AtomicU64::new(0),
+            space,
             _lock: lock,
         });
         if !engine.read_only {
@@ -352,9 +371,29 @@ impl Engine {
     }
 
     /// Makes every completed operation durable. Concurrent callers share one store sync.
+    /// A background write that failed since the last sync is returned here once, even if
+    /// a retry has since succeeded (as fsync returns a writeback error, errseq).
     pub fn sync(&self) -> FsResult<()> {
         self.stats.record_sync_request();
-        self.commit()
+        let committed = self.commit();
+        let errors = self.write_errors();
+        let reported = self.errors_reported.swap(errors.count, Ordering::AcqRel);
+        committed?;
+        if errors.count > reported {
+            let last = errors.last.unwrap_or_default();
+            return Err(FsError::Store(crate::store::StoreError::Engine(format!(
+                "{} background write(s) failed since the last sync; the last: {last}",
+                errors.count - reported
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Background writes that failed since the store was opened (`shoal stats`).
+    pub fn write_errors(&self) -> WriteErrors {
+        self.errors
+            .snapshot()
+            .merged(self.store.background_errors())
     }
 
     /// The group commit itself: one store sync covering every batch written so far, unless
@@ -371,6 +410,14 @@ impl Engine {
         self.stats.record_commit(started.elapsed());
         *synced = upto;
         Ok(())
+    }
+
+    /// Batches (operations) written since the last successful sync.
+    pub fn unsynced_batches(&self) -> u64 {
+        self.committer
+            .written_batches
+            .load(Ordering::Acquire)
+            .saturating_sub(*self.committer.synced_batches.lock())
     }
 
     fn has_unsynced_batches(&self) -> bool {
@@ -596,7 +643,7 @@ fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Du
             if engine.has_unsynced_batches() {
                 engine.stats.record_interval_commit();
                 if let Err(error) = engine.commit() {
-                    tracing::error!("interval commit failed: {error}");
+                    engine.errors.record("interval commit failed", &error);
                 }
             }
         });
@@ -825,6 +872,26 @@ impl<'a> Txn<'a> {
     }
 
     /// Writes the batch, with the new absolute counter values, as one atomic store write.
+    /// Whether the device keeps its reserve after this batch (see `space_reserve`).
+    fn space_for(&self, batch_bytes: u64) -> bool {
+        let Some(space) = &self.engine.space else {
+            return true;
+        };
+        let grows = self.batch.has_puts(Space::Data)
+            || self
+                .usage_delta
+                .values()
+                .any(|&(inodes, bytes)| inodes > 0 || bytes > 0);
+        let need = if grows { Need::Room } else { Need::Cleanup };
+        let store = &self.engine.store;
+        let release = || {
+            if let Err(error) = store.release_space() {
+                tracing::warn!(%error, "writing out memtables for space failed");
+            }
+        };
+        space.admit(need, batch_bytes, &|| store.pending_bytes(), &release)
+    }
+
     pub(crate) fn commit(mut self) -> FsResult<()> {
         let mut changed_quotas =
             self.state
@@ -860,6 +927,10 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         let batch_bytes = self.batch.bytes() as u64;
+        if !self.space_for(batch_bytes) {
+            self.state.ino_runs.clear();
+            return Err(FsError::NoSpace);
+        }
         let batch = std::mem::take(&mut self.batch);
         let started = Instant::now();
         let written = self.engine.store.write(batch);

@@ -4,6 +4,7 @@
 //! file data never slows compaction of the metadata tree. A `Batch` is applied atomically
 //! across both spaces.
 
+mod blob_reclaim;
 mod fjall_store;
 mod journal_sync;
 mod memory_store;
@@ -122,6 +123,11 @@ impl Batch {
     /// `Some(Some(v))`: written in this batch; `Some(None)`: deleted in it; `None`: untouched.
     pub fn lookup(&self, space: Space, key: &[u8]) -> Option<Option<&[u8]>> {
         self.space(space).get(key).map(|value| value.as_deref())
+    }
+
+    /// Whether the batch puts any key in `space` (deletes do not count).
+    pub fn has_puts(&self, space: Space) -> bool {
+        self.space(space).values().any(Option::is_some)
     }
 
     pub fn len(&self) -> usize {
@@ -250,6 +256,24 @@ pub trait Store: StoreView {
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;
+
+    /// Bytes the store has taken in and must still write out to its files (memtables to
+    /// tables, staged operations to the journal): space it will need (`space_reserve`).
+    fn pending_bytes(&self) -> u64 {
+        0
+    }
+
+    /// Writes out what `pending_bytes` counts now, so the journals holding it can go and
+    /// their space comes back; waits for that. For a device near full.
+    fn release_space(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Failures of writes the store did on its own (background checkpoints): see
+    /// `error_seq`. None for stores that do no such writes.
+    fn background_errors(&self) -> crate::error_seq::WriteErrors {
+        crate::error_seq::WriteErrors::default()
+    }
 
     /// Maintenance: writes every memtable out and merges all tables into one sorted run,
     /// dropping overwritten versions and tombstones. Blocks until done; writes may go on.
