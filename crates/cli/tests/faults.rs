@@ -327,3 +327,40 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
 }
+
+/// The device under the store fails (shut down, as a dying disk or a forced unmount of
+/// the store's filesystem does): fsync fails rather than pretending, the failed interval
+/// commit shows in `shoal stats`, and `shoal umount` exits 1 saying what was lost.
+#[test]
+fn a_failed_device_is_reported_by_fsync_stats_and_umount() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    let durable = pattern(7, 100_000);
+    write_file(&m.path("durable"), &durable).unwrap();
+    fs::write(m.path("unsynced"), b"acknowledged, never synced").unwrap();
+    common::run_ok(
+        std::process::Command::new("xfs_io")
+            .args(["-x", "-c", "shutdown"])
+            .arg(&disk.mountpoint),
+        common::SHOAL_TIMEOUT,
+    );
+    let synced = write_file(&m.path("after"), b"after the device died");
+    assert!(synced.is_err(), "fsync on a dead device succeeded");
+    // Reads of what the daemon holds still work.
+    assert_eq!(fs::read(m.path("durable")).unwrap(), durable);
+    let reported = common::poll(std::time::Duration::from_secs(10), || {
+        let out = shoal(&[OsStr::new("stats"), os(&m.mnt), OsStr::new("--json")]);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+        report["engine"]["write_errors"].as_u64().unwrap_or(0) > 0
+            && report["engine"]["last_write_error"].is_string()
+    });
+    assert!(reported, "the failed background commit is not in `shoal stats`");
+    let out = m.umount();
+    assert!(!out.success(), "umount exited 0 after a failed final sync\n{}", out.describe());
+    assert!(
+        out.stderr.contains("final sync failed") && out.stderr.contains("not durable"),
+        "{}",
+        out.describe()
+    );
+    assert!(!common::is_mounted(&m.mnt));
+}
