@@ -6,6 +6,7 @@
 
 mod blob_reclaim;
 mod fjall_store;
+pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod staged_store;
