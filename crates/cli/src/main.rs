@@ -85,8 +85,9 @@ enum Command {
     },
     /// Make everything durable, unmount, and wait for the daemon to finish.
     Umount { mountpoint: PathBuf },
-    /// Check every invariant of an unmounted store; with --counters, only the usage
-    /// counters, fast and in parallel, also on a live mount (against a snapshot).
+    /// Check every invariant of an unmounted store, changing nothing (read-only and full
+    /// devices too); with --counters, only the usage counters, fast and in parallel, also
+    /// on a live mount (against a snapshot).
     Fsck {
         /// A store directory (unmounted), or with --counters also a mountpoint.
         target: PathBuf,
@@ -96,6 +97,10 @@ enum Command {
         /// Scan threads for --counters (default: one per core).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// Repair a damaged store in place: keep what is readable, drop the rest (a
+        /// journal from its first damaged batch on), and say what was dropped.
+        #[arg(long, conflicts_with = "counters")]
+        repair: bool,
     },
     /// Usage and limits per user, group and project (xfs_quota / repquota style). TARGET is
     /// a mountpoint (the daemon answers) or an unmounted store directory.
@@ -297,11 +302,12 @@ fn main() -> ExitCode {
             target,
             counters,
             threads,
+            repair,
         } => {
             if counters {
                 fsck_cmd::run_counters(&target, threads)
             } else {
-                fsck_cmd::run(&target)
+                fsck_cmd::run(&target, repair)
             }
         }
         Command::Quota(command) => run_quota(command),

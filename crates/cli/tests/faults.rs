@@ -354,13 +354,248 @@ fn a_failed_device_is_reported_by_fsync_stats_and_umount() {
         report["engine"]["write_errors"].as_u64().unwrap_or(0) > 0
             && report["engine"]["last_write_error"].is_string()
     });
-    assert!(reported, "the failed background commit is not in `shoal stats`");
+    assert!(
+        reported,
+        "the failed background commit is not in `shoal stats`"
+    );
     let out = m.umount();
-    assert!(!out.success(), "umount exited 0 after a failed final sync\n{}", out.describe());
+    assert!(
+        !out.success(),
+        "umount exited 0 after a failed final sync\n{}",
+        out.describe()
+    );
     assert!(
         out.stderr.contains("final sync failed") && out.stderr.contains("not durable"),
         "{}",
         out.describe()
     );
     assert!(!common::is_mounted(&m.mnt));
+}
+
+/// A store with tables, blob files and a journal: small memtables make flushes happen.
+fn template_store(dir: &Path) -> PathBuf {
+    let mnt = dir.join("template-mnt");
+    let store = dir.join("template");
+    fs::create_dir(&mnt).unwrap();
+    shoal_ok(&[OsStr::new("mkfs"), os(&store)]);
+    shoal_ok(&[
+        OsStr::new("mount"),
+        os(&store),
+        os(&mnt),
+        OsStr::new("-o"),
+        OsStr::new("memtable=1,checkpoint=0"),
+    ]);
+    let _guard = common::MountGuard {
+        store: Some(store.clone()),
+        mnt: mnt.clone(),
+    };
+    for round in 0..6u64 {
+        write_file(&mnt.join(format!("big{round}")), &pattern(round, 700_000)).unwrap();
+        fs::create_dir(mnt.join(format!("d{round}"))).unwrap();
+        for index in 0..150 {
+            fs::write(mnt.join(format!("d{round}/small{index}")), b"small file").unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    store
+}
+
+/// Each kind of file in a store, picked in `store`.
+fn store_files(store: &Path) -> Vec<(&'static str, PathBuf)> {
+    let kv = store.join("kv");
+    let newest_journal = fs::read_dir(&kv)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jnl"))
+        .max()
+        .expect("a journal");
+    let largest_in = |folder: &str| -> PathBuf {
+        let mut found = Vec::new();
+        for keyspace in fs::read_dir(kv.join("keyspaces")).unwrap() {
+            let dir = keyspace.unwrap().path().join(folder);
+            if let Ok(entries) = fs::read_dir(&dir) {
+                for entry in entries {
+                    let path = entry.unwrap().path();
+                    found.push((fs::metadata(&path).unwrap().len(), path));
+                }
+            }
+        }
+        found
+            .into_iter()
+            .max()
+            .unwrap_or_else(|| panic!("no {folder}"))
+            .1
+    };
+    let meta_keyspace = kv.join("keyspaces/1");
+    let current = meta_keyspace.join("current");
+    let manifest = fs::read_dir(&meta_keyspace)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with('v') && name[1..].parse::<u64>().is_ok())
+        })
+        .max()
+        .expect("a version file");
+    vec![
+        ("journal", newest_journal),
+        ("table", largest_in("tables")),
+        ("blob", largest_in("blobs")),
+        ("manifest", manifest),
+        ("current", current),
+    ]
+}
+
+/// Bytes that were written: a journal is preallocated with zeros past its last batch.
+fn written_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1)
+}
+
+fn damage(path: &Path, how: &str) {
+    let mut bytes = fs::read(path).unwrap();
+    let written = written_len(&bytes).max(1);
+    match how {
+        "deleted" => return fs::remove_file(path).unwrap(),
+        "truncated" => bytes.truncate(written / 2),
+        "flip-start" => bytes[0] ^= 0x5a,
+        "flip-middle" => bytes[written / 2] ^= 0x5a,
+        "flip-end" => bytes[written - 1] ^= 0x5a,
+        other => panic!("{other}"),
+    }
+    fs::write(path, bytes).unwrap();
+}
+
+/// Every file's bytes under `dir`, to prove fsck changed nothing.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found: Vec<_> = modes_under(dir)
+        .into_iter()
+        .filter(|(path, _)| path.is_file())
+        .map(|(path, _)| {
+            let bytes = fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Damage is never "clean": each kind of store file deleted, cut to half, or with a byte
+/// flipped at its start, middle or end makes fsck exit 1 naming it, without changing the
+/// store; a mount refuses damaged journals and key-value files naming `fsck --repair`,
+/// which then makes the store mount again.
+#[test]
+fn damaged_stores_are_never_clean() {
+    let dir = test_dir();
+    let template = template_store(dir.path());
+    let out = shoal(&[OsStr::new("fsck"), os(&template)]);
+    assert!(out.success(), "the undamaged store: {}", out.describe());
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut missed = Vec::new();
+    for (kind, _) in store_files(&template) {
+        for how in [
+            "deleted",
+            "truncated",
+            "flip-start",
+            "flip-middle",
+            "flip-end",
+        ] {
+            let store = dir.path().join(format!("{kind}-{how}"));
+            common::run_ok(
+                std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(&template)
+                    .arg(&store),
+                common::SHOAL_TIMEOUT,
+            );
+            let target = store_files(&store)
+                .into_iter()
+                .find(|(name, _)| *name == kind)
+                .unwrap()
+                .1;
+            damage(&target, how);
+            let before = contents(&store);
+            let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+            assert_eq!(contents(&store), before, "fsck changed {kind} {how}");
+            if out.code != Some(1) {
+                missed.push(format!("{kind} {how}: {}", out.describe()));
+                continue;
+            }
+            assert!(out.stdout.contains("--repair"), "{}", out.describe());
+            // Journals and the files fjall opens are checked at mount.
+            if matches!(kind, "journal" | "manifest" | "current") {
+                let mounted = shoal(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+                let _guard = common::MountGuard {
+                    store: Some(store.clone()),
+                    mnt: mnt.clone(),
+                };
+                if mounted.success() || !mounted.stderr.contains("fsck --repair") {
+                    missed.push(format!("mount of {kind} {how}: {}", mounted.describe()));
+                }
+            }
+        }
+    }
+    // Known gaps, each a case fsck does not see yet: lsm-tree does not checksum the
+    // last byte of a table, blob or version file, and recovers from a damaged `current`
+    // file (its checksum is not checked) by itself. Listed so the test fails when one
+    // starts being caught (remove it here then) or another stops being caught.
+    let known_gaps = [
+        "table flip-end",
+        "blob flip-end",
+        "manifest flip-end",
+        "current truncated",
+        "current flip-middle",
+        "current flip-end",
+    ];
+    let unexpected: Vec<_> = missed
+        .iter()
+        .filter(|case| {
+            !known_gaps
+                .iter()
+                .any(|gap| case.starts_with(&format!("{gap}:")))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "not reported as damage:\n{}",
+        unexpected
+            .iter()
+            .map(|case| case.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(missed.len(), known_gaps.len(), "{missed:#?}");
+
+    // Repair: what is readable stays, the rest is dropped and named, and the store is
+    // clean and mounts again.
+    for case in [
+        "journal-flip-middle",
+        "journal-deleted",
+        "journal-truncated",
+    ] {
+        let store = dir.path().join(case);
+        let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
+        assert!(
+            repaired.success() && repaired.stdout.contains("dropped"),
+            "{}",
+            repaired.describe()
+        );
+        let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+        assert!(out.success(), "after --repair: {}", out.describe());
+        shoal_ok(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+        let _guard = common::MountGuard {
+            store: Some(store.clone()),
+            mnt: mnt.clone(),
+        };
+        assert!(
+            fs::read_dir(&mnt).unwrap().count() > 0,
+            "{case}: nothing kept"
+        );
+        shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    }
 }

@@ -66,6 +66,8 @@ pub enum OpenError {
     Store(#[from] crate::store::StoreError),
     #[error("store is damaged: {0}")]
     Damaged(String),
+    #[error("{0}")]
+    NoSpace(String),
 }
 
 impl From<FsError> for OpenError {
@@ -180,11 +182,6 @@ impl Engine {
         store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
         store_access::warn_if_exposed(dir);
-        let mut store: Box<dyn Store> =
-            Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
-        if config.checkpoint_bytes > 0 {
-            store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
-        }
         let space = if config.read_only {
             None
         } else {
@@ -192,7 +189,17 @@ impl Engine {
                 SpaceReserve::new(dir).map_err(|error| StoreDirError::Io(dir.into(), error))?;
             Some(reserve)
         };
-        Self::start(store, config, Some(lock), space)
+        let fjall = crate::store_open::open_verified(dir, &config.tuning, space.as_ref())?;
+        let mut store: Box<dyn Store> = Box::new(fjall);
+        if config.checkpoint_bytes > 0 {
+            store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
+        }
+        Self::start(store, config, Some(lock), space).map_err(|error| match error {
+            OpenError::Damaged(problem) if !problem.contains("--repair") => {
+                crate::store_open::damaged(dir, &[problem])
+            }
+            other => other,
+        })
     }
 
     /// A filesystem kept only in RAM, with the same semantics.

@@ -43,6 +43,9 @@ pub mod stats;
 pub mod store;
 pub mod store_access;
 pub mod store_dir;
+pub mod store_open;
+pub mod store_shadow;
+pub mod store_state;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};

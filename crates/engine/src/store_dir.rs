@@ -228,6 +228,33 @@ impl StoreLock {
     }
 }
 
+/// A shared lock for a read-only look at a store (fsck): taken without writing, so it
+/// works on a read-only or full device. `None` when the store has no lock file (it was
+/// never mounted) or it cannot be opened: then nobody can hold it either.
+#[derive(Debug)]
+pub struct SharedStoreLock {
+    _file: Option<File>,
+}
+
+impl SharedStoreLock {
+    pub fn acquire(dir: &Path) -> Result<SharedStoreLock, StoreDirError> {
+        let path = dir.join(LOCK_FILE);
+        let Ok(mut file) = File::open(&path) else {
+            return Ok(SharedStoreLock { _file: None });
+        };
+        // SAFETY: flock on a file descriptor we own.
+        let locked = unsafe { flock(file.as_raw_fd(), LOCK_SH | LOCK_NB) } == 0;
+        if !locked {
+            let mut owner = String::new();
+            let _ = file.read_to_string(&mut owner);
+            let owner = owner.trim();
+            let owner = if owner.is_empty() { "unknown" } else { owner };
+            return Err(StoreDirError::Locked(dir.to_path_buf(), owner.to_string()));
+        }
+        Ok(SharedStoreLock { _file: Some(file) })
+    }
+}
+
 impl Drop for StoreLock {
     fn drop(&mut self) {
         // The kernel drops the flock when the file closes; clear the pid for readers.
@@ -235,6 +262,7 @@ impl Drop for StoreLock {
     }
 }
 
+const LOCK_SH: i32 = 1;
 const LOCK_EX: i32 = 2;
 const LOCK_NB: i32 = 4;
 

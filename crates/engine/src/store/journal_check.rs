@@ -114,7 +114,10 @@ pub fn check_journal(path: PathBuf, bytes: &[u8], newest: bool) -> JournalFile {
     let file_bytes = bytes.len() as u64;
     // fjall preallocates journals (64 MiB of zeros): what follows the last non-zero byte
     // was never written. A complete batch ends in its magic, never in a zero.
-    let written = bytes.iter().rposition(|&byte| byte != 0).map_or(0, |last| last + 1);
+    let written = bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1);
     let bytes = &bytes[..written];
     let mut position = 0usize;
     let mut batches = 0u64;
@@ -186,7 +189,9 @@ fn count_later_batches(rest: &[u8]) -> u64 {
 fn read_batch(bytes: &[u8]) -> Result<(usize, u64), Unreadable> {
     let start = take(bytes, 0, START_BYTES)?;
     if start[0] != TAG_START {
-        return Err(Unreadable::Invalid("a batch does not begin with a start entry"));
+        return Err(Unreadable::Invalid(
+            "a batch does not begin with a start entry",
+        ));
     }
     let item_count = u32::from_le_bytes(start[1..5].try_into().unwrap_or_default());
     let seqno = u64::from_le_bytes(start[5..13].try_into().unwrap_or_default());
@@ -197,21 +202,29 @@ fn read_batch(bytes: &[u8]) -> Result<(usize, u64), Unreadable> {
         let length = match tag {
             TAG_ITEM => item_length(&bytes[position..])?,
             TAG_CLEAR => CLEAR_BYTES,
-            _ => return Err(Unreadable::Invalid("an entry of unknown kind inside a batch")),
+            _ => {
+                return Err(Unreadable::Invalid(
+                    "an entry of unknown kind inside a batch",
+                ))
+            }
         };
         hasher.update(take(bytes, position, length)?);
         position += length;
     }
     let end = take(bytes, position, END_BYTES)?;
     if end[0] != TAG_END {
-        return Err(Unreadable::Invalid("a batch holds more entries than it says"));
+        return Err(Unreadable::Invalid(
+            "a batch holds more entries than it says",
+        ));
     }
     if &end[9..] != END_MAGIC {
         return Err(Unreadable::Invalid("a batch's end marker is damaged"));
     }
     let expected = u64::from_le_bytes(end[1..9].try_into().unwrap_or_default());
     if hasher.digest() != expected {
-        return Err(Unreadable::Invalid("a batch's checksum does not match its bytes"));
+        return Err(Unreadable::Invalid(
+            "a batch's checksum does not match its bytes",
+        ));
     }
     Ok((position + END_BYTES, seqno))
 }
