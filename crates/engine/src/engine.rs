@@ -209,6 +209,18 @@ impl Engine {
         Self::start(Box::new(store), config, None, None)
     }
 
+    /// A filesystem over any store (formatted here if it holds no superblock yet): for
+    /// fault injection and stores of a program's own. No lock, no space reserve.
+    pub fn open_with_store(
+        store: Box<dyn Store>,
+        config: EngineConfig,
+    ) -> Result<Arc<Engine>, OpenError> {
+        if store.get(Space::Meta, &keys::superblock_key())?.is_none() {
+            initialize(store.as_ref())?;
+        }
+        Self::start(store, config, None, None)
+    }
+
     fn start(
         store: Box<dyn Store>,
         config: EngineConfig,
