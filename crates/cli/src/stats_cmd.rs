@@ -191,6 +191,14 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         store.active_compactions,
         store.compactions_completed.saturating_sub(was.compactions_completed),
     );
+    let _ = writeln!(
+        out,
+        "space   on disk {}  reclaimable {}  reclaims {} (returned {})",
+        bytes(store.disk_bytes),
+        bytes(store.reclaimable_bytes),
+        store.reclaims,
+        bytes(store.reclaimed_bytes),
+    );
     let memory = &current.memory;
     let _ = writeln!(
         out,

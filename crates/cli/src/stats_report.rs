@@ -124,6 +124,14 @@ pub struct StoreReport {
     pub held_write_ns: u64,
     #[serde(default)]
     pub held_write_max_ns: u64,
+    /// Deleted file data not yet returned to the device (estimate), and the reclaims
+    /// that return it (`blob_reclaim`).
+    #[serde(default)]
+    pub reclaimable_bytes: u64,
+    #[serde(default)]
+    pub reclaims: u64,
+    #[serde(default)]
+    pub reclaimed_bytes: u64,
 }
 
 impl From<StoreMetrics> for StoreReport {
@@ -152,6 +160,9 @@ impl From<StoreMetrics> for StoreReport {
             held_writes: metrics.held_writes,
             held_write_ns: metrics.held_write_ns,
             held_write_max_ns: metrics.held_write_max_ns,
+            reclaimable_bytes: metrics.reclaimable_bytes,
+            reclaims: metrics.reclaims,
+            reclaimed_bytes: metrics.reclaimed_bytes,
         }
     }
 }

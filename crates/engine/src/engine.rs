@@ -150,6 +150,8 @@ struct CommitStop {
 pub struct FsStats {
     pub used: Usage,
     pub store_disk_bytes: u64,
+    /// Free space kept back on the store's device (`space_reserve`): not available.
+    pub reserved_bytes: u64,
 }
 
 impl Engine {
@@ -345,6 +347,7 @@ impl Engine {
         Ok(FsStats {
             used,
             store_disk_bytes: self.store.disk_bytes(),
+            reserved_bytes: self.space.as_ref().map_or(0, SpaceReserve::floor_bytes),
         })
     }
 

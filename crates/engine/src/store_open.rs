@@ -39,32 +39,33 @@ pub fn open_verified(
     for note in &findings.notes {
         tracing::info!("{note}");
     }
-    if let Some(reserve) = reserve {
-        check_replay_space(dir, findings.journal_bytes, reserve.floor_bytes())?;
-    }
     let store = FjallStore::open(&kv, tuning).map_err(|error| {
         damaged(
             dir,
             &[format!("the key-value store cannot be opened: {error}")],
         )
     })?;
-    if reserve.is_some() {
+    if let Some(reserve) = reserve {
+        // Recovery only read the journals into memtables; their flush is what needs
+        // the space, exactly what the memtables now hold.
+        check_replay_space(dir, store.pending_bytes(), reserve.floor_bytes())?;
         record_open(dir, &store);
     }
     Ok(store)
 }
 
-/// A replay reads the journal into memtables, and their flush writes it out again.
-fn check_replay_space(dir: &Path, journal_bytes: u64, floor_bytes: u64) -> Result<(), OpenError> {
+/// The journal's batches not yet in tables were replayed into memtables; writing them
+/// out needs their size on the device, beside the reserve.
+fn check_replay_space(dir: &Path, replayed_bytes: u64, floor_bytes: u64) -> Result<(), OpenError> {
     let available = device_space(dir).map_err(io_error(dir))?.available_bytes;
-    let needed = journal_bytes + floor_bytes;
+    let needed = replayed_bytes + floor_bytes;
     if available < needed {
         return Err(OpenError::NoSpace(format!(
-            "{}: replaying the journal ({} MiB) needs {} MiB free on the store's device \
-             (with the {} MiB reserve), and {} MiB are; free space there or grow the \
-             device, then mount again (nothing was changed)",
+            "{}: the journal's {} MiB not yet in tables need {} MiB free on the store's \
+             device (with the {} MiB reserve), and {} MiB are; free space there or grow \
+             the device, then mount again (nothing was written)",
             dir.display(),
-            journal_bytes >> 20,
+            replayed_bytes >> 20,
             needed >> 20,
             floor_bytes >> 20,
             available >> 20

@@ -214,7 +214,11 @@ fn operations_under_injected_faults_fail_whole_or_are_kept() {
                 }
                 Err(error) if is_injected(&error) => {
                     *outcomes.entry("injected".into()).or_default() += 1;
-                    assert_eq!(snapshot(&fs), model, "seed {seed}: a failed {error:?} changed the tree");
+                    assert_eq!(
+                        snapshot(&fs),
+                        model,
+                        "seed {seed}: a failed {error:?} changed the tree"
+                    );
                 }
                 Err(_) => *outcomes.entry("refused".into()).or_default() += 1,
             }
@@ -223,7 +227,10 @@ fn operations_under_injected_faults_fail_whole_or_are_kept() {
                 dirs.push(ROOT_INO);
             }
         }
-        assert!(injected.load(Ordering::SeqCst) > 10, "seed {seed}: {outcomes:?}");
+        assert!(
+            injected.load(Ordering::SeqCst) > 10,
+            "seed {seed}: {outcomes:?}"
+        );
         faults_on.store(false, Ordering::SeqCst);
         // The errseq may report an earlier background failure once; then syncs succeed.
         let _ = fs.sync();
@@ -233,7 +240,11 @@ fn operations_under_injected_faults_fail_whole_or_are_kept() {
         let report = shoal_engine::fsck::check(&Plain(inner.clone())).unwrap();
         assert!(report.is_clean(), "seed {seed}: {}", report.summary());
         let reopened = Engine::open_with_store(Box::new(Plain(inner)), no_thread()).unwrap();
-        assert_eq!(snapshot(&reopened), model, "seed {seed}: acknowledged operations lost");
+        assert_eq!(
+            snapshot(&reopened),
+            model,
+            "seed {seed}: acknowledged operations lost"
+        );
         eprintln!("seed {seed}: {outcomes:?}");
     }
 }

@@ -338,6 +338,15 @@ impl Store for FjallStore {
             cache_used_bytes: self.db.cache_size(),
             block_cache_hits: sum(&|k| k.metrics().block_load_cached_count()),
             block_cache_misses: sum(&|k| k.metrics().block_load_io_count()),
+            reclaimable_bytes: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.deleted_bytes.load(Ordering::Relaxed)
+            }),
+            reclaims: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.reclaims.load(Ordering::Relaxed)
+            }),
+            reclaimed_bytes: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.reclaimed_bytes.load(Ordering::Relaxed)
+            }),
             ..StoreMetrics::default()
         }
     }

@@ -200,6 +200,11 @@ pub struct StoreMetrics {
     pub held_writes: u64,
     pub held_write_ns: u64,
     pub held_write_max_ns: u64,
+    /// Space of deleted file data not yet returned to the device (an estimate: each
+    /// deleted chunk counted whole), the reclaims run and the disk bytes they returned.
+    pub reclaimable_bytes: u64,
+    pub reclaims: u64,
+    pub reclaimed_bytes: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time
