@@ -2,27 +2,45 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use shoal_engine::OpenError;
 
-/// Exit 0 when clean, 1 when an invariant fails (the report says which), 2 when the store
-/// cannot be read at all.
-pub fn run(store_dir: &Path) -> Result<ExitCode> {
-    let bar = crate::progress_bar::count("fsck", "pairs");
-    let checked = shoal_engine::fsck_progress::fsck_store_dir_with_progress(store_dir, &|pairs| {
-        bar.set_position(pairs)
-    });
-    bar.finish_and_clear();
+/// Exit 0 when clean, 1 when the store is damaged or an invariant fails (the report says
+/// which), 2 when the directory is not a store we can check (missing, foreign, newer, in
+/// use). `repair` repairs in place; its exit code is that of the repaired store's check.
+pub fn run(store_dir: &Path, repair: bool) -> Result<ExitCode> {
+    let checked = if repair {
+        shoal_engine::fsck::repair_store_dir(store_dir)
+    } else {
+        let bar = crate::progress_bar::count("fsck", "pairs");
+        let checked =
+            shoal_engine::fsck_progress::fsck_store_dir_with_progress(store_dir, &|pairs| {
+                bar.set_position(pairs)
+            });
+        bar.finish_and_clear();
+        checked
+    };
     match checked {
         Ok(report) => {
             print!("{}: {}", store_dir.display(), report.summary());
+            if !report.is_clean() && !repair {
+                println!(
+                    "`shoal fsck --repair {}` keeps what is readable and drops the rest",
+                    store_dir.display()
+                );
+            }
             Ok(if report.is_clean() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
             })
         }
-        Err(error) => {
+        Err(error @ OpenError::StoreDir(_)) => {
             eprintln!("shoal: fsck {}: {error}", store_dir.display());
             Ok(ExitCode::from(2))
+        }
+        Err(error) => {
+            eprintln!("shoal: fsck {}: damaged: {error}", store_dir.display());
+            Ok(ExitCode::from(1))
         }
     }
 }

@@ -4,6 +4,7 @@ mod backup_cmd;
 mod bench_cmd;
 mod control;
 mod docs_cmd;
+mod exit_report;
 mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
@@ -73,12 +74,16 @@ enum Command {
     Mkfs {
         /// The directory to hold the store (created if missing; must be empty).
         store_dir: PathBuf,
-        /// Format even if the directory is not empty or already holds a store.
+        /// Re-format an existing shoal store (its files are lost); never anything else.
         #[arg(long)]
         force: bool,
         /// A name for the filesystem, shown by `shoal info` (at most 255 bytes).
         #[arg(short = 'L', long)]
         label: Option<String>,
+        /// Delete every entry of a non-empty directory that is not a shoal store, then
+        /// format it; the deleted names are printed.
+        #[arg(long)]
+        wipe: bool,
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
@@ -107,8 +112,9 @@ enum Command {
         /// The mountpoint of a shoal mount.
         mountpoint: PathBuf,
     },
-    /// Check every invariant of an unmounted store; with --counters, only the usage
-    /// counters, fast and in parallel, also on a live mount (against a snapshot).
+    /// Check every invariant of an unmounted store, changing nothing (read-only and full
+    /// devices too); with --counters, only the usage counters, fast and in parallel, also
+    /// on a live mount (against a snapshot).
     Fsck {
         /// A store directory (unmounted), or with --counters also a mountpoint.
         target: PathBuf,
@@ -118,6 +124,10 @@ enum Command {
         /// Scan threads for --counters (default: one per core).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// Repair a damaged store in place: keep what is readable, drop the rest (a
+        /// journal from its first damaged batch on), and say what was dropped.
+        #[arg(long, conflicts_with = "counters")]
+        repair: bool,
     },
     /// What a filesystem is and holds: format version, UUID, label, creation time,
     /// inodes, bytes, store size. TARGET is a mountpoint or an unmounted store directory.
@@ -190,7 +200,8 @@ fn main() -> ExitCode {
             store_dir,
             force,
             label,
-        } => mkfs_cmd::run(&store_dir, force, label),
+            wipe,
+        } => mkfs_cmd::run(&store_dir, force, wipe, label),
         Command::Mount {
             paths,
             memory,
@@ -202,11 +213,12 @@ fn main() -> ExitCode {
             target,
             counters,
             threads,
+            repair,
         } => {
             if counters {
                 fsck_cmd::run_counters(&target, threads)
             } else {
-                fsck_cmd::run(&target)
+                fsck_cmd::run(&target, repair)
             }
         }
         Command::Quota(command) => quota_cli::run(command),

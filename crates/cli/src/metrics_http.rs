@@ -256,6 +256,12 @@ fn render_engine(out: &mut String, report: &StatsReport) {
         "Time spent in slowed batch writes.",
         engine.write_slowdown_ns,
     );
+    counter(
+        out,
+        "shoal_write_errors_total",
+        "Background writes (checkpoints, interval commits) that failed.",
+        engine.write_errors,
+    );
 }
 
 fn render_store(out: &mut String, report: &StatsReport) {

@@ -2,11 +2,18 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use shoal_engine::store_access::PRIVATE_UMASK;
+use shoal_engine::store_dir::{list_names, Overwrite};
 use shoal_engine::{Caller, Engine, MkfsOptions};
 
-pub fn run(store_dir: &Path, force: bool, label: Option<String>) -> Result<ExitCode> {
+pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> Result<ExitCode> {
+    let overwrite = match (wipe, force) {
+        (true, _) => Overwrite::Anything,
+        (false, true) => Overwrite::Store,
+        (false, false) => Overwrite::Nothing,
+    };
     let options = MkfsOptions {
-        force,
+        overwrite,
         // The root directory belongs to whoever formats: a user's own filesystem is
         // writable by that user, root's by root.
         // SAFETY: geteuid/getegid cannot fail.
@@ -18,7 +25,15 @@ pub fn run(store_dir: &Path, force: bool, label: Option<String>) -> Result<ExitC
         },
         label,
     };
-    let identity = Engine::mkfs_with(store_dir, &options)?;
+    set_private_umask();
+    let (identity, deleted) = Engine::mkfs_with(store_dir, &options)?;
+    if !deleted.is_empty() {
+        println!(
+            "shoal: deleted from {}: {}",
+            store_dir.display(),
+            list_names(&deleted)
+        );
+    }
     println!(
         "shoal: formatted {} (format version {}, uuid {})",
         store_dir.display(),
@@ -26,4 +41,10 @@ pub fn run(store_dir: &Path, force: bool, label: Option<String>) -> Result<ExitC
         identity.uuid
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Files this process creates in a store are its owner's only (see `store_access`).
+pub fn set_private_umask() {
+    // SAFETY: umask only changes this process's file creation mask.
+    unsafe { libc::umask(PRIVATE_UMASK) };
 }

@@ -46,6 +46,8 @@ pub fn run(
         }
         (false, _) => bail!("missing MOUNTPOINT (usage: shoal mount STORE_DIR MOUNTPOINT)"),
     };
+    // Before the log file and the store's files are created (`store_access`).
+    crate::mkfs_cmd::set_private_umask();
     let request = MountRequest {
         store,
         mountpoint: mounts::absolute(mountpoint),
@@ -55,6 +57,9 @@ pub fn run(
     check_mountpoint(&request.mountpoint)?;
     if let Some(store) = &request.store {
         store_dir::read_format(store)?;
+        if let Some(warning) = shoal_engine::store_access::warn_if_exposed(store) {
+            eprintln!("shoal: warning: {warning}");
+        }
     }
     if foreground {
         init_logging(None);
@@ -129,9 +134,13 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
     redirect_stdio_to_null();
     let mut ready = Some(write_end);
     let code = match serve(request, &mut ready) {
-        Ok(()) => 0,
+        Ok(()) => {
+            crate::exit_report::record(None);
+            0
+        }
         Err(error) => {
             tracing::error!("{error:#}");
+            crate::exit_report::record(Some(&format!("{error:#}")));
             // Still unreported (failed before the mount was live): tell the waiting parent.
             if let Some(mut pipe) = ready.take() {
                 let _ = writeln!(pipe, "{error:#}");
@@ -353,10 +362,32 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         pipe.write_all(b"ok\n").context("reporting readiness")?;
     }
     shoal_fuse::run(session).context("serving FUSE requests")?;
-    engine.sync().context("final sync")?;
+    final_sync(&engine)?;
     drop(engine);
+    if let Some(store) = request
+        .store
+        .as_ref()
+        .filter(|_| !request.options.read_only)
+    {
+        shoal_engine::store_open::record_clean_close(store);
+    }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())
+}
+
+/// The sync at unmount; on failure the error says how much acknowledged work is not
+/// durable (and `shoal umount` prints it).
+fn final_sync(engine: &Engine) -> Result<()> {
+    let Err(error) = engine.sync() else {
+        return Ok(());
+    };
+    let unsynced = engine.unsynced_batches();
+    let staged = engine.stats_snapshot().1.staged_bytes;
+    bail!(
+        "final sync failed: {error}; {unsynced} operation(s) acknowledged since the last \
+         successful sync are not durable ({staged} bytes of them still only in memory, \
+         lost now)"
+    )
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started after it, so

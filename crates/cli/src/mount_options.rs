@@ -202,7 +202,9 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "threads" => options.threads = number(key, value, 1, 64)? as usize,
             "cache" => options.cache_bytes = size(key, value, 1, 1 << 20)?,
             "memtable" => options.memtable_bytes = size(key, value, 1, 4096)?,
-            "compaction_threads" => options.compaction_threads = number(key, value, 1, 64)? as usize,
+            "compaction_threads" => {
+                options.compaction_threads = number(key, value, 1, 64)? as usize
+            }
             "journal" => {
                 let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
                 options.journal_bytes = size(key, value, min_mib, 1 << 20)?

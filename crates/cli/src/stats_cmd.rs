@@ -159,6 +159,13 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         engine.write_slowdowns.saturating_sub(was.write_slowdowns),
         duration(engine.write_slowdown_ns.saturating_sub(was.write_slowdown_ns)),
     );
+    if let Some(last) = &engine.last_write_error {
+        let _ = writeln!(
+            out,
+            "errors  {} background write failures (the next fsync returns them); last: {last}",
+            engine.write_errors
+        );
+    }
     let (store, was) = (&current.store, &previous.store);
     let hits = store.block_cache_hits.saturating_sub(was.block_cache_hits);
     let misses = store
@@ -183,6 +190,14 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         store.l0_table_count,
         store.active_compactions,
         store.compactions_completed.saturating_sub(was.compactions_completed),
+    );
+    let _ = writeln!(
+        out,
+        "space   on disk {}  reclaimable {}  reclaims {} (returned {})",
+        bytes(store.disk_bytes),
+        bytes(store.reclaimable_bytes),
+        store.reclaims,
+        bytes(store.reclaimed_bytes),
     );
     let memory = &current.memory;
     let _ = writeln!(

@@ -84,6 +84,12 @@ pub struct EngineReport {
     /// while flushes and compactions catch up), and the time they took.
     pub write_slowdowns: u64,
     pub write_slowdown_ns: u64,
+    /// Background writes (checkpoints, interval commits) that failed, and the newest
+    /// failure; each is also returned to the next fsync.
+    #[serde(default)]
+    pub write_errors: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_write_error: Option<String>,
 }
 
 /// `shoal_engine::StoreMetrics`, field for field.
@@ -122,6 +128,14 @@ pub struct StoreReport {
     pub held_write_ns: u64,
     #[serde(default)]
     pub held_write_max_ns: u64,
+    /// Deleted file data not yet returned to the device (estimate), and the reclaims
+    /// that return it (`blob_reclaim`).
+    #[serde(default)]
+    pub reclaimable_bytes: u64,
+    #[serde(default)]
+    pub reclaims: u64,
+    #[serde(default)]
+    pub reclaimed_bytes: u64,
 }
 
 impl From<StoreMetrics> for StoreReport {
@@ -150,6 +164,9 @@ impl From<StoreMetrics> for StoreReport {
             held_writes: metrics.held_writes,
             held_write_ns: metrics.held_write_ns,
             held_write_max_ns: metrics.held_write_max_ns,
+            reclaimable_bytes: metrics.reclaimable_bytes,
+            reclaims: metrics.reclaims,
+            reclaimed_bytes: metrics.reclaimed_bytes,
         }
     }
 }
@@ -199,7 +216,10 @@ impl StatsSource {
     /// `None` once the filesystem is unmounting and the engine is gone. `heap` also reads
     /// the allocator's heap figures (see `ControlRequest::HeapStats`).
     pub fn report(&self, heap: bool) -> Option<StatsReport> {
-        let (engine, store) = self.engine.upgrade()?.stats_snapshot();
+        let live = self.engine.upgrade()?;
+        let errors = live.write_errors();
+        let (engine, store) = live.stats_snapshot();
+        drop(live);
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
         Some(StatsReport {
@@ -225,6 +245,8 @@ impl StatsSource {
                 batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
                 write_slowdowns: engine.slow_batch_writes,
                 write_slowdown_ns: engine.slow_batch_write_ns,
+                write_errors: errors.count,
+                last_write_error: errors.last,
             },
             store: store.into(),
             memory: MemoryReport {

@@ -29,7 +29,18 @@ pub fn run(mountpoint: &Path) -> Result<ExitCode> {
     let dead = matches!(std::fs::metadata(&mountpoint), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
     unmount(&mountpoint, dead)?;
     wait_for_exit(&daemons)?;
-    Ok(ExitCode::SUCCESS)
+    // The daemon's final sync happens after the unmount: only it knows how that went.
+    let mut code = ExitCode::SUCCESS;
+    for pid in daemons {
+        if let Some(failure) = crate::exit_report::take_failure(pid) {
+            eprintln!(
+                "shoal: {} unmounted, but its daemon {pid} failed: {failure}",
+                mountpoint.display()
+            );
+            code = ExitCode::from(1);
+        }
+    }
+    Ok(code)
 }
 
 /// Unmounts; `lazy` detaches even when busy (used for dead mounts and on signals).

@@ -292,7 +292,7 @@ pub fn verify_backup(
     read_backup(input, &mut |_, _, _| Ok(()), progress)
 }
 
-/// A new store in `dir` (as mkfs: empty or missing, or anything with `force`) holding
+/// A new store in `dir` (as mkfs: empty or missing, or an existing store with `force`) holding
 /// exactly what the backup holds, with a new UUID and the backup's label. The backup is
 /// checked whole first: a bad one leaves `dir` untouched. `progress` counts the bytes of
 /// both passes, so it ends at twice the file's size.
@@ -306,7 +306,12 @@ pub fn restore_backup<F: Read + Seek>(
     let checked = verify_backup(input, progress)?;
     input.seek(SeekFrom::Start(start))?;
     let identity = StoreIdentity::new(checked.label.as_deref())?;
-    store_dir::prepare_new(dir, force)?;
+    let overwrite = if force {
+        store_dir::Overwrite::Store
+    } else {
+        store_dir::Overwrite::Nothing
+    };
+    store_dir::prepare_new(dir, overwrite)?;
     let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
     let mut batch = Batch::default();
     let write = |space, key, value, batch: &mut Batch| -> Result<(), BackupError> {

@@ -10,17 +10,20 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{FsError, FsResult};
+use crate::error_seq::{ErrorSeq, WriteErrors};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
+use crate::space_reserve::{Need, SpaceReserve};
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
     DEFAULT_CHECKPOINT_BYTES,
 };
-use crate::store_dir::{self, StoreDirError, StoreLock};
-use crate::unlinked::Unlinked;
+use crate::store_access;
+use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
 use crate::store_identity::{self, StoreIdentity};
+use crate::unlinked::Unlinked;
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -65,6 +68,8 @@ pub enum OpenError {
     Store(#[from] crate::store::StoreError),
     #[error("store is damaged: {0}")]
     Damaged(String),
+    #[error("{0}")]
+    NoSpace(String),
 }
 
 impl From<FsError> for OpenError {
@@ -129,6 +134,12 @@ pub struct Engine {
     quota_records_exist: AtomicBool,
     /// Removed inodes the kernel still holds (see `unlinked`).
     unlinked: Unlinked,
+    /// Interval commits that failed (see `error_seq`), and how many background failures
+    /// (these and the store's) a `sync` has returned so far.
+    errors: ErrorSeq,
+    errors_reported: AtomicU64,
+    /// Free space kept back on the store's device (none in memory or read-only).
+    space: Option<SpaceReserve>,
     _lock: Option<StoreLock>,
 }
 
@@ -143,8 +154,8 @@ struct CommitStop {
 /// How `Engine::mkfs_with` formats a store.
 #[derive(Clone, Debug)]
 pub struct MkfsOptions {
-    /// Format even a non-empty directory or an existing store.
-    pub force: bool,
+    /// What may be deleted to format a directory that is not empty.
+    pub overwrite: Overwrite,
     /// Who owns the root directory: the user who ran mkfs, so a user's own filesystem is
     /// writable by them.
     pub root_owner: Caller,
@@ -156,58 +167,95 @@ pub struct MkfsOptions {
 pub struct FsStats {
     pub used: Usage,
     pub store_disk_bytes: u64,
+    /// Free space kept back on the store's device (`space_reserve`): not available.
+    pub reserved_bytes: u64,
 }
 
 impl Engine {
     /// Formats a new, empty filesystem in `dir` (created if missing). Refuses a non-empty
-    /// directory unless `force`.
+    /// directory, and with `force` re-formats only an existing store.
     pub fn mkfs(dir: &Path, force: bool) -> Result<(), OpenError> {
         let options = MkfsOptions {
-            force,
+            overwrite: if force {
+                Overwrite::Store
+            } else {
+                Overwrite::Nothing
+            },
             root_owner: Caller::ROOT,
             label: None,
         };
-        Self::mkfs_with(dir, &options).map(|_| ())
+        Self::mkfs_with(dir, &options).map(drop)
     }
 
-    /// [`Engine::mkfs`] with a label and the owner of the root directory; returns the new
-    /// store's identity.
-    pub fn mkfs_with(dir: &Path, options: &MkfsOptions) -> Result<StoreIdentity, OpenError> {
+    /// Formats a new, empty filesystem in `dir`, deleting what `options.overwrite` allows
+    /// first, with a label and the owner of the root directory. Returns the new store's
+    /// identity and the names of the entries deleted. The store is private to its owner.
+    pub fn mkfs_with(
+        dir: &Path,
+        options: &MkfsOptions,
+    ) -> Result<(StoreIdentity, Vec<String>), OpenError> {
         // Before touching the directory: a bad label must not cost an existing store.
         let identity = StoreIdentity::new(options.label.as_deref())?;
-        store_dir::prepare_new(dir, options.force)?;
+        let deleted = store_dir::prepare_new(dir, options.overwrite)?;
         let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
         initialize(&store, options.root_owner)?;
         store.sync()?;
         drop(store);
         store_identity::write(dir, &identity)?;
         store_dir::write_format(dir)?;
-        Ok(identity)
+        store_access::make_private(dir).map_err(|error| StoreDirError::Io(dir.into(), error))?;
+        Ok((identity, deleted))
     }
 
     /// Opens the store in `dir`, locking it against a second user.
     pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
-        let mut store: Box<dyn Store> =
-            Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
+        store_access::warn_if_exposed(dir);
+        let space = if config.read_only {
+            None
+        } else {
+            let reserve =
+                SpaceReserve::new(dir).map_err(|error| StoreDirError::Io(dir.into(), error))?;
+            Some(reserve)
+        };
+        let fjall = crate::store_open::open_verified(dir, &config.tuning, space.as_ref())?;
+        let mut store: Box<dyn Store> = Box::new(fjall);
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
         }
-        Self::start(store, config, Some(lock))
+        Self::start(store, config, Some(lock), space).map_err(|error| match error {
+            OpenError::Damaged(problem) if !problem.contains("--repair") => {
+                crate::store_open::damaged(dir, &[problem])
+            }
+            other => other,
+        })
     }
 
     /// A filesystem kept only in RAM, with the same semantics.
     pub fn open_memory(config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         let store = MemoryStore::new();
         initialize(&store, Caller::ROOT)?;
-        Self::start(Box::new(store), config, None)
+        Self::start(Box::new(store), config, None, None)
+    }
+
+    /// A filesystem over any store (formatted here if it holds no superblock yet): for
+    /// fault injection and stores of a program's own. No lock, no space reserve.
+    pub fn open_with_store(
+        store: Box<dyn Store>,
+        config: EngineConfig,
+    ) -> Result<Arc<Engine>, OpenError> {
+        if store.get(Space::Meta, &keys::superblock_key())?.is_none() {
+            initialize(store.as_ref(), Caller::ROOT)?;
+        }
+        Self::start(store, config, None, None)
     }
 
     fn start(
         store: Box<dyn Store>,
         config: EngineConfig,
         lock: Option<StoreLock>,
+        space: Option<SpaceReserve>,
     ) -> Result<Arc<Engine>, OpenError> {
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
@@ -247,6 +295,9 @@ impl Engine {
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
             unlinked: Unlinked::default(),
+            errors: ErrorSeq::default(),
+            errors_reported: AtomicU64::new(0),
+            space,
             _lock: lock,
         });
         if !engine.read_only {
@@ -330,6 +381,7 @@ impl Engine {
         Ok(FsStats {
             used,
             store_disk_bytes: self.store.disk_bytes(),
+            reserved_bytes: self.space.as_ref().map_or(0, SpaceReserve::floor_bytes),
         })
     }
 
@@ -376,9 +428,29 @@ impl Engine {
     }
 
     /// Makes every completed operation durable. Concurrent callers share one store sync.
+    /// A background write that failed since the last sync is returned here once, even if
+    /// a retry has since succeeded (as fsync returns a writeback error, errseq).
     pub fn sync(&self) -> FsResult<()> {
         self.stats.record_sync_request();
-        self.commit()
+        let committed = self.commit();
+        let errors = self.write_errors();
+        let reported = self.errors_reported.swap(errors.count, Ordering::AcqRel);
+        committed?;
+        if errors.count > reported {
+            let last = errors.last.unwrap_or_default();
+            return Err(FsError::Store(crate::store::StoreError::Engine(format!(
+                "{} background write(s) failed since the last sync; the last: {last}",
+                errors.count - reported
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Background writes that failed since the store was opened (`shoal stats`).
+    pub fn write_errors(&self) -> WriteErrors {
+        self.errors
+            .snapshot()
+            .merged(self.store.background_errors())
     }
 
     /// The group commit itself: one store sync covering every batch written so far, unless
@@ -395,6 +467,14 @@ impl Engine {
         self.stats.record_commit(started.elapsed());
         *synced = upto;
         Ok(())
+    }
+
+    /// Batches (operations) written since the last successful sync.
+    pub fn unsynced_batches(&self) -> u64 {
+        self.committer
+            .written_batches
+            .load(Ordering::Acquire)
+            .saturating_sub(*self.committer.synced_batches.lock())
     }
 
     fn has_unsynced_batches(&self) -> bool {
@@ -652,7 +732,7 @@ fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Du
             if engine.has_unsynced_batches() {
                 engine.stats.record_interval_commit();
                 if let Err(error) = engine.commit() {
-                    tracing::error!("interval commit failed: {error}");
+                    engine.errors.record("interval commit failed", &error);
                 }
             }
         });
@@ -893,6 +973,26 @@ impl<'a> Txn<'a> {
     }
 
     /// Writes the batch, with the new absolute counter values, as one atomic store write.
+    /// Whether the device keeps its reserve after this batch (see `space_reserve`).
+    fn space_for(&self, batch_bytes: u64) -> bool {
+        let Some(space) = &self.engine.space else {
+            return true;
+        };
+        let grows = self.batch.has_puts(Space::Data)
+            || self
+                .usage_delta
+                .values()
+                .any(|&(inodes, bytes)| inodes > 0 || bytes > 0);
+        let need = if grows { Need::Room } else { Need::Cleanup };
+        let store = &self.engine.store;
+        let release = || {
+            if let Err(error) = store.release_space() {
+                tracing::warn!(%error, "writing out memtables for space failed");
+            }
+        };
+        space.admit(need, batch_bytes, &|| store.pending_bytes(), &release)
+    }
+
     pub(crate) fn commit(mut self) -> FsResult<()> {
         let mut changed_quotas =
             self.state
@@ -928,6 +1028,10 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         let batch_bytes = self.batch.bytes() as u64;
+        if !self.space_for(batch_bytes) {
+            self.state.ino_runs.clear();
+            return Err(FsError::NoSpace);
+        }
         let batch = std::mem::take(&mut self.batch);
         let started = Instant::now();
         let written = self.engine.store.write(batch);

@@ -10,7 +10,9 @@ use crate::error::FsResult;
 use crate::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::keys::{self, FORMAT_VERSION};
 use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
-use crate::store_dir::{self, StoreLock};
+use crate::store_dir::{self, SharedStoreLock, StoreLock};
+use crate::store_shadow::StoreShadow;
+use crate::store_state;
 
 /// Stop listing problems past this many; the count stays exact.
 const MAX_LISTED_PROBLEMS: usize = 100;
@@ -27,6 +29,8 @@ pub struct FsckReport {
     pub data_bytes: u64,
     pub problem_count: u64,
     pub problems: Vec<String>,
+    /// Worth saying but not damage: a torn journal tail after a crash, what a repair did.
+    pub notes: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -57,6 +61,9 @@ impl FsckReport {
             seconds,
             self.inodes as f64 / seconds,
         );
+        for note in &self.notes {
+            let _ = writeln!(text, "note: {note}");
+        }
         if self.is_clean() {
             text.push_str("clean\n");
         } else {
@@ -76,10 +83,97 @@ impl FsckReport {
     }
 }
 
-/// Checks the store in `dir`, which must not be mounted.
+/// Checks the store in `dir`, which must not be mounted, without changing it: the
+/// journals are read as they are (`journal_check`), and the key-value store is opened
+/// from a private copy (`store_shadow`), since fjall's recovery writes. Works on a
+/// read-only or full device. Damage of any kind is a problem in the report (exit 1);
+/// only what is not a store at all (or is in use) is an error.
 pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
-    let (_lock, store) = open_for_check(dir)?;
-    Ok(check(&store)?)
+    fsck_store_dir_observed(dir, &|_| {})
+}
+
+/// [`fsck_store_dir`], telling `progress` how many pairs the check has read so far.
+pub fn fsck_store_dir_observed(
+    dir: &Path,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<FsckReport, OpenError> {
+    store_dir::read_format(dir)?;
+    let _lock = SharedStoreLock::acquire(dir)?;
+    let kv = store_dir::kv_path(dir);
+    let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
+    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
+    let shadow = StoreShadow::of(&kv).map_err(io)?;
+    let store = FjallStore::open(shadow.path(), &check_tuning());
+    let mut report = match &store {
+        Ok(store) => checked(&crate::fsck_progress::Counting::new(store, progress)),
+        Err(error) => {
+            let mut report = FsckReport::default();
+            report.problem(format!(
+                "the key-value store cannot be opened: {error} (a damaged or missing table, \
+                 blob, manifest or `current` file)"
+            ));
+            report
+        }
+    };
+    for problem in findings.problems {
+        report.problem(problem);
+    }
+    report.notes.extend(findings.notes);
+    drop(store);
+    drop(shadow);
+    Ok(report)
+}
+
+/// `fsck --repair`: opens the store in place, letting recovery drop what it cannot read
+/// (a journal from its first damaged batch on), checks what is left, and records the
+/// result as the store's state so it mounts again. Says what it dropped.
+pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
+    store_dir::read_format(dir)?;
+    let _lock = StoreLock::acquire(dir)?;
+    let kv = store_dir::kv_path(dir);
+    let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
+    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
+    let cut = store_state::cut_at_damage(&kv).map_err(io)?;
+    let store = FjallStore::open(&kv, &check_tuning())?;
+    let mut report = checked(&store);
+    for problem in findings
+        .problems
+        .iter()
+        .filter(|problem| !problem.contains("damaged at"))
+    {
+        report.notes.push(format!("dropped: {problem}"));
+    }
+    for dropped in cut {
+        report.notes.push(format!("dropped: {dropped}"));
+    }
+    store.sync()?;
+    drop(store);
+    let state = store_state::clean_state(&kv).map_err(io)?;
+    store_state::write_state(dir, &state).map_err(io)?;
+    Ok(report)
+}
+
+fn check_tuning() -> FjallTuning {
+    FjallTuning {
+        worker_threads: 1,
+        ..FjallTuning::default()
+    }
+}
+
+/// `check`, with a store that fails to read (a checksum, an I/O error, an undecodable
+/// record) as a problem of the report rather than an error.
+fn checked(store: &dyn Store) -> FsckReport {
+    match check(store) {
+        Ok(report) => report,
+        Err(error) => {
+            let mut report = FsckReport::default();
+            report.problem(format!(
+                "reading the store failed: {error} (damage in a table or blob file: \
+                 checksum, truncation or a deleted file)"
+            ));
+            report
+        }
+    }
 }
 
 /// Opens an unmounted store for an offline check, locked against a mount meanwhile.

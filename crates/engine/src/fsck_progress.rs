@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::engine::OpenError;
-use crate::fsck::{check, open_for_check, FsckReport};
+use crate::fsck::FsckReport;
 use crate::store::{Batch, Scan, Space, Store, StoreError, StoreView};
 
 /// How often (in visited pairs) `progress` hears of the count.
@@ -15,21 +15,24 @@ pub fn fsck_store_dir_with_progress(
     dir: &Path,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FsckReport, OpenError> {
-    let (_lock, store) = open_for_check(dir)?;
-    let counting = Counting {
-        inner: &store,
-        visited: std::sync::atomic::AtomicU64::new(0),
-        progress,
-    };
-    let report = check(&counting)?;
-    progress(counting.visited.load(std::sync::atomic::Ordering::Relaxed));
-    Ok(report)
+    crate::fsck::fsck_store_dir_observed(dir, progress)
 }
 
-struct Counting<'a> {
+/// A read-through view of a store that counts the pairs its scans visit.
+pub(crate) struct Counting<'a> {
     inner: &'a dyn Store,
     visited: std::sync::atomic::AtomicU64,
     progress: &'a (dyn Fn(u64) + Sync),
+}
+
+impl<'a> Counting<'a> {
+    pub(crate) fn new(inner: &'a dyn Store, progress: &'a (dyn Fn(u64) + Sync)) -> Self {
+        Self {
+            inner,
+            visited: std::sync::atomic::AtomicU64::new(0),
+            progress,
+        }
+    }
 }
 
 impl StoreView for Counting<'_> {

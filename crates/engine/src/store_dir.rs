@@ -29,9 +29,14 @@ pub enum StoreDirError {
         "{0}: store format version {1} is not supported by this shoal (supports {FORMAT_VERSION})"
     )]
     UnsupportedVersion(PathBuf, u32),
-    #[error("{0}: directory is not empty; use --force to format it anyway")]
-    NotEmpty(PathBuf),
-    #[error("{0}: already holds a shoal store; use --force to replace it")]
+    #[error(
+        "{0}: directory is not empty and holds no shoal store ({1}); \
+         `shoal mkfs --wipe` deletes all of that and formats it"
+    )]
+    NotEmpty(PathBuf, String),
+    #[error(
+        "{0}: already holds a shoal store; `shoal mkfs --force` replaces it (its files are lost)"
+    )]
     AlreadyAStore(PathBuf),
     #[error("{0}: store is in use by process {1} (mounted?)")]
     Locked(PathBuf, String),
@@ -67,33 +72,95 @@ pub fn journal_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Prepares `dir` for a new store: creates it if missing, and empties it when `force`.
-pub fn prepare_new(dir: &Path, force: bool) -> Result<(), StoreDirError> {
+/// What mkfs may delete to format a directory that is not empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Nothing: only a missing or empty directory is formatted.
+    Nothing,
+    /// An existing shoal store (`mkfs --force`), never anything else.
+    Store,
+    /// Whatever the directory holds (`mkfs --wipe`).
+    Anything,
+}
+
+/// How many entries a refusal names before "and N more".
+const LISTED_ENTRIES: usize = 8;
+
+/// Prepares `dir` for a new store: creates it if missing (private), and empties it as
+/// `overwrite` allows. Returns the names of the entries it deleted.
+pub fn prepare_new(dir: &Path, overwrite: Overwrite) -> Result<Vec<String>, StoreDirError> {
     if !dir.exists() {
-        return fs::create_dir_all(dir).map_err(io_error(dir));
+        create_private_dir(dir)?;
+        return Ok(Vec::new());
     }
-    let mut entries = fs::read_dir(dir).map_err(io_error(dir))?.peekable();
-    if entries.peek().is_none() {
-        return Ok(());
+    let names = entry_names(dir)?;
+    if names.is_empty() {
+        return Ok(Vec::new());
     }
-    if !force {
-        return Err(match read_format(dir) {
-            Ok(_) => StoreDirError::AlreadyAStore(dir.to_path_buf()),
-            Err(_) => StoreDirError::NotEmpty(dir.to_path_buf()),
-        });
+    let is_store = read_format(dir).is_ok() || has_format_file(dir);
+    match overwrite {
+        Overwrite::Nothing if is_store => {
+            return Err(StoreDirError::AlreadyAStore(dir.to_path_buf()))
+        }
+        Overwrite::Nothing | Overwrite::Store if !is_store => {
+            return Err(StoreDirError::NotEmpty(
+                dir.to_path_buf(),
+                list_names(&names),
+            ))
+        }
+        _ => {}
     }
     // Refuse to wipe a store that a daemon is using.
     let _lock = StoreLock::acquire(dir)?;
-    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-        let path = entry.map_err(io_error(dir))?.path();
-        let removed = if path.is_dir() {
+    for name in &names {
+        let path = dir.join(name);
+        let removed = if path.is_dir() && !path.is_symlink() {
             fs::remove_dir_all(&path)
         } else {
             fs::remove_file(&path)
         };
         removed.map_err(io_error(&path))?;
     }
-    Ok(())
+    Ok(names)
+}
+
+/// A `FORMAT` file naming a shoal store, of any version: such a directory is a store
+/// (`--force` may re-format it), even one this shoal cannot read.
+fn has_format_file(dir: &Path) -> bool {
+    fs::read(dir.join(FORMAT_FILE)).is_ok_and(|bytes| bytes.starts_with(FORMAT_MAGIC.as_bytes()))
+}
+
+fn entry_names(dir: &Path) -> Result<Vec<String>, StoreDirError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// "a, b, c and 5 more", for messages.
+pub fn list_names(names: &[String]) -> String {
+    let mut text = names
+        .iter()
+        .take(LISTED_ENTRIES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED_ENTRIES {
+        text.push_str(&format!(" and {} more", names.len() - LISTED_ENTRIES));
+    }
+    text
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), StoreDirError> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(crate::store_access::PRIVATE_DIR_MODE)
+        .create(dir)
+        .map_err(io_error(dir))
 }
 
 /// Writes the `FORMAT` file last, once the database exists: a store without it is not one.
@@ -177,6 +244,33 @@ impl StoreLock {
     }
 }
 
+/// A shared lock for a read-only look at a store (fsck): taken without writing, so it
+/// works on a read-only or full device. `None` when the store has no lock file (it was
+/// never mounted) or it cannot be opened: then nobody can hold it either.
+#[derive(Debug)]
+pub struct SharedStoreLock {
+    _file: Option<File>,
+}
+
+impl SharedStoreLock {
+    pub fn acquire(dir: &Path) -> Result<SharedStoreLock, StoreDirError> {
+        let path = dir.join(LOCK_FILE);
+        let Ok(mut file) = File::open(&path) else {
+            return Ok(SharedStoreLock { _file: None });
+        };
+        // SAFETY: flock on a file descriptor we own.
+        let locked = unsafe { flock(file.as_raw_fd(), LOCK_SH | LOCK_NB) } == 0;
+        if !locked {
+            let mut owner = String::new();
+            let _ = file.read_to_string(&mut owner);
+            let owner = owner.trim();
+            let owner = if owner.is_empty() { "unknown" } else { owner };
+            return Err(StoreDirError::Locked(dir.to_path_buf(), owner.to_string()));
+        }
+        Ok(SharedStoreLock { _file: Some(file) })
+    }
+}
+
 impl Drop for StoreLock {
     fn drop(&mut self) {
         // The kernel drops the flock when the file closes; clear the pid for readers.
@@ -184,6 +278,7 @@ impl Drop for StoreLock {
     }
 }
 
+const LOCK_SH: i32 = 1;
 const LOCK_EX: i32 = 2;
 const LOCK_NB: i32 = 4;
 

@@ -12,6 +12,7 @@ use shoal_engine::keys;
 use shoal_engine::stats::Op;
 use shoal_engine::store::{Batch, FjallStore, FjallTuning, Space, Store};
 use shoal_engine::store_dir;
+use shoal_engine::store_dir::Overwrite;
 
 /// Every file under `dir` with its size and modification time, for "unchanged" checks.
 fn tree_listing(dir: &Path) -> Vec<(String, u64, Option<SystemTime>, bool)> {
@@ -564,7 +565,7 @@ fn a_newer_store_version_is_refused_and_left_unchanged() {
         Engine::mkfs(&closed.store, false)
             .err()
             .map(store_dir_error),
-        Some(StoreDirError::NotEmpty(_) | StoreDirError::AlreadyAStore(_))
+        Some(StoreDirError::NotEmpty(..) | StoreDirError::AlreadyAStore(_))
     ));
     assert_eq!(
         tree_listing(&closed.store),
@@ -601,7 +602,7 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
     std::fs::write(busy.join("data"), b"keep").unwrap();
     assert!(matches!(
         Engine::mkfs(&busy, false).err().map(store_dir_error),
-        Some(StoreDirError::NotEmpty(_))
+        Some(StoreDirError::NotEmpty(..))
     ));
     assert_eq!(std::fs::read(busy.join("data")).unwrap(), b"keep");
 
@@ -628,10 +629,44 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
         }
     );
     drop(fs);
-    // Forced over a foreign non-empty directory too.
-    Engine::mkfs(&busy, true).unwrap();
+    // --force re-formats stores only: a foreign directory is refused, its entries named.
+    match Engine::mkfs(&busy, true).err().map(store_dir_error) {
+        Some(StoreDirError::NotEmpty(_, listed)) => assert_eq!(listed, "data"),
+        other => panic!("expected NotEmpty, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(busy.join("data")).unwrap(), b"keep");
+    // --wipe deletes it, and says what went.
+    let deleted = Engine::format(&busy, Overwrite::Anything).unwrap();
+    assert_eq!(deleted, vec!["data".to_string()]);
     assert!(!busy.join("data").exists());
     assert_fsck_clean(&busy);
+}
+
+/// A store is its owner's only: the directory 0700, everything in it 0600 or 0700, even
+/// when formatted by a process with a permissive umask.
+#[test]
+fn mkfs_makes_a_private_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    Engine::mkfs(&store, false).unwrap();
+    let mut checked = 0;
+    let mut pending = vec![store.clone()];
+    while let Some(path) = pending.pop() {
+        let metadata = std::fs::metadata(&path).unwrap();
+        let mode = metadata.permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+        if metadata.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 3, "only {checked} paths");
+    assert!(shoal_engine::store_access::exposure(&store, 4)
+        .unwrap()
+        .is_empty());
 }
 
 #[test]

@@ -1,4 +1,5 @@
 use fuser::Errno;
+use shoal_engine::store::StoreError;
 use shoal_engine::FsError;
 
 /// The one place engine errors become errno values.
@@ -17,7 +18,8 @@ pub fn errno(error: &FsError) -> Errno {
         FsError::XattrNotSupported => Errno::EOPNOTSUPP,
         FsError::FileTooBig => Errno::EFBIG,
         FsError::ReadOnly => Errno::EROFS,
-        FsError::NoSpace => Errno::ENOSPC,
+        // The store's own ENOSPC too: the operation that needed the space gets it.
+        FsError::NoSpace | FsError::Store(StoreError::NoSpace) => Errno::ENOSPC,
         FsError::QuotaExceeded => Errno::EDQUOT,
         FsError::CrossProject => Errno::EXDEV,
         FsError::Store(_) | FsError::Corrupt(_) => {

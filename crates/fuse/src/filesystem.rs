@@ -263,7 +263,12 @@ impl ShoalFs {
     fn statfs_numbers(&self) -> FsResult<(u64, u64, u64, u64)> {
         let stats = self.engine.fs_stats()?;
         let (total_bytes, free_bytes) = match &self.capacity_path {
-            Some(path) => disk_capacity(path),
+            // Shoal's own bytes as used (not the whole device's), the reserve as neither
+            // used nor available.
+            Some(path) => {
+                let free_bytes = disk_capacity(path).1.saturating_sub(stats.reserved_bytes);
+                (stats.store_disk_bytes + free_bytes, free_bytes)
+            }
             None => memory_capacity(),
         };
         let blocks = total_bytes / u64::from(BLOCK_BYTES);

@@ -9,8 +9,13 @@ use fjall::{
     Readable,
 };
 
+use super::blob_reclaim::{self, BlobReclaimer};
 use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+
+/// What a deleted chunk may have held, for the reclaimer's estimate: the engine's chunk
+/// size (`DEFAULT_CHUNK_BYTES`), an upper bound.
+const DELETED_CHUNK_BYTES: u64 = 64 * 1024;
 
 /// fjall refuses (panics on) a journal limit below this.
 pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
@@ -63,6 +68,8 @@ pub struct FjallStore {
     /// `FjallTuning::memtable_bytes` in fjall's count (see `MEMTABLE_MEMORY_PERCENT`).
     memtable_limit: u64,
     sealer: Sealer,
+    /// `None` only while dropping (stopped before the database closes).
+    reclaimer: Option<BlobReclaimer>,
 }
 
 /// Seals full memtables on its own thread, as fjall does for the size it knows: sealing
@@ -131,7 +138,8 @@ impl Sealer {
 
 impl Drop for FjallStore {
     fn drop(&mut self) {
-        // The thread holds keyspace handles: it must be gone before the database closes.
+        // The threads hold keyspace handles: they must be gone before the database closes.
+        drop(self.reclaimer.take());
         drop(self.sealer.requests.take());
         if let Some(thread) = self.sealer.thread.take() {
             let _ = thread.join();
@@ -175,6 +183,7 @@ impl FjallStore {
         })?;
         let folder = path.to_path_buf();
         let sealer = Sealer::start(db.clone(), folder.clone(), meta.clone(), data.clone())?;
+        let reclaimer = BlobReclaimer::start(data.clone())?;
         Ok(Self {
             db,
             folder,
@@ -182,6 +191,7 @@ impl FjallStore {
             data,
             memtable_limit: (tuning.memtable_bytes * 100 / MEMTABLE_MEMORY_PERCENT).max(1),
             sealer,
+            reclaimer: Some(reclaimer),
         })
     }
 
@@ -236,15 +246,22 @@ impl Store for FjallStore {
         // acknowledged; the fsync (group commit) happens in `sync`.
         let mut fjall_batch = self.db.batch().durability(Some(PersistMode::Buffer));
         let mut touched = [false; 2];
+        let mut deleted_chunks = 0u64;
         for (space, key, value) in batch.items() {
             let keyspace = self.keyspace(space);
             touched[space as usize] = true;
             match value {
                 Some(value) => fjall_batch.insert(keyspace, key, value),
-                None => fjall_batch.remove(keyspace, key),
+                None => {
+                    deleted_chunks += u64::from(space == Space::Data);
+                    fjall_batch.remove(keyspace, key);
+                }
             }
         }
         fjall_batch.commit()?;
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.note_deleted(deleted_chunks * DELETED_CHUNK_BYTES);
+        }
         for space in [Space::Meta, Space::Data] {
             if touched[space as usize] {
                 self.seal_if_full(space);
@@ -271,6 +288,22 @@ impl Store for FjallStore {
             meta: self.meta.clone(),
             data: self.data.clone(),
         })
+    }
+
+    fn pending_bytes(&self) -> u64 {
+        self.db.write_buffer_size()
+    }
+
+    fn release_space(&self) -> Result<(), StoreError> {
+        for keyspace in [&self.meta, &self.data] {
+            keyspace.rotate_memtable_and_wait()?;
+        }
+        if let Some(reclaimer) = &self.reclaimer {
+            if reclaimer.counters.deleted_bytes.load(Ordering::Relaxed) > 0 {
+                blob_reclaim::reclaim(&self.data, &reclaimer.counters)?;
+            }
+        }
+        Ok(())
     }
 
     fn compact(&self) -> Result<(), StoreError> {
@@ -305,6 +338,15 @@ impl Store for FjallStore {
             cache_used_bytes: self.db.cache_size(),
             block_cache_hits: sum(&|k| k.metrics().block_load_cached_count()),
             block_cache_misses: sum(&|k| k.metrics().block_load_io_count()),
+            reclaimable_bytes: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.deleted_bytes.load(Ordering::Relaxed)
+            }),
+            reclaims: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.reclaims.load(Ordering::Relaxed)
+            }),
+            reclaimed_bytes: self.reclaimer.as_ref().map_or(0, |reclaimer| {
+                reclaimer.counters.reclaimed_bytes.load(Ordering::Relaxed)
+            }),
             ..StoreMetrics::default()
         }
     }

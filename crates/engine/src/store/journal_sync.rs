@@ -30,6 +30,24 @@ pub fn sync_journal(db: &Database, folder: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Every `<id>.jnl` in `folder`, oldest (lowest id) first.
+pub fn journal_files(folder: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(folder)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let id = name
+            .to_str()
+            .and_then(|name| name.strip_suffix(".jnl"))
+            .and_then(|id| id.parse::<u64>().ok());
+        if let Some(id) = id {
+            found.push((id, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found.into_iter().map(|(_, path)| path).collect())
+}
+
 /// The journal fjall writes to: the `<id>.jnl` with the highest id in `folder`.
 pub fn active_journal(folder: &Path) -> io::Result<Option<PathBuf>> {
     let mut newest: Option<(u64, PathBuf)> = None;

@@ -4,7 +4,9 @@
 //! file data never slows compaction of the metadata tree. A `Batch` is applied atomically
 //! across both spaces.
 
+mod blob_reclaim;
 mod fjall_store;
+pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod staged_store;
@@ -124,6 +126,11 @@ impl Batch {
         self.space(space).get(key).map(|value| value.as_deref())
     }
 
+    /// Whether the batch puts any key in `space` (deletes do not count).
+    pub fn has_puts(&self, space: Space) -> bool {
+        self.space(space).values().any(Option::is_some)
+    }
+
     pub fn len(&self) -> usize {
         self.meta.len() + self.data.len()
     }
@@ -193,6 +200,11 @@ pub struct StoreMetrics {
     pub held_writes: u64,
     pub held_write_ns: u64,
     pub held_write_max_ns: u64,
+    /// Space of deleted file data not yet returned to the device (an estimate: each
+    /// deleted chunk counted whole), the reclaims run and the disk bytes they returned.
+    pub reclaimable_bytes: u64,
+    pub reclaims: u64,
+    pub reclaimed_bytes: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time
@@ -250,6 +262,24 @@ pub trait Store: StoreView {
 
     /// A consistent view of everything written so far; later writes stay invisible to it.
     fn snapshot(&self) -> Box<dyn StoreView>;
+
+    /// Bytes the store has taken in and must still write out to its files (memtables to
+    /// tables, staged operations to the journal): space it will need (`space_reserve`).
+    fn pending_bytes(&self) -> u64 {
+        0
+    }
+
+    /// Writes out what `pending_bytes` counts now, so the journals holding it can go and
+    /// their space comes back; waits for that. For a device near full.
+    fn release_space(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Failures of writes the store did on its own (background checkpoints): see
+    /// `error_seq`. None for stores that do no such writes.
+    fn background_errors(&self) -> crate::error_seq::WriteErrors {
+        crate::error_seq::WriteErrors::default()
+    }
 
     /// Maintenance: writes every memtable out and merges all tables into one sorted run,
     /// dropping overwritten versions and tombstones. Blocks until done; writes may go on.

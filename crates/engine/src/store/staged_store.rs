@@ -19,7 +19,7 @@
 
 use std::iter::Peekable;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use crate::error_seq::{ErrorSeq, WriteErrors};
 use crate::histogram::Histogram;
 use crate::stats::SLOW_WRITE_REPORT;
 
@@ -79,6 +80,12 @@ struct Shared {
     handed_over: Condvar,
     /// Wakes writers waiting for the checkpointer to finish.
     written: Condvar,
+    /// Failed background checkpoints, reported to stats and the next sync.
+    errors: ErrorSeq,
+    /// The last checkpoint failed (its layer is still staged): until one succeeds, each
+    /// write first retries it and is refused if it fails again, so writes are not
+    /// acknowledged into memory that the store cannot take.
+    failing: AtomicBool,
 }
 
 /// The checkpointer thread's work.
@@ -152,6 +159,8 @@ impl StagedStore {
             background: Mutex::default(),
             handed_over: Condvar::new(),
             written: Condvar::new(),
+            errors: ErrorSeq::default(),
+            failing: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
         let checkpointer = std::thread::Builder::new()
@@ -196,7 +205,11 @@ impl Shared {
             return Ok(());
         };
         let started = Instant::now();
-        self.inner.write_borrowed(&frozen.batch)?;
+        if let Err(error) = self.inner.write_borrowed(&frozen.batch) {
+            self.failing.store(true, Ordering::Release);
+            return Err(error);
+        }
+        self.failing.store(false, Ordering::Release);
         self.checkpoint_writes.record(started.elapsed());
         let unstaged = {
             let _no_scans = self.unstaging.write();
@@ -292,8 +305,8 @@ impl Shared {
                 self.write_frozen()
             };
             if let Err(error) = written {
-                // The frozen layer stays staged; the next write to need room retries it.
-                tracing::warn!(%error, "background checkpoint failed");
+                // The frozen layer stays staged; the next write retries it.
+                self.errors.record("background checkpoint failed", &error);
             }
             self.background.lock().busy = false;
             self.written.notify_all();
@@ -480,6 +493,9 @@ impl Store for StagedStore {
     /// fails there, this batch is refused whole rather than staged and reported failed.
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
+        if shared.failing.load(Ordering::Acquire) {
+            shared.checkpoint()?;
+        }
         let started = Instant::now();
         let mut layers = shared.layers.write();
         let locked = started.elapsed();
@@ -553,6 +569,19 @@ impl Store for StagedStore {
     fn compact(&self) -> Result<(), StoreError> {
         self.shared.checkpoint()?;
         self.shared.inner.compact()
+    }
+
+    fn pending_bytes(&self) -> u64 {
+        self.shared.layers.read().staged_bytes() + self.shared.inner.pending_bytes()
+    }
+
+    fn release_space(&self) -> Result<(), StoreError> {
+        self.shared.checkpoint()?;
+        self.shared.inner.release_space()
+    }
+
+    fn background_errors(&self) -> WriteErrors {
+        self.shared.errors.snapshot()
     }
 }
 
@@ -975,36 +1004,30 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_checkpoint_keeps_everything_staged_and_refuses_the_new_batch() {
+    fn a_failed_checkpoint_keeps_everything_staged_and_refuses_new_batches() {
         let (store, inner) = staged(10);
         put(&store, b"first", b"0123456789");
         inner.failing.store(true, Ordering::SeqCst);
         // The bound is reached: `first` goes to the checkpointer, whose write fails.
         put(&store, b"second", b"0123456789");
         drop(store.shared.wait_for_checkpointer());
-        // Below the hard bound (20) writes stage beside the failed layer.
-        put(&store, b"third", b"0123456789");
-        // The next write, at the hard bound, retries that checkpoint itself and is refused.
-        let mut batch = Batch::default();
-        batch.put(Space::Meta, b"fourth".to_vec(), b"x".to_vec());
-        assert!(matches!(store.write(batch), Err(StoreError::NoSpace)));
-        assert_eq!(
-            store.get(Space::Meta, b"first").unwrap(),
-            Some(b"0123456789".to_vec())
-        );
-        assert_eq!(
-            store.get(Space::Meta, b"second").unwrap(),
-            Some(b"0123456789".to_vec())
-        );
-        assert_eq!(
-            store.get(Space::Meta, b"third").unwrap(),
-            Some(b"0123456789".to_vec())
-        );
-        assert_eq!(
-            store.get(Space::Meta, b"fourth").unwrap(),
-            None,
-            "refused whole"
-        );
+        let errors = store.background_errors();
+        assert_eq!(errors.count, 1, "{errors:?}");
+        assert!(errors.last.is_some_and(|text| text.contains("checkpoint")));
+        // Every write now retries that checkpoint first and is refused while it fails:
+        // nothing more is acknowledged into memory the store cannot take.
+        for key in [&b"third"[..], b"fourth"] {
+            let mut batch = Batch::default();
+            batch.put(Space::Meta, key.to_vec(), b"x".to_vec());
+            assert!(matches!(store.write(batch), Err(StoreError::NoSpace)));
+            assert_eq!(store.get(Space::Meta, key).unwrap(), None, "refused whole");
+        }
+        for key in [&b"first"[..], b"second"] {
+            assert_eq!(
+                store.get(Space::Meta, key).unwrap(),
+                Some(b"0123456789".to_vec())
+            );
+        }
         assert!(store.sync().is_err());
         assert_eq!(inner.writes.load(Ordering::SeqCst), 0);
 
@@ -1013,16 +1036,16 @@ mod tests {
         store.sync().unwrap();
         assert_eq!(
             keys_in(&inner, b"", b"z", usize::MAX),
-            [
-                "fifth=5",
-                "first=0123456789",
-                "second=0123456789",
-                "third=0123456789"
-            ]
+            ["fifth=5", "first=0123456789", "second=0123456789"]
         );
-        // In order: `fifth` found the hard bound, so `first` was written before it was
-        // staged and `second` with `third` went to the checkpointer; the sync wrote `fifth`.
+        // In order: `fifth` retried the failed checkpoint (`first`) and wrote the active
+        // layer (`second`) before it was staged; the sync wrote `fifth`.
         assert_eq!(inner.writes.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            store.background_errors().count,
+            1,
+            "foreground failures are returned, not counted"
+        );
     }
 
     #[test]

@@ -299,7 +299,10 @@ fn pick_blob_files_to_rewrite(
     )]
     let cutoff_point = {
         let len = linked_blob_files.len() as f32;
-        (len * blob_opts.age_cutoff) as usize
+        // shoal: rounded up, so a tree with fewer than 1/age_cutoff stale blob files
+        // still rewrites its oldest one (rounded down it never did: a store whose data
+        // sat in one blob file never got the space of deleted files back).
+        (len * blob_opts.age_cutoff).ceil() as usize
     };
     linked_blob_files.drain(cutoff_point..);
 

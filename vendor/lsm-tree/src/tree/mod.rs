@@ -289,7 +289,13 @@ impl AbstractTree for Tree {
             .expect("lock is poisoned");
 
         log::info!("Starting major compaction");
-        self.inner_compact(strategy, seqno_threshold)
+        self.inner_compact(strategy, seqno_threshold)?;
+
+        // shoal: drop the versions this compaction superseded, as a memtable rotation
+        // does, so the table and blob files only they referenced are deleted now rather
+        // than at the next rotation (which an idle store may never have).
+        self.get_version_history_lock()
+            .maintenance(&self.config.path, seqno_threshold)
     }
 
     fn l0_run_count(&self) -> usize {

@@ -1,0 +1,666 @@
+//! Faults other than crashes: a store readable by others, a foreign directory given to
+//! mkfs, a full disk, a failed final sync, a damaged store. Each must be reported (an
+//! errno, a message, a non-zero exit) and never lose acknowledged data silently.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::{shoal, shoal_ok, test_dir, Mounted};
+
+fn os(path: &Path) -> &OsStr {
+    path.as_os_str()
+}
+
+/// Every path under `root` (root included) with its permission bits.
+fn modes_under(root: &Path) -> Vec<(PathBuf, u32)> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let metadata = fs::symlink_metadata(&path).unwrap();
+        found.push((path.clone(), metadata.permissions().mode() & 0o7777));
+        if metadata.is_dir() {
+            for entry in fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        }
+    }
+    found
+}
+
+/// The store holds every file's bytes: no other user may read it, whether mkfs or the
+/// daemon (fjall's tables, journals and blob files, the lock and the log) made the file.
+#[test]
+fn a_store_is_private_to_its_owner() {
+    let mut m = Mounted::new();
+    fs::write(m.path("secret"), vec![b's'; 200_000]).unwrap();
+    fs::set_permissions(m.path("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    m.umount();
+    // Once more with fjall's flush and compaction files present.
+    m.mount();
+    m.umount();
+    let modes = modes_under(&m.store);
+    assert!(modes.len() > 5, "{modes:?}");
+    let open: Vec<_> = modes.iter().filter(|(_, mode)| mode & 0o077 != 0).collect();
+    assert!(open.is_empty(), "readable by others: {open:?}");
+    for name in ["lock", "shoal.log", "FORMAT", "kv"] {
+        assert!(m.store.join(name).exists(), "{name} missing");
+    }
+
+    // A store opened up by hand: the mount warns on stderr and in the log.
+    fs::set_permissions(&m.store, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = shoal(&[OsStr::new("mount"), os(&m.store), os(&m.mnt)]);
+    assert!(out.success(), "{}", out.describe());
+    let _cleanup = common::MountGuard {
+        store: Some(m.store.clone()),
+        mnt: m.mnt.clone(),
+    };
+    assert!(
+        out.stderr.contains("other users can read") && out.stderr.contains("chmod"),
+        "{}",
+        out.describe()
+    );
+    shoal_ok(&[OsStr::new("umount"), os(&m.mnt)]);
+    let log = fs::read_to_string(m.store.join("shoal.log")).unwrap();
+    assert!(log.contains("other users can read"), "{log}");
+}
+
+/// `mkfs --force` re-formats a shoal store and nothing else; `--wipe` deletes a foreign
+/// directory's contents and names them.
+#[test]
+fn mkfs_force_reformats_only_stores_and_wipe_names_what_goes() {
+    let dir = test_dir();
+    let foreign = dir.path().join("foreign");
+    fs::create_dir_all(foreign.join("photos")).unwrap();
+    fs::write(foreign.join("thesis.tex"), b"years of work").unwrap();
+    fs::write(foreign.join("photos/1.jpg"), b"jpeg").unwrap();
+
+    let out = shoal(&[OsStr::new("mkfs"), os(&foreign), OsStr::new("--force")]);
+    assert!(!out.success(), "{}", out.describe());
+    for expected in ["photos", "thesis.tex", "--wipe"] {
+        assert!(out.stderr.contains(expected), "{}", out.describe());
+    }
+    assert_eq!(
+        fs::read(foreign.join("thesis.tex")).unwrap(),
+        b"years of work"
+    );
+
+    let help = shoal_ok(&["mkfs", "--help"]);
+    assert!(
+        help.stdout.contains("--wipe") && help.stdout.contains("never anything else"),
+        "{}",
+        help.describe()
+    );
+
+    let out = shoal_ok(&[OsStr::new("mkfs"), os(&foreign), OsStr::new("--wipe")]);
+    assert!(
+        out.stdout.contains("deleted") && out.stdout.contains("thesis.tex"),
+        "{}",
+        out.describe()
+    );
+    assert!(!foreign.join("photos").exists());
+    assert_eq!(
+        fs::metadata(&foreign).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // Now a store: --force re-formats it.
+    shoal_ok(&[OsStr::new("mkfs"), os(&foreign), OsStr::new("--force")]);
+}
+
+/// A small filesystem on a loop device (an image file), mounted on a fresh directory and
+/// unmounted on drop: a store on it runs out of space quickly.
+struct LoopFs {
+    mountpoint: PathBuf,
+    // Last: removed after the unmount in Drop.
+    _dir: tempfile::TempDir,
+}
+
+impl LoopFs {
+    fn new(size_mib: u64, fstype: &str) -> LoopFs {
+        let dir = test_dir();
+        let image = dir.path().join("image");
+        let mountpoint = dir.path().join("fs");
+        fs::create_dir(&mountpoint).unwrap();
+        let file = fs::File::create(&image).unwrap();
+        file.set_len(size_mib << 20).unwrap();
+        drop(file);
+        let mkfs = format!("mkfs.{fstype}");
+        common::run_ok(
+            std::process::Command::new(&mkfs).arg("-q").arg(&image),
+            common::SHOAL_TIMEOUT,
+        );
+        common::run_ok(
+            std::process::Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mountpoint),
+            common::SHOAL_TIMEOUT,
+        );
+        LoopFs {
+            mountpoint,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        // Lazy: a failed test may leave a daemon with files open there.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+    }
+}
+
+/// A shoal store on `disk`, mounted on a fresh directory; unmounted on drop.
+struct StoreOn {
+    store: PathBuf,
+    mnt: PathBuf,
+    options: String,
+    _dir: tempfile::TempDir,
+}
+
+impl StoreOn {
+    fn new(disk: &LoopFs, options: &str) -> StoreOn {
+        let dir = test_dir();
+        let store = disk.mountpoint.join("store");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        shoal_ok(&[OsStr::new("mkfs"), os(&store)]);
+        let mounted = StoreOn {
+            store,
+            mnt,
+            options: options.to_string(),
+            _dir: dir,
+        };
+        mounted.mount();
+        mounted
+    }
+
+    fn mount(&self) {
+        let out = shoal(&[
+            OsStr::new("mount"),
+            os(&self.store),
+            os(&self.mnt),
+            OsStr::new("-o"),
+            OsStr::new(&self.options),
+        ]);
+        assert!(out.success(), "{}", out.describe());
+    }
+
+    fn umount(&self) -> common::CmdOutput {
+        shoal(&[OsStr::new("umount"), os(&self.mnt)])
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.mnt.join(name)
+    }
+
+    fn fsck(&self) -> common::CmdOutput {
+        common::run(
+            std::process::Command::new(common::SHOAL)
+                .arg("fsck")
+                .arg(&self.store),
+            common::FSCK_TIMEOUT,
+        )
+    }
+}
+
+impl Drop for StoreOn {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.mnt) {
+            common::force_unmount(Some(&self.store), &self.mnt);
+        }
+    }
+}
+
+/// Writes `bytes` to a new file and fsyncs it; the first error of any step.
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// A full device is ENOSPC from the operation that needs the space, never EIO, and the
+/// mount lives on: reads, unlink, rename, truncate and rmdir go on working, every fsync'd
+/// file survives, and the store unmounts clean.
+#[test]
+fn a_full_disk_is_enospc_and_the_mount_lives_on() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    fs::create_dir(m.path("dir")).unwrap();
+    let keep = pattern(1, 300_000);
+    write_file(&m.path("keep"), &keep).unwrap();
+    let mut written = Vec::new();
+    let mut refused = None;
+    for index in 0..400u64 {
+        let name = format!("dir/f{index}");
+        match write_file(&m.path(&name), &pattern(index + 10, 1 << 20)) {
+            Ok(()) => written.push((name, index + 10)),
+            Err(error) => {
+                refused = Some((error, name));
+                break;
+            }
+        }
+    }
+    let (refused, partial) = refused.expect("128 MiB never filled up");
+    assert_eq!(
+        refused.raw_os_error(),
+        Some(libc::ENOSPC),
+        "the write that needs space gets ENOSPC, got {refused} after {} files",
+        written.len()
+    );
+    assert!(written.len() > 10, "only {} MiB fit", written.len());
+    // Small creates and mkdir are refused the same way, not with EIO.
+    for attempt in [
+        write_file(&m.path("small"), b"x"),
+        fs::create_dir(m.path("newdir")),
+    ] {
+        if let Err(error) = attempt {
+            assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+        }
+    }
+    // The mount lives on: reads, renames, truncates, unlinks and rmdir all work.
+    assert_eq!(fs::read(m.path("keep")).unwrap(), keep);
+    let (first, seed) = written[0].clone();
+    assert_eq!(fs::read(m.path(&first)).unwrap(), pattern(seed, 1 << 20));
+    fs::rename(m.path(&first), m.path("moved")).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("moved"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    fs::remove_file(m.path("moved")).unwrap();
+    // The file whose write was refused is there (created before the space ran out).
+    fs::remove_file(m.path(&partial)).unwrap();
+    fs::create_dir(m.path("dir/sub")).ok();
+    let _ = fs::remove_dir(m.path("dir/sub"));
+    // Most of the files go: a blob file's space comes back by copying its live rest
+    // elsewhere, which needs that much free space (see docs/durability.md).
+    for (name, _) in written.drain(1..written.len() - 2) {
+        fs::remove_file(m.path(&name)).unwrap();
+    }
+    let listing = fs::read_dir(m.path("dir")).unwrap().count();
+    assert_eq!(listing, written.len() - 1);
+    // The deleted files' space comes back: new writes fit again, without a remount.
+    let started = std::time::Instant::now();
+    let after = common::poll(std::time::Duration::from_secs(60), || {
+        write_file(&m.path("after"), &pattern(99, 1 << 20)).is_ok()
+    });
+    assert!(after, "no write fit after deleting most files");
+    eprintln!(
+        "a write fit again {:?} after the deletions",
+        started.elapsed()
+    );
+    let out = shoal(&[OsStr::new("stats"), os(&m.mnt), OsStr::new("--json")]);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        report["store"]["reclaims"].as_u64().unwrap_or(0) > 0
+            && report["store"]["reclaimed_bytes"].as_u64().unwrap_or(0) > 10 << 20,
+        "{}",
+        out.stdout
+    );
+    // df shows shoal's own bytes as used (the reserve is neither used nor available).
+    let df = common::run_ok(
+        std::process::Command::new("df")
+            .args(["-B1", "--output=used"])
+            .arg(&m.mnt),
+        common::SHOAL_TIMEOUT,
+    );
+    let used: u64 = df
+        .stdout
+        .split_whitespace()
+        .find_map(|word| word.parse().ok())
+        .unwrap();
+    let store_bytes = report["store"]["disk_bytes"].as_u64().unwrap();
+    assert!(
+        used.abs_diff(store_bytes) < 4 << 20,
+        "df used {used} for a store of {store_bytes} bytes"
+    );
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    let out = m.fsck();
+    assert!(out.success(), "{}", out.describe());
+    m.mount();
+    assert_eq!(fs::read(m.path("keep")).unwrap(), keep);
+    for (name, seed) in &written[1..] {
+        assert_eq!(
+            fs::read(m.path(name)).unwrap(),
+            pattern(*seed, 1 << 20),
+            "{name}"
+        );
+    }
+    assert_eq!(fs::read(m.path("after")).unwrap(), pattern(99, 1 << 20));
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+}
+
+/// The device under the store fails (shut down, as a dying disk or a forced unmount of
+/// the store's filesystem does): fsync fails rather than pretending, the failed interval
+/// commit shows in `shoal stats`, and `shoal umount` exits 1 saying what was lost.
+#[test]
+fn a_failed_device_is_reported_by_fsync_stats_and_umount() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    let durable = pattern(7, 100_000);
+    write_file(&m.path("durable"), &durable).unwrap();
+    fs::write(m.path("unsynced"), b"acknowledged, never synced").unwrap();
+    common::run_ok(
+        std::process::Command::new("xfs_io")
+            .args(["-x", "-c", "shutdown"])
+            .arg(&disk.mountpoint),
+        common::SHOAL_TIMEOUT,
+    );
+    let synced = write_file(&m.path("after"), b"after the device died");
+    assert!(synced.is_err(), "fsync on a dead device succeeded");
+    // Reads of what the daemon holds still work.
+    assert_eq!(fs::read(m.path("durable")).unwrap(), durable);
+    let reported = common::poll(std::time::Duration::from_secs(10), || {
+        let out = shoal(&[OsStr::new("stats"), os(&m.mnt), OsStr::new("--json")]);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+        report["engine"]["write_errors"].as_u64().unwrap_or(0) > 0
+            && report["engine"]["last_write_error"].is_string()
+    });
+    assert!(
+        reported,
+        "the failed background commit is not in `shoal stats`"
+    );
+    let out = m.umount();
+    assert!(
+        !out.success(),
+        "umount exited 0 after a failed final sync\n{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("final sync failed") && out.stderr.contains("not durable"),
+        "{}",
+        out.describe()
+    );
+    assert!(!common::is_mounted(&m.mnt));
+}
+
+/// A store with tables, blob files and a journal: small memtables make flushes happen.
+fn template_store(dir: &Path) -> PathBuf {
+    let mnt = dir.join("template-mnt");
+    let store = dir.join("template");
+    fs::create_dir(&mnt).unwrap();
+    shoal_ok(&[OsStr::new("mkfs"), os(&store)]);
+    shoal_ok(&[
+        OsStr::new("mount"),
+        os(&store),
+        os(&mnt),
+        OsStr::new("-o"),
+        OsStr::new("memtable=1,checkpoint=0"),
+    ]);
+    let _guard = common::MountGuard {
+        store: Some(store.clone()),
+        mnt: mnt.clone(),
+    };
+    for round in 0..6u64 {
+        write_file(&mnt.join(format!("big{round}")), &pattern(round, 700_000)).unwrap();
+        fs::create_dir(mnt.join(format!("d{round}"))).unwrap();
+        for index in 0..150 {
+            fs::write(mnt.join(format!("d{round}/small{index}")), b"small file").unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    store
+}
+
+/// Each kind of file in a store, picked in `store`.
+fn store_files(store: &Path) -> Vec<(&'static str, PathBuf)> {
+    let kv = store.join("kv");
+    let newest_journal = fs::read_dir(&kv)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jnl"))
+        .max()
+        .expect("a journal");
+    let largest_in = |folder: &str| -> PathBuf {
+        let mut found = Vec::new();
+        for keyspace in fs::read_dir(kv.join("keyspaces")).unwrap() {
+            let dir = keyspace.unwrap().path().join(folder);
+            if let Ok(entries) = fs::read_dir(&dir) {
+                for entry in entries {
+                    let path = entry.unwrap().path();
+                    found.push((fs::metadata(&path).unwrap().len(), path));
+                }
+            }
+        }
+        found
+            .into_iter()
+            .max()
+            .unwrap_or_else(|| panic!("no {folder}"))
+            .1
+    };
+    let meta_keyspace = kv.join("keyspaces/1");
+    let current = meta_keyspace.join("current");
+    let manifest = fs::read_dir(&meta_keyspace)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with('v') && name[1..].parse::<u64>().is_ok())
+        })
+        .max()
+        .expect("a version file");
+    vec![
+        ("journal", newest_journal),
+        ("table", largest_in("tables")),
+        ("blob", largest_in("blobs")),
+        ("manifest", manifest),
+        ("current", current),
+    ]
+}
+
+/// Bytes that were written: a journal is preallocated with zeros past its last batch.
+fn written_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1)
+}
+
+fn damage(path: &Path, how: &str) {
+    let mut bytes = fs::read(path).unwrap();
+    let written = written_len(&bytes).max(1);
+    match how {
+        "deleted" => return fs::remove_file(path).unwrap(),
+        "truncated" => bytes.truncate(written / 2),
+        "flip-start" => bytes[0] ^= 0x5a,
+        "flip-middle" => bytes[written / 2] ^= 0x5a,
+        "flip-end" => bytes[written - 1] ^= 0x5a,
+        other => panic!("{other}"),
+    }
+    fs::write(path, bytes).unwrap();
+}
+
+/// Every file's bytes under `dir`, to prove fsck changed nothing.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found: Vec<_> = modes_under(dir)
+        .into_iter()
+        .filter(|(path, _)| path.is_file())
+        .map(|(path, _)| {
+            let bytes = fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Damage is never "clean": each kind of store file deleted, cut to half, or with a byte
+/// flipped at its start, middle or end makes fsck exit 1 naming it, without changing the
+/// store; a mount refuses damaged journals and key-value files naming `fsck --repair`,
+/// which then makes the store mount again.
+#[test]
+fn damaged_stores_are_never_clean() {
+    let dir = test_dir();
+    let template = template_store(dir.path());
+    let out = shoal(&[OsStr::new("fsck"), os(&template)]);
+    assert!(out.success(), "the undamaged store: {}", out.describe());
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut missed = Vec::new();
+    for (kind, _) in store_files(&template) {
+        for how in [
+            "deleted",
+            "truncated",
+            "flip-start",
+            "flip-middle",
+            "flip-end",
+        ] {
+            let store = dir.path().join(format!("{kind}-{how}"));
+            common::run_ok(
+                std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(&template)
+                    .arg(&store),
+                common::SHOAL_TIMEOUT,
+            );
+            let target = store_files(&store)
+                .into_iter()
+                .find(|(name, _)| *name == kind)
+                .unwrap()
+                .1;
+            damage(&target, how);
+            let before = contents(&store);
+            let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+            assert_eq!(contents(&store), before, "fsck changed {kind} {how}");
+            if out.code != Some(1) {
+                missed.push(format!("{kind} {how}: {}", out.describe()));
+                continue;
+            }
+            assert!(out.stdout.contains("--repair"), "{}", out.describe());
+            // Journals and the files fjall opens are checked at mount.
+            if matches!(kind, "journal" | "manifest" | "current") {
+                let mounted = shoal(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+                let _guard = common::MountGuard {
+                    store: Some(store.clone()),
+                    mnt: mnt.clone(),
+                };
+                if mounted.success() || !mounted.stderr.contains("fsck --repair") {
+                    missed.push(format!("mount of {kind} {how}: {}", mounted.describe()));
+                }
+            }
+        }
+    }
+    // Known gaps, each a case fsck does not see yet: lsm-tree does not checksum the
+    // last byte of a table, blob or version file, and recovers from a damaged `current`
+    // file (its checksum is not checked) by itself. Listed so the test fails when one
+    // starts being caught (remove it here then) or another stops being caught.
+    let known_gaps = [
+        "table flip-end",
+        "blob flip-end",
+        "manifest flip-end",
+        "current truncated",
+        "current flip-middle",
+        "current flip-end",
+    ];
+    let unexpected: Vec<_> = missed
+        .iter()
+        .filter(|case| {
+            !known_gaps
+                .iter()
+                .any(|gap| case.starts_with(&format!("{gap}:")))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "not reported as damage:\n{}",
+        unexpected
+            .iter()
+            .map(|case| case.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(missed.len(), known_gaps.len(), "{missed:#?}");
+
+    // Repair: what is readable stays, the rest is dropped and named, and the store is
+    // clean and mounts again.
+    for case in [
+        "journal-flip-middle",
+        "journal-deleted",
+        "journal-truncated",
+    ] {
+        let store = dir.path().join(case);
+        let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
+        assert!(
+            repaired.success() && repaired.stdout.contains("dropped"),
+            "{}",
+            repaired.describe()
+        );
+        let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+        assert!(out.success(), "after --repair: {}", out.describe());
+        shoal_ok(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+        let _guard = common::MountGuard {
+            store: Some(store.clone()),
+            mnt: mnt.clone(),
+        };
+        assert!(
+            fs::read_dir(&mnt).unwrap().count() > 0,
+            "{case}: nothing kept"
+        );
+        shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    }
+}
+
+/// A mount replays the journal's batches that are not in tables yet; writing them out
+/// needs space. Without it the mount is refused with a message, nothing is written, and
+/// once space is freed the store mounts with everything in it.
+#[test]
+fn a_replay_the_device_has_no_room_for_is_refused() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    let data = pattern(5, 30 << 20);
+    write_file(&m.path("journaled"), &data).unwrap();
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    // Someone else fills the device.
+    let filler = disk.mountpoint.join("filler");
+    let available = {
+        let out = common::run_ok(
+            std::process::Command::new("df")
+                .args(["-B1", "--output=avail"])
+                .arg(&disk.mountpoint),
+            common::SHOAL_TIMEOUT,
+        );
+        out.stdout
+            .split_whitespace()
+            .find_map(|word| word.parse::<u64>().ok())
+            .unwrap()
+    };
+    write_file(&filler, &vec![1u8; (available - (12 << 20)) as usize]).unwrap();
+    let refused = shoal(&[OsStr::new("mount"), os(&m.store), os(&m.mnt)]);
+    assert!(!refused.success(), "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("not yet in tables") && refused.stderr.contains("free"),
+        "{}",
+        refused.describe()
+    );
+    fs::remove_file(&filler).unwrap();
+    m.mount();
+    assert_eq!(fs::read(m.path("journaled")).unwrap(), data);
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+}
