@@ -187,6 +187,16 @@ impl Engine {
         Self::mkfs_with(dir, &options).map(drop)
     }
 
+    /// [`Engine::mkfs`] deleting what `overwrite` allows first; returns the names deleted.
+    pub fn format(dir: &Path, overwrite: Overwrite) -> Result<Vec<String>, OpenError> {
+        let options = MkfsOptions {
+            overwrite,
+            root_owner: Caller::ROOT,
+            label: None,
+        };
+        Self::mkfs_with(dir, &options).map(|(_, deleted)| deleted)
+    }
+
     /// Formats a new, empty filesystem in `dir`, deleting what `options.overwrite` allows
     /// first, with a label and the owner of the root directory. Returns the new store's
     /// identity and the names of the entries deleted. The store is private to its owner.
