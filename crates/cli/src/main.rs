@@ -69,9 +69,8 @@ enum Command {
         /// Keep the filesystem in RAM only (nothing is stored).
         #[arg(long)]
         memory: bool,
-        /// Comma-separated options: commit=SECONDS, ro, rw, allow_other, threads=N,
-        /// cache=MIB, memtable=MIB, compaction_threads=N, journal=MIB, checkpoint=MIB,
-        /// memory=MIB, metrics=IP:PORT, writeback=on|off, uring=on|off (see the README).
+        /// Comma-separated options, e.g. commit=SECONDS, ro, allow_other, threads=N,
+        /// fsname=NAME, nosuid (an unknown option prints the full list; see the README).
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
