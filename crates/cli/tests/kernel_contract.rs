@@ -349,6 +349,7 @@ fn times_never_go_backwards_under_the_writeback_cache() {
         let path = m.path(format!("f{i}"));
         let mut file = OpenOptions::new()
             .create(true)
+            .truncate(true)
             .read(true)
             .write(true)
             .open(&path)
