@@ -99,8 +99,11 @@ enum Command {
         /// allow_other, threads=N [2], cache=SIZE [256M], memtable=SIZE [96M],
         /// compaction_threads=N [2], journal=SIZE [512M], checkpoint=SIZE [4M],
         /// memory=SIZE [1G], metrics=IP:PORT [off], writeback=on|off [on], uring=on|off
-        /// [on]. SIZE: a plain number is MiB; K, M, G, T suffixes are accepted (256M,
-        /// 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). See docs/cli.md.
+        /// [on], spin=MICROSECONDS [2000], fsname=NAME [the store's path], subtype=NAME
+        /// [shoal], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, atime,
+        /// relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are
+        /// accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An
+        /// unknown option prints the full list. See docs/cli.md.
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.

@@ -19,6 +19,22 @@ use common::{as_user, run_ok, Mounted};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A test that forks (`as_user`) runs alone: its child inherits every fd the test process
+/// holds, and a concurrent test's unmount would find its mount busy while a child lives.
+static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn no_forks_meanwhile() -> std::sync::RwLockReadGuard<'static, ()> {
+    FORKS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    FORKS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn cpath(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("path without NUL")
 }
@@ -58,6 +74,7 @@ fn findmnt(mnt: &Path, column: &str) -> String {
 
 #[test]
 fn syncfs_after_writing_and_removing_a_file_succeeds() {
+    let _forks = no_forks_meanwhile();
     let m = Mounted::new();
     // The writeback cache sends the written file's times after `rm`; a failure there is
     // recorded as a writeback error that the next syncfs reports.
@@ -80,6 +97,7 @@ fn syncfs_after_writing_and_removing_a_file_succeeds() {
 
 #[test]
 fn fstat_of_a_removed_open_directory_shows_no_links() {
+    let _forks = no_forks_meanwhile();
     let m = Mounted::new();
     fs::create_dir(m.path("gone")).unwrap();
     let gone = open_dir(&m.path("gone"));
@@ -116,6 +134,7 @@ fn fstat_of_a_removed_open_directory_shows_no_links() {
 
 #[test]
 fn mount_shows_the_store_as_source_and_fuse_shoal_as_type() {
+    let _forks = no_forks_meanwhile();
     let mut m = Mounted::new();
     assert_eq!(findmnt(&m.mnt, "SOURCE"), m.store.display().to_string());
     assert_eq!(findmnt(&m.mnt, "FSTYPE"), "fuse.shoal");
@@ -134,6 +153,7 @@ fn mount_shows_the_store_as_source_and_fuse_shoal_as_type() {
 
 #[test]
 fn generic_mount_options_are_accepted_and_applied() {
+    let _forks = no_forks_meanwhile();
     let m = Mounted::with_options(&[
         "defaults",
         "nosuid",
@@ -176,6 +196,7 @@ fn generic_mount_options_are_accepted_and_applied() {
 
 #[test]
 fn remount_read_only_and_back() {
+    let _forks = no_forks_meanwhile();
     let m = Mounted::new();
     fs::write(m.path("before"), b"1").unwrap();
     // -i: the kernel's remount itself (mount(8) would run a mount.fuse.shoal helper).
@@ -201,6 +222,7 @@ fn remount_read_only_and_back() {
 
 #[test]
 fn bad_mount_names_are_refused() {
+    let _forks = no_forks_meanwhile();
     let dir = common::test_dir();
     let store = dir.path().join("store");
     let mnt = dir.path().join("mnt");
@@ -290,6 +312,7 @@ fn read_by_handle(mnt: &Path, handle: &FileHandle) -> io::Result<Vec<u8>> {
 
 #[test]
 fn files_reopen_by_handle_after_the_dentry_cache_is_dropped() {
+    let _forks = no_forks_meanwhile();
     let mut m = Mounted::new();
     fs::create_dir_all(m.path("a/b")).unwrap();
     fs::write(m.path("a/b/file"), b"by handle").unwrap();
@@ -341,6 +364,7 @@ fn times_of(file: &File) -> [(i64, i64); 2] {
 
 #[test]
 fn times_never_go_backwards_under_the_writeback_cache() {
+    let _forks = no_forks_meanwhile();
     let m = Mounted::new();
     // Alternate changes shoal stamps (create, chmod) with ones the kernel stamps itself
     // (writes through the writeback cache); each must leave mtime and ctime where they
@@ -349,6 +373,7 @@ fn times_never_go_backwards_under_the_writeback_cache() {
         let path = m.path(format!("f{i}"));
         let mut file = OpenOptions::new()
             .create(true)
+            .truncate(true)
             .read(true)
             .write(true)
             .open(&path)
@@ -469,6 +494,7 @@ fn tmpfile_story(dir: &Path) -> (u64, u64, u32, Vec<u8>, Option<i32>, Vec<String
 
 #[test]
 fn o_tmpfile_and_linkat_behave_as_on_tmpfs() {
+    let _forks = no_forks_meanwhile();
     let tmpfs = Tmpfs::new();
     let mut m = Mounted::new();
     fs::create_dir(tmpfs.path("d")).unwrap();
@@ -556,6 +582,7 @@ fn fallocate_story(
 
 #[test]
 fn fallocate_modes_behave_as_on_tmpfs() {
+    let _forks = no_forks_meanwhile();
     let tmpfs = Tmpfs::new();
     let m = Mounted::new();
     let chunk = 64 * 1024;
@@ -703,6 +730,7 @@ fn acl_story(root: &Path) -> Vec<(String, String, u32)> {
 
 #[test]
 fn acls_round_trip_as_on_tmpfs() {
+    let _forks = no_forks_meanwhile();
     let tmpfs = Tmpfs::new();
     let m = Mounted::new();
     let expected = acl_story(tmpfs.dir.path());
@@ -716,6 +744,7 @@ fn acls_round_trip_as_on_tmpfs() {
 
 #[test]
 fn acls_grant_and_deny_other_users() {
+    let _forks = alone();
     let m = Mounted::with_options(&["allow_other"]);
     let file = m.path("private");
     fs::write(&file, b"secret").unwrap();

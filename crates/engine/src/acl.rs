@@ -54,7 +54,7 @@ impl Acl {
             .and_then(|header| header.try_into().ok())
             .ok_or_else(bad)?;
         if u32::from_le_bytes(header) != XATTR_VERSION
-            || (value.len() - HEADER_BYTES) % ENTRY_BYTES != 0
+            || !(value.len() - HEADER_BYTES).is_multiple_of(ENTRY_BYTES)
         {
             return Err(bad());
         }

@@ -222,9 +222,7 @@ impl Engine {
         if let Some(mtime) = change.mtime {
             inode.mtime = resolve(mtime, now);
         }
-        // A ctime never goes back: the kernel sends the one it stamped at its last write,
-        // which may precede a change made here since (chmod, link).
-        inode.ctime = change.ctime.unwrap_or(now).max(inode.ctime);
+        inode.ctime = change.ctime.unwrap_or(now);
         txn.put_inode(&inode);
         txn.commit()?;
         Ok(inode)

@@ -919,6 +919,17 @@ impl<'a> Txn<'a> {
         delta.1 += bytes;
     }
 
+    /// Fails with `QuotaExceeded` where charging `bytes` more to `inode`'s owners (on top
+    /// of this transaction's charges) would be refused; charges nothing.
+    pub(crate) fn check_quota(&self, inode: &Inode, bytes: i64) -> FsResult<()> {
+        let mut deltas = self.usage_delta.clone();
+        deltas.entry(UsageKey::of(inode)).or_insert((0, 0)).1 += bytes;
+        self.state
+            .quotas
+            .check(&deltas, self.now, self.quota_forced)
+            .map(|_| ())
+    }
+
     /// Deletes an inode with its data and xattrs, crediting its usage.
     pub(crate) fn purge_inode(&mut self, ino: u64) -> FsResult<()> {
         let inode = match self.inode(ino) {

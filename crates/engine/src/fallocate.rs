@@ -4,7 +4,9 @@
 //! chunk is a hole that reads as zeros. So preallocation only sets the size (the new range
 //! is a hole), and punching or zeroing a range removes the chunks it covers whole and
 //! zeroes the covered part of the others. Usage follows the bytes the store holds, as for
-//! writes and truncates: holes cost nothing, and punching gives bytes back.
+//! writes and truncates: holes cost nothing, and punching gives bytes back. Preallocation
+//! past the end of the file is checked against the quota as a write of those bytes would
+//! be, so `EDQUOT` comes from fallocate, as a program that preallocates expects.
 
 use crate::data::MAX_FILE_BYTES;
 use crate::engine::{Engine, Txn};
@@ -72,6 +74,9 @@ impl Engine {
         }
         let allocated_before = inode.allocated_bytes;
         let size_before = inode.size;
+        if matches!(op, Fallocate::Allocate { .. }) && end > size_before {
+            txn.check_quota(&inode, (end - size_before) as i64)?;
+        }
         if matches!(op, Fallocate::PunchHole | Fallocate::ZeroRange { .. }) {
             let stop = end.min(inode.size);
             txn.zero_range(&mut inode, offset, stop)?;

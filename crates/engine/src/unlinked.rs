@@ -131,7 +131,7 @@ impl Engine {
         if let Some(mtime) = change.mtime {
             inode.mtime = crate::data::resolve(mtime, now);
         }
-        inode.ctime = inode.ctime.max(change.ctime.unwrap_or(now));
+        inode.ctime = change.ctime.unwrap_or(now);
         Ok(inode.clone())
     }
 }

@@ -127,6 +127,36 @@ both_backends! {
 }
 
 #[test]
+fn preallocation_past_a_byte_limit_is_refused() {
+    let fs = memory();
+    let limits = shoal_engine::QuotaLimits {
+        bytes_hard: 100_000,
+        ..shoal_engine::QuotaLimits::default()
+    };
+    fs.set_quota_limits(shoal_engine::QuotaKind::User, ME.uid, limits)
+        .unwrap();
+    let file = fs.create(ROOT_INO, b"f", &regular(), ME).unwrap();
+    let grow = |length| {
+        fs.fallocate(
+            file.ino,
+            0,
+            length,
+            Fallocate::Allocate { keep_size: false },
+        )
+    };
+    assert_err!(grow(200_000), FsError::QuotaExceeded);
+    assert_eq!(
+        fs.getattr(file.ino).unwrap().size,
+        0,
+        "a refusal changes nothing"
+    );
+    grow(90_000).unwrap();
+    assert_eq!(fs.getattr(file.ino).unwrap().size, 90_000);
+    // The hole itself is not charged: writes into it are.
+    assert_eq!(fs.usage(UsageOwner::User(ME.uid)).unwrap().bytes, 0);
+}
+
+#[test]
 fn inode_numbers_are_never_reused_after_reopen() {
     let fs = disk_with(no_thread());
     let mut last = 0;
