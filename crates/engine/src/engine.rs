@@ -19,6 +19,7 @@ use crate::store::{
     DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
+use crate::tree_usage::{TreeCache, TreeChanges};
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -96,6 +97,8 @@ pub(crate) struct WriteState {
     usage: HashMap<UsageKey, Usage>,
     /// Per-user/group/project totals and limits, checked by every commit.
     pub(crate) quotas: QuotaState,
+    /// Directories' recursive usage, as last committed (see `tree_usage`).
+    tree_cache: TreeCache,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -156,10 +159,13 @@ impl Engine {
 
     /// Opens the store in `dir`, locking it against a second user.
     pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
-        store_dir::read_format(dir)?;
+        let version = store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
-        let mut store: Box<dyn Store> =
-            Box::new(FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?);
+        let fjall = FjallStore::open(&store_dir::kv_path(dir), &config.tuning)?;
+        if version < FORMAT_VERSION {
+            crate::tree_usage_check::upgrade_store_dir(dir, &fjall, config.read_only)?;
+        }
+        let mut store: Box<dyn Store> = Box::new(fjall);
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
         }
@@ -209,6 +215,7 @@ impl Engine {
                 ino_runs: HashMap::new(),
                 usage,
                 quotas,
+                tree_cache: TreeCache::default(),
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -333,6 +340,7 @@ impl Engine {
             quota_records: Vec::new(),
             quota_settings: None,
             new_orphans: Vec::new(),
+            tree: TreeChanges::default(),
             now: Timestamp::now(),
         })
     }
@@ -604,6 +612,8 @@ pub(crate) struct Txn<'a> {
     quota_settings: Option<QuotaSettings>,
     /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
     new_orphans: Vec<u64>,
+    /// Recursive usage changes, applied to every ancestor at commit.
+    pub(crate) tree: TreeChanges,
     pub(crate) now: Timestamp,
 }
 
@@ -666,6 +676,23 @@ impl<'a> Txn<'a> {
     pub(crate) fn delete_entry(&mut self, parent: u64, name: &[u8]) {
         self.batch
             .delete(Space::Meta, keys::entry_key(parent, name));
+    }
+
+    /// This batch's own items of the meta space in `[start, end)`.
+    pub(crate) fn batch_range<'b>(
+        &'b self,
+        start: std::ops::Bound<&[u8]>,
+        end: &[u8],
+    ) -> impl Iterator<Item = (&'b [u8], Option<&'b [u8]>)> {
+        self.batch.range(Space::Meta, start, end)
+    }
+
+    pub(crate) fn tree_cache(&mut self) -> &mut TreeCache {
+        &mut self.state.tree_cache
+    }
+
+    pub(crate) fn tree_cache_ref(&self) -> &TreeCache {
+        &self.state.tree_cache
     }
 
     /// Keys in `[start, end)` as the store has them, ignoring this batch. Callers use it
@@ -762,6 +789,9 @@ impl<'a> Txn<'a> {
             inode.nlink == 0 || inode.kind == FileKind::Directory,
             "purging linked inode {ino}"
         );
+        if inode.kind == FileKind::Directory {
+            self.dir_removed(ino);
+        }
         // Range scans cost far more than point writes; most small files have neither.
         if inode.content == Content::Chunked {
             let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
@@ -790,15 +820,17 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Drops one link of a non-directory inode; deletes it (or orphans it while open) at
-    /// zero links.
-    pub(crate) fn drop_link(&mut self, mut inode: Inode) -> FsResult<()> {
+    /// Drops the link of a non-directory inode in `dir`; deletes it (or orphans it while
+    /// open) at zero links.
+    pub(crate) fn drop_link(&mut self, mut inode: Inode, dir: u64) -> FsResult<()> {
         assert!(inode.kind != FileKind::Directory && inode.nlink > 0);
+        self.link_removed(&mut inode, dir)?;
         inode.nlink -= 1;
         inode.ctime = self.now;
         if inode.nlink > 0 {
             self.put_inode(&inode);
-            return Ok(());
+            // Its other names' directories see the new ctime.
+            return self.inode_changed(&inode, inode.size);
         }
         if inode.kind == FileKind::Regular && self.engine.keep_as_orphan(inode.ino) {
             self.new_orphans.push(inode.ino);
@@ -823,6 +855,7 @@ impl<'a> Txn<'a> {
                 keys::encode_quota_record(&record),
             );
         }
+        let tree_staged = self.stage_tree_usage()?;
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
         for (&owners, &(inodes, bytes)) in &self.usage_delta {
             let current = self.state.usage.get(&owners).copied().unwrap_or_default();
@@ -854,6 +887,7 @@ impl<'a> Txn<'a> {
             // Nothing of this operation reached the store; forget reserved inode runs so
             // no number handed out here is trusted later.
             self.state.ino_runs.clear();
+            self.state.tree_cache.clear();
             return Err(match error {
                 crate::store::StoreError::NoSpace => FsError::NoSpace,
                 other => FsError::Store(other),
@@ -875,6 +909,7 @@ impl<'a> Txn<'a> {
                 self.state.usage.insert(owners, usage);
             }
         }
+        self.state.tree_cache.absorb(tree_staged);
         self.new_orphans.clear();
         self.engine
             .committer

@@ -142,12 +142,14 @@ fn scan_all(
 pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     let started = Instant::now();
     let mut report = FsckReport::default();
+    let mut format_version = None;
     match store.get(Space::Meta, &keys::superblock_key())? {
         Some(value) => {
             let superblock = keys::decode_superblock(&value)?;
+            format_version = Some(superblock.format_version);
             if superblock.format_version != FORMAT_VERSION {
                 report.problem(format!(
-                    "superblock format version {}",
+                    "superblock format version {} (this shoal writes {FORMAT_VERSION}; mounting read-write upgrades it)",
                     superblock.format_version
                 ));
             }
@@ -267,6 +269,11 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     }
 
     check_counters(store, &inodes, &mut report)?;
+    if format_version == Some(FORMAT_VERSION) {
+        for problem in crate::tree_usage_check::verify(store)? {
+            report.problem(problem);
+        }
+    }
     report.elapsed = started.elapsed();
     Ok(report)
 }

@@ -40,6 +40,8 @@ mod rename;
 pub mod stats;
 pub mod store;
 pub mod store_dir;
+mod tree_usage;
+mod tree_usage_check;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
@@ -47,11 +49,12 @@ pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
 pub use inode::{
-    Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
+    Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
 pub use namespace::NewInode;
 pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
+pub use tree_usage::{format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES};
 pub use xattr::XattrMode;
