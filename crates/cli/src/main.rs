@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod control;
+mod du_cmd;
 mod fsck_cmd;
 mod gen_tree_cmd;
 mod metrics_http;
@@ -119,6 +120,18 @@ enum Command {
     /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
     /// side by side, with a table, JSON, Markdown and SVG charts.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Recursive usage of directories (names, regular files, bytes, newest change), exact
+    /// and instant: on a mount, PATH is a directory in it; else a store directory (unmounted)
+    /// with --path naming a directory inside it.
+    Du {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// With a store directory: the directory inside the store (default /).
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         dir: PathBuf,
@@ -311,6 +324,15 @@ fn main() -> ExitCode {
                 heap,
             },
         ),
+        Command::Du {
+            paths,
+            inside,
+            json,
+        } => du_cmd::run(&du_cmd::DuArgs {
+            paths,
+            inside,
+            json,
+        }),
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
         Command::Bench(args) => bench_cmd::run(&args),
     };
