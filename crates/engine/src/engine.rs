@@ -19,6 +19,7 @@ use crate::store::{
     DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
+use crate::reclaim::ReclaimSignal;
 use crate::tree_usage::{TreeCache, TreeChanges};
 
 pub const NAME_MAX_BYTES: usize = 255;
@@ -126,6 +127,8 @@ pub struct Engine {
     commit_stop: Arc<CommitStop>,
     /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
     quota_records_exist: AtomicBool,
+    /// The background deletion of detached trees (see `reclaim`).
+    reclaim: Arc<ReclaimSignal>,
     _lock: Option<StoreLock>,
 }
 
@@ -222,10 +225,14 @@ impl Engine {
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
+            reclaim: Arc::default(),
             _lock: lock,
         });
         if !engine.read_only {
             engine.purge_orphans()?;
+            if !engine.reclaim_roots()?.is_empty() {
+                engine.start_reclaim();
+            }
         }
         if let Some(interval) = config.commit_interval {
             spawn_commit_thread(
@@ -266,6 +273,10 @@ impl Engine {
         self.sync()?;
         self.store.compact()?;
         Ok(())
+    }
+
+    pub(crate) fn reclaim_signal(&self) -> &Arc<ReclaimSignal> {
+        &self.reclaim
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
@@ -446,6 +457,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.reclaim.stop();
         *self.commit_stop.stopped.lock() = true;
         self.commit_stop.wake.notify_all();
         if !self.read_only {

@@ -247,7 +247,21 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     })?;
     report.orphans = orphans.len() as u64;
 
-    check_links_and_tree(&inodes, &links, &orphans, &mut report);
+    let mut reclaims = HashSet::new();
+    scan_all(store, Space::Meta, keys::all_reclaims_range(), |key, _| {
+        reclaims.insert(keys::decode_reclaim_key(key)?);
+        Ok(())
+    })?;
+    for &dir in &reclaims {
+        match inodes.get(&dir) {
+            Some(facts) if facts.kind == FileKind::Directory && facts.parent == 0 => {}
+            _ => report.problem(format!(
+                "reclaim record for {dir}, which is not a detached directory"
+            )),
+        }
+    }
+
+    check_links_and_tree(&inodes, &links, &orphans, &reclaims, &mut report);
     check_chunks(store, &inodes, &mut report)?;
 
     let mut xattr_problems = Vec::new();
@@ -282,6 +296,7 @@ fn check_links_and_tree(
     inodes: &HashMap<u64, InodeFacts>,
     links: &HashMap<u64, LinkFacts>,
     orphans: &HashSet<u64>,
+    reclaims: &HashSet<u64>,
     report: &mut FsckReport,
 ) {
     let empty = LinkFacts::default();
@@ -311,6 +326,8 @@ fn check_links_and_tree(
                 continue;
             }
             match link.named_in {
+                // Detached by rmtree, being deleted in the background.
+                None if reclaims.contains(&ino) => {}
                 None => report.problem(format!(
                     "directory {ino} is disconnected: no entry names it"
                 )),
@@ -318,7 +335,7 @@ fn check_links_and_tree(
                     "directory {ino}: parent pointer {} but named in {parent}",
                     facts.parent
                 )),
-                Some(_) => check_reaches_root(ino, inodes, report),
+                Some(_) => check_reaches_root(ino, inodes, reclaims, report),
             }
         } else {
             if facts.nlink != link.entries_naming {
@@ -350,10 +367,15 @@ fn check_links_and_tree(
     }
 }
 
-fn check_reaches_root(dir: u64, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) {
+fn check_reaches_root(
+    dir: u64,
+    inodes: &HashMap<u64, InodeFacts>,
+    reclaims: &HashSet<u64>,
+    report: &mut FsckReport,
+) {
     let mut current = dir;
     for _ in 0..MAX_DEPTH {
-        if current == ROOT_INO {
+        if current == ROOT_INO || reclaims.contains(&current) {
             return;
         }
         match inodes.get(&current) {

@@ -16,6 +16,8 @@
 //!   rctime the directory's own ctime
 //! - `B` ino:u64 dir:u64          names of a multiply linked inode in `dir` (format 2) ->
 //!   count:u32; kept only while nlink > 1 (with one link, the inode's `parent` says where)
+//! - `Z` dir:u64                  a detached tree to reclaim (format 2): the directory was
+//!   unnamed by `rmtree` (its `parent` is 0) and is deleted in the background
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -45,6 +47,7 @@ const QUOTA_SETTINGS: u8 = b'Q';
 const CHUNK: u8 = b'D';
 const TREE_USAGE: u8 = b'R';
 const LINK_PARENT: u8 = b'B';
+const RECLAIM: u8 = b'Z';
 
 const INODE_RECORD_VERSION: u8 = 1;
 /// Bits of the inode record's last header byte.
@@ -433,6 +436,23 @@ pub fn decode_link_count(key: &[u8], v: &[u8]) -> Result<u32, FsError> {
     }
 }
 
+// ---- trees to reclaim ----
+
+pub fn reclaim_key(dir: u64) -> Vec<u8> {
+    prefixed(RECLAIM, dir, &[])
+}
+
+pub fn all_reclaims_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(RECLAIM)
+}
+
+pub fn decode_reclaim_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&RECLAIM), Some(dir), 9) => Ok(dir),
+        _ => Err(corrupt("reclaim key", key)),
+    }
+}
+
 // ---- quotas ----
 
 fn quota_kind_code(kind: QuotaKind) -> u8 {
@@ -775,6 +795,8 @@ mod tests {
             (4, &b"user.a"[..])
         );
         assert_eq!(decode_orphan_key(&orphan_key(4)).unwrap(), 4);
+        assert_eq!(decode_reclaim_key(&reclaim_key(4)).unwrap(), 4);
+        assert!(decode_reclaim_key(&orphan_key(4)).is_err());
         assert_eq!(decode_inode_key(&inode_key(4)).unwrap(), 4);
     }
 }

@@ -36,6 +36,7 @@ pub mod keys;
 mod namespace;
 pub mod quota;
 mod quota_ops;
+mod reclaim;
 mod rename;
 pub mod stats;
 pub mod store;
@@ -54,6 +55,7 @@ pub use inode::{
 pub use namespace::NewInode;
 pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
+pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
 pub use tree_usage::{format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES};

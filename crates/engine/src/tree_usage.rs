@@ -197,6 +197,11 @@ impl Txn<'_> {
         Ok(delta)
     }
 
+    /// What lies below directory `dir`.
+    pub(crate) fn subtree_usage(&self, dir: u64) -> FsResult<TreeUsage> {
+        Ok(self.load_dir(dir)?.usage)
+    }
+
     /// `inode` (as written in this batch) changed its ctime, and for a regular file maybe
     /// its size from `size_before`: every directory naming it learns of it.
     pub(crate) fn inode_changed(&mut self, inode: &Inode, size_before: u64) -> FsResult<()> {
@@ -257,7 +262,8 @@ impl Txn<'_> {
                     }
                 };
                 delta.apply(&mut cached.usage, current);
-                if current == ROOT_INO {
+                // A detached tree (see `reclaim`) has parent 0: nothing above it counts it.
+                if current == ROOT_INO || cached.parent == 0 {
                     break;
                 }
                 current = cached.parent;
