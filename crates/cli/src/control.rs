@@ -41,14 +41,22 @@ pub enum ControlRequest {
     HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),
+    /// Take the tree at `path` (from the mount's root) out of the namespace; it is
+    /// deleted in the background (`shoal rmtree`).
+    Rmtree { path: String },
+    /// What detached trees are still being deleted (read-only).
+    ReclaimStatus,
 }
 
 impl ControlRequest {
     /// Whether the request changes anything (and so needs root or the daemon's user).
     pub fn mutates(&self) -> bool {
         match self {
-            ControlRequest::Stats | ControlRequest::HeapStats => false,
+            ControlRequest::Stats | ControlRequest::HeapStats | ControlRequest::ReclaimStatus => {
+                false
+            }
             ControlRequest::Quota(quota) => quota.mutates(),
+            ControlRequest::Rmtree { .. } => true,
         }
     }
 
@@ -58,7 +66,9 @@ impl ControlRequest {
         match self {
             ControlRequest::Quota(
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
-            ) => LONG_ANSWER_TIMEOUT,
+            )
+            // One batch, but it may wait behind a checkpoint held up in the store.
+            | ControlRequest::Rmtree { .. } => LONG_ANSWER_TIMEOUT,
             _ => IO_TIMEOUT,
         }
     }

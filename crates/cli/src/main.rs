@@ -13,6 +13,7 @@ mod mounts;
 mod owner_names;
 mod quota_cmd;
 mod quota_protocol;
+mod rmtree_cmd;
 mod stats_cmd;
 mod stats_report;
 mod umount_cmd;
@@ -131,6 +132,18 @@ enum Command {
         inside: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// Remove a directory tree at once: its name and usage go in one batch, its contents
+    /// are deleted in the background (`shoal stats` shows what is left). PATH is in a mount
+    /// (root or the daemon's user only), or a store directory (unmounted) with --path.
+    Rmtree {
+        path: PathBuf,
+        /// With a store directory: the tree inside the store.
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+        /// Wait until the tree is deleted (progress on a terminal).
+        #[arg(long)]
+        wait: bool,
     },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
@@ -333,6 +346,9 @@ fn main() -> ExitCode {
             inside,
             json,
         }),
+        Command::Rmtree { path, inside, wait } => {
+            rmtree_cmd::run(&rmtree_cmd::RmtreeArgs { path, inside, wait })
+        }
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
         Command::Bench(args) => bench_cmd::run(&args),
     };

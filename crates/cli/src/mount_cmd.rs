@@ -215,6 +215,8 @@ fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
 /// Answers `shoal stats` (and later commands) about this mount.
 struct DaemonControl {
     stats: Arc<StatsSource>,
+    /// Tells the kernel about names removed behind its back (rmtree).
+    invalidator: Option<shoal_fuse::EntryInvalidator>,
 }
 
 impl ControlHandler for DaemonControl {
@@ -234,6 +236,14 @@ impl ControlHandler for DaemonControl {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
             },
+            ControlRequest::Rmtree { path } => match self.stats.engine.upgrade() {
+                Some(engine) => crate::rmtree_cmd::serve(&engine, self.invalidator.as_ref(), path),
+                None => Err("the filesystem is unmounting".into()),
+            },
+            ControlRequest::ReclaimStatus => match self.stats.engine.upgrade() {
+                Some(engine) => crate::rmtree_cmd::serve_status(&engine),
+                None => Err("the filesystem is unmounting".into()),
+            },
         }
     }
 }
@@ -250,9 +260,14 @@ fn bind_metrics(options: &MountOptions) -> Result<Option<TcpListener>> {
 }
 
 /// The control socket and the metrics endpoint, both reading `stats`.
-fn start_reporting(stats: Arc<StatsSource>, metrics: Option<TcpListener>) -> Result<()> {
+fn start_reporting(
+    stats: Arc<StatsSource>,
+    metrics: Option<TcpListener>,
+    invalidator: shoal_fuse::EntryInvalidator,
+) -> Result<()> {
     control::serve(Arc::new(DaemonControl {
         stats: stats.clone(),
+        invalidator: Some(invalidator),
     }))
     .context("cannot open the control socket")?;
     if let Some(listener) = metrics {
@@ -307,7 +322,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
     });
-    start_reporting(stats, metrics)?;
+    start_reporting(stats, metrics, shoal_fuse::EntryInvalidator::new(&session))?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",

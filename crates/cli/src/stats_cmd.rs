@@ -159,6 +159,15 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         engine.write_slowdowns.saturating_sub(was.write_slowdowns),
         duration(engine.write_slowdown_ns.saturating_sub(was.write_slowdown_ns)),
     );
+    if engine.reclaim_trees > 0 {
+        let _ = writeln!(
+            out,
+            "reclaim {} detached trees: {} names, {} left to delete",
+            engine.reclaim_trees,
+            engine.reclaim_entries,
+            bytes(engine.reclaim_bytes),
+        );
+    }
     let (store, was) = (&current.store, &previous.store);
     let hits = store.block_cache_hits.saturating_sub(was.block_cache_hits);
     let misses = store

@@ -80,6 +80,14 @@ pub struct EngineReport {
     /// while flushes and compactions catch up), and the time they took.
     pub write_slowdowns: u64,
     pub write_slowdown_ns: u64,
+    /// Trees taken out by `shoal rmtree` and still being deleted in the background, with
+    /// the names and bytes left in them.
+    #[serde(default)]
+    pub reclaim_trees: u64,
+    #[serde(default)]
+    pub reclaim_entries: u64,
+    #[serde(default)]
+    pub reclaim_bytes: u64,
 }
 
 /// `shoal_engine::StoreMetrics`, field for field.
@@ -195,7 +203,10 @@ impl StatsSource {
     /// `None` once the filesystem is unmounting and the engine is gone. `heap` also reads
     /// the allocator's heap figures (see `ControlRequest::HeapStats`).
     pub fn report(&self, heap: bool) -> Option<StatsReport> {
-        let (engine, store) = self.engine.upgrade()?.stats_snapshot();
+        let live = self.engine.upgrade()?;
+        let (engine, store) = live.stats_snapshot();
+        let reclaim = live.reclaim_backlog().unwrap_or_default();
+        drop(live);
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
         Some(StatsReport {
@@ -221,6 +232,9 @@ impl StatsSource {
                 batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
                 write_slowdowns: engine.slow_batch_writes,
                 write_slowdown_ns: engine.slow_batch_write_ns,
+                reclaim_trees: reclaim.trees,
+                reclaim_entries: reclaim.entries,
+                reclaim_bytes: reclaim.bytes,
             },
             store: store.into(),
             memory: MemoryReport {

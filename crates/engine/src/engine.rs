@@ -13,13 +13,13 @@ use crate::error::{FsError, FsResult};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
+use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
     DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::{self, StoreDirError, StoreLock};
-use crate::reclaim::ReclaimSignal;
 use crate::tree_usage::{TreeCache, TreeChanges};
 
 pub const NAME_MAX_BYTES: usize = 255;

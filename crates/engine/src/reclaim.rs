@@ -28,6 +28,9 @@ const RECLAIM_BATCH_NAMES: usize = 512;
 /// Pause between batches, so foreground operations get the writer lock and the store's
 /// background work keeps up.
 const RECLAIM_PAUSE: Duration = Duration::from_millis(2);
+/// Steps in a row that delete nothing (each moves down or restarts from the root) before
+/// the reclaim of a tree is given up as stuck: far more than any tree's depth changes.
+const MAX_IDLE_STEPS: u32 = 10_000;
 /// Bound on directory depth when walking up; deeper means a cycle, i.e. corruption.
 const MAX_DEPTH: usize = 1 << 20;
 
@@ -171,9 +174,17 @@ impl Engine {
         let mut deleted = 0;
         for root in self.reclaim_roots()? {
             let mut path = Vec::new();
+            let mut idle_steps = 0;
             loop {
                 match self.reclaim_step(root, &mut path)? {
+                    Step::Deleted(0) => {
+                        idle_steps += 1;
+                        if idle_steps > MAX_IDLE_STEPS {
+                            return Err(no_progress(root));
+                        }
+                    }
                     Step::Deleted(names) => {
+                        idle_steps = 0;
                         deleted += names;
                         progress(deleted);
                     }
@@ -191,9 +202,12 @@ impl Engine {
         // Listed outside the writer lock; each entry is checked again inside it.
         let entries = match self.readdir(dir, None, RECLAIM_BATCH_NAMES) {
             Ok(entries) => entries,
-            Err(FsError::NotFound) if dir == root => {
-                // Deleted by an earlier step whose reclaim key went with it.
-                return Ok(Step::Done);
+            // Deleted by an earlier step (another reclaimer's, too); the reclaim key went
+            // with the root.
+            Err(FsError::NotFound) if dir == root => return Ok(Step::Done),
+            Err(FsError::NotFound) => {
+                path.clear();
+                return Ok(Step::Deleted(0));
             }
             Err(error) => return Err(error),
         };
@@ -253,11 +267,21 @@ impl Engine {
     }
 }
 
+fn no_progress(root: u64) -> FsError {
+    FsError::Corrupt(format!(
+        "reclaim of detached tree {root} makes no progress (run shoal fsck)"
+    ))
+}
+
 /// Whether directory `dir` is (still) below `root`.
 fn is_below(txn: &Txn<'_>, dir: u64, root: u64) -> FsResult<bool> {
     let mut current = dir;
     for _ in 0..MAX_DEPTH {
-        current = txn.inode(current)?.parent;
+        current = match txn.inode(current) {
+            Ok(inode) => inode.parent,
+            Err(FsError::NotFound) => return Ok(false),
+            Err(error) => return Err(error),
+        };
         if current == root {
             return Ok(true);
         }
@@ -265,7 +289,9 @@ fn is_below(txn: &Txn<'_>, dir: u64, root: u64) -> FsResult<bool> {
             return Ok(false);
         }
     }
-    Err(FsError::Corrupt(format!("directory cycle above inode {dir}")))
+    Err(FsError::Corrupt(format!(
+        "directory cycle above inode {dir}"
+    )))
 }
 
 enum Step {
@@ -300,6 +326,7 @@ fn reclaim_loop(engine: &Weak<Engine>, signal: &ReclaimSignal) {
         drop(strong);
         for root in roots {
             let mut path = Vec::new();
+            let mut idle_steps = 0;
             loop {
                 if signal.state.lock().stopped {
                     return;
@@ -308,7 +335,12 @@ fn reclaim_loop(engine: &Weak<Engine>, signal: &ReclaimSignal) {
                     return;
                 };
                 match strong.reclaim_step(root, &mut path) {
-                    Ok(Step::Deleted(_)) => {}
+                    Ok(Step::Deleted(0)) if idle_steps >= MAX_IDLE_STEPS => {
+                        tracing::error!("{}", no_progress(root));
+                        break;
+                    }
+                    Ok(Step::Deleted(0)) => idle_steps += 1,
+                    Ok(Step::Deleted(_)) => idle_steps = 0,
                     Ok(Step::Done) => break,
                     Err(FsError::ReadOnly) => return,
                     Err(error) => {
