@@ -24,6 +24,8 @@ pub struct FsckReport {
     pub chunks: u64,
     pub xattrs: u64,
     pub orphans: u64,
+    /// Trees detached by rmtree, still being deleted.
+    pub reclaims: u64,
     pub data_bytes: u64,
     pub problem_count: u64,
     pub problems: Vec<String>,
@@ -45,7 +47,7 @@ impl FsckReport {
     pub fn summary(&self) -> String {
         let seconds = self.elapsed.as_secs_f64().max(1e-9);
         let mut text = format!(
-            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans; \
+            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans, {} detached trees; \
              checked in {:.3} s ({:.0} inodes/s)\n",
             self.inodes,
             self.directories,
@@ -54,6 +56,7 @@ impl FsckReport {
             self.data_bytes,
             self.xattrs,
             self.orphans,
+            self.reclaims,
             seconds,
             self.inodes as f64 / seconds,
         );
@@ -252,6 +255,7 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
         reclaims.insert(keys::decode_reclaim_key(key)?);
         Ok(())
     })?;
+    report.reclaims = reclaims.len() as u64;
     for &dir in &reclaims {
         match inodes.get(&dir) {
             Some(facts) if facts.kind == FileKind::Directory && facts.parent == 0 => {}
