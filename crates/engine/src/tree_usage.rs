@@ -362,7 +362,12 @@ impl Txn<'_> {
     /// A name of `inode` (a non-directory) is being added in `dir`; call before its nlink
     /// grows.
     pub(crate) fn link_added(&mut self, inode: &mut Inode, dir: u64) -> FsResult<()> {
-        assert!(inode.kind != FileKind::Directory && inode.nlink > 0);
+        assert!(inode.kind != FileKind::Directory);
+        if inode.nlink == 0 {
+            // Its first name (an inode made without one, as O_TMPFILE makes them).
+            inode.parent = dir;
+            return Ok(());
+        }
         if inode.nlink == 1 {
             let first = inode.parent;
             if first == 0 {
