@@ -46,6 +46,7 @@ fn rmtree_removes_the_name_at_once_and_open_files_keep_working() {
     let open_path = src.join("kept-open");
     let mut open = OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(&open_path)
@@ -93,6 +94,11 @@ fn rmtree_removes_the_name_at_once_and_open_files_keep_working() {
     fs::create_dir(&src).unwrap();
     fs::write(src.join("new"), b"fresh").unwrap();
     assert_eq!(du(&src)["entries"].as_u64().unwrap(), 1);
+    // --wait returns once the tree is deleted.
+    gen_tree(&src.join("more"), 300);
+    shoal_ok(&[OsStr::new("rmtree"), OsStr::new("--wait"), src.as_os_str()]);
+    assert_eq!(reclaim_trees(&m.mnt), 0);
+    assert!(!src.exists());
     let report = m.finish();
     assert!(report.contains("clean"), "{report}");
 }
