@@ -46,15 +46,24 @@ pub enum ControlRequest {
     /// Write a backup of a snapshot to a new file at `path` (`shoal backup`). It creates a
     /// file as the daemon's user, so it is limited as a change is.
     Backup { path: std::path::PathBuf },
+    /// Take the tree at `path` (from the mount's root) out of the namespace; it is
+    /// deleted in the background (`shoal rmtree`).
+    Rmtree { path: String },
+    /// What detached trees are still being deleted (read-only).
+    ReclaimStatus,
 }
 
 impl ControlRequest {
     /// Whether the request changes anything (and so needs root or the daemon's user).
     pub fn mutates(&self) -> bool {
         match self {
-            ControlRequest::Stats | ControlRequest::HeapStats | ControlRequest::Info => false,
+            ControlRequest::Stats
+            | ControlRequest::HeapStats
+            | ControlRequest::Info
+            | ControlRequest::ReclaimStatus => false,
             ControlRequest::Backup { .. } => true,
             ControlRequest::Quota(quota) => quota.mutates(),
+            ControlRequest::Rmtree { .. } => true,
         }
     }
 
@@ -65,7 +74,9 @@ impl ControlRequest {
             ControlRequest::Quota(
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
             )
-            | ControlRequest::Backup { .. } => LONG_ANSWER_TIMEOUT,
+            | ControlRequest::Backup { .. }
+            // One batch, but it may wait behind a checkpoint held up in the store.
+            | ControlRequest::Rmtree { .. } => LONG_ANSWER_TIMEOUT,
             _ => IO_TIMEOUT,
         }
     }

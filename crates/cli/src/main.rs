@@ -5,6 +5,7 @@ mod bench_cmd;
 mod control;
 mod docs_cmd;
 mod exit_report;
+mod du_cmd;
 mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
@@ -21,6 +22,7 @@ mod progress_bar;
 mod quota_cli;
 mod quota_cmd;
 mod quota_protocol;
+mod rmtree_cmd;
 mod stats_cmd;
 mod stats_report;
 mod umount_cmd;
@@ -173,6 +175,30 @@ enum Command {
     /// Print a shell completion script.
     #[command(hide = true)]
     Completions(docs_cmd::CompletionsArgs),
+    /// Recursive usage of directories (names, regular files, bytes, newest change), exact
+    /// and instant: on a mount, PATH is a directory in it; else a store directory (unmounted)
+    /// with --path naming a directory inside it.
+    Du {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// With a store directory: the directory inside the store (default /).
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a directory tree at once: its name and usage go in one batch, its contents
+    /// are deleted in the background (`shoal stats` shows what is left). PATH is in a mount
+    /// (root or the daemon's user only), or a store directory (unmounted) with --path.
+    Rmtree {
+        path: PathBuf,
+        /// With a store directory: the tree inside the store.
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+        /// Wait until the tree is deleted (progress on a terminal).
+        #[arg(long)]
+        wait: bool,
+    },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         /// Where to create the tree (created if missing).
@@ -245,6 +271,18 @@ fn main() -> ExitCode {
                 heap,
             },
         ),
+        Command::Du {
+            paths,
+            inside,
+            json,
+        } => du_cmd::run(&du_cmd::DuArgs {
+            paths,
+            inside,
+            json,
+        }),
+        Command::Rmtree { path, inside, wait } => {
+            rmtree_cmd::run(&rmtree_cmd::RmtreeArgs { path, inside, wait })
+        }
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
         Command::Bench(args) => bench_cmd::run(&args),
     };

@@ -225,6 +225,8 @@ struct DaemonControl {
     stats: Arc<StatsSource>,
     /// None for a RAM filesystem.
     store: Option<PathBuf>,
+    /// Tells the kernel about names removed behind its back (rmtree).
+    invalidator: Option<shoal_fuse::EntryInvalidator>,
 }
 
 impl ControlHandler for DaemonControl {
@@ -256,6 +258,14 @@ impl ControlHandler for DaemonControl {
                 Some(engine) => crate::quota_protocol::execute(&engine, quota),
                 None => Err("the filesystem is unmounting".into()),
             },
+            ControlRequest::Rmtree { path } => match self.stats.engine.upgrade() {
+                Some(engine) => crate::rmtree_cmd::serve(&engine, self.invalidator.as_ref(), path),
+                None => Err("the filesystem is unmounting".into()),
+            },
+            ControlRequest::ReclaimStatus => match self.stats.engine.upgrade() {
+                Some(engine) => crate::rmtree_cmd::serve_status(&engine),
+                None => Err("the filesystem is unmounting".into()),
+            },
         }
     }
 }
@@ -276,10 +286,12 @@ fn start_reporting(
     stats: Arc<StatsSource>,
     metrics: Option<TcpListener>,
     store: Option<PathBuf>,
+    invalidator: shoal_fuse::EntryInvalidator,
 ) -> Result<()> {
     control::serve(Arc::new(DaemonControl {
         stats: stats.clone(),
         store,
+        invalidator: Some(invalidator),
     }))
     .context("cannot open the control socket")?;
     if let Some(listener) = metrics {
@@ -347,7 +359,12 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
     });
-    start_reporting(stats, metrics, request.store.clone())?;
+    start_reporting(
+        stats,
+        metrics,
+        request.store.clone(),
+        shoal_fuse::EntryInvalidator::new(&session),
+    )?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",

@@ -166,6 +166,15 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
             engine.write_errors
         );
     }
+    if engine.reclaim_trees > 0 {
+        let _ = writeln!(
+            out,
+            "reclaim {} detached trees: {} names, {} left to delete",
+            engine.reclaim_trees,
+            engine.reclaim_entries,
+            bytes(engine.reclaim_bytes),
+        );
+    }
     let (store, was) = (&current.store, &previous.store);
     let hits = store.block_cache_hits.saturating_sub(was.block_cache_hits);
     let misses = store

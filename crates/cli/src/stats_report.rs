@@ -90,6 +90,14 @@ pub struct EngineReport {
     pub write_errors: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_write_error: Option<String>,
+    /// Trees taken out by `shoal rmtree` and still being deleted in the background, with
+    /// the names and bytes left in them.
+    #[serde(default)]
+    pub reclaim_trees: u64,
+    #[serde(default)]
+    pub reclaim_entries: u64,
+    #[serde(default)]
+    pub reclaim_bytes: u64,
 }
 
 /// `shoal_engine::StoreMetrics`, field for field.
@@ -219,6 +227,7 @@ impl StatsSource {
         let live = self.engine.upgrade()?;
         let errors = live.write_errors();
         let (engine, store) = live.stats_snapshot();
+        let reclaim = live.reclaim_backlog().unwrap_or_default();
         drop(live);
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
@@ -247,6 +256,9 @@ impl StatsSource {
                 write_slowdown_ns: engine.slow_batch_write_ns,
                 write_errors: errors.count,
                 last_write_error: errors.last,
+                reclaim_trees: reclaim.trees,
+                reclaim_entries: reclaim.entries,
+                reclaim_bytes: reclaim.bytes,
             },
             store: store.into(),
             memory: MemoryReport {

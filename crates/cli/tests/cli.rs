@@ -135,7 +135,7 @@ fn mkfs_refuses_non_empty_dirs_and_existing_stores() {
 
     let mut m = Mounted::new();
     let format = fs::read_to_string(m.store.join("FORMAT")).expect("mkfs writes STORE/FORMAT");
-    assert_eq!(format.lines().next(), Some("shoal-store 1"));
+    assert_eq!(format.lines().next(), Some("shoal-store 2"));
     fs::write(m.path("old-file"), b"old").unwrap();
     m.umount();
 

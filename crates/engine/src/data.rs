@@ -140,6 +140,7 @@ impl Engine {
             _ => return Err(FsError::Invalid("write to a special file")),
         }
         let allocated_before = inode.allocated_bytes;
+        let size_before = inode.size;
         if matches!(inode.content, Content::Inline(_)) && end <= self.inline_max_bytes() {
             write_inline(&mut inode, offset, data);
         } else {
@@ -158,6 +159,7 @@ impl Engine {
             inode.allocated_bytes as i64 - allocated_before as i64,
         );
         txn.put_inode(&inode);
+        txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
         Ok(data.len() as u32)
     }
@@ -172,6 +174,7 @@ impl Engine {
             }
             result => result?,
         };
+        let size_before = inode.size;
         let now = txn.now;
         if let Some(size) = change.size {
             match inode.kind {
@@ -224,6 +227,7 @@ impl Engine {
         }
         inode.ctime = change.ctime.unwrap_or(now);
         txn.put_inode(&inode);
+        txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
         Ok(inode)
     }

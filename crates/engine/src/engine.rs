@@ -15,6 +15,7 @@ use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOw
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
 use crate::space_reserve::{Need, SpaceReserve};
+use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
@@ -24,6 +25,7 @@ use crate::store_access;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
 use crate::store_identity::{self, StoreIdentity};
 use crate::unlinked::Unlinked;
+use crate::tree_usage::{TreeCache, TreeChanges};
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;
@@ -103,6 +105,8 @@ pub(crate) struct WriteState {
     usage: HashMap<UsageKey, Usage>,
     /// Per-user/group/project totals and limits, checked by every commit.
     pub(crate) quotas: QuotaState,
+    /// Directories' recursive usage, as last committed (see `tree_usage`).
+    tree_cache: TreeCache,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -140,6 +144,8 @@ pub struct Engine {
     errors_reported: AtomicU64,
     /// Free space kept back on the store's device (none in memory or read-only).
     space: Option<SpaceReserve>,
+    /// The background deletion of detached trees (see `reclaim`).
+    reclaim: Arc<ReclaimSignal>,
     _lock: Option<StoreLock>,
 }
 
@@ -219,7 +225,7 @@ impl Engine {
 
     /// Opens the store in `dir`, locking it against a second user.
     pub fn open(dir: &Path, config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
-        store_dir::read_format(dir)?;
+        let version = store_dir::read_format(dir)?;
         let lock = StoreLock::acquire(dir)?;
         store_access::warn_if_exposed(dir);
         let space = if config.read_only {
@@ -230,6 +236,9 @@ impl Engine {
             Some(reserve)
         };
         let fjall = crate::store_open::open_verified(dir, &config.tuning, space.as_ref())?;
+        if version < FORMAT_VERSION {
+            crate::tree_usage_check::upgrade_store_dir(dir, &fjall, config.read_only)?;
+        }
         let mut store: Box<dyn Store> = Box::new(fjall);
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
@@ -298,6 +307,7 @@ impl Engine {
                 ino_runs: HashMap::new(),
                 usage,
                 quotas,
+                tree_cache: TreeCache::default(),
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -308,10 +318,14 @@ impl Engine {
             errors: ErrorSeq::default(),
             errors_reported: AtomicU64::new(0),
             space,
+            reclaim: Arc::default(),
             _lock: lock,
         });
         if !engine.read_only {
             engine.purge_orphans()?;
+            if !engine.reclaim_roots()?.is_empty() {
+                engine.start_reclaim();
+            }
         }
         if let Some(interval) = config.commit_interval {
             spawn_commit_thread(
@@ -356,6 +370,10 @@ impl Engine {
 
     pub(crate) fn unlinked(&self) -> &Unlinked {
         &self.unlinked
+    }
+
+    pub(crate) fn reclaim_signal(&self) -> &Arc<ReclaimSignal> {
+        &self.reclaim
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
@@ -433,6 +451,7 @@ impl Engine {
             quota_settings: None,
             new_orphans: Vec::new(),
             removed: Vec::new(),
+            tree: TreeChanges::default(),
             now: Timestamp::now(),
         })
     }
@@ -593,6 +612,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.reclaim.stop();
         *self.commit_stop.stopped.lock() = true;
         self.commit_stop.wake.notify_all();
         if !self.read_only {
@@ -767,6 +787,8 @@ pub(crate) struct Txn<'a> {
     /// Inodes this operation deletes from the store: kept in `unlinked` once it commits,
     /// while the kernel holds them.
     removed: Vec<Inode>,
+    /// Recursive usage changes, applied to every ancestor at commit.
+    pub(crate) tree: TreeChanges,
     pub(crate) now: Timestamp,
 }
 
@@ -829,6 +851,23 @@ impl<'a> Txn<'a> {
     pub(crate) fn delete_entry(&mut self, parent: u64, name: &[u8]) {
         self.batch
             .delete(Space::Meta, keys::entry_key(parent, name));
+    }
+
+    /// This batch's own items of the meta space in `[start, end)`.
+    pub(crate) fn batch_range<'b>(
+        &'b self,
+        start: std::ops::Bound<&[u8]>,
+        end: &[u8],
+    ) -> impl Iterator<Item = (&'b [u8], Option<&'b [u8]>)> {
+        self.batch.range(Space::Meta, start, end)
+    }
+
+    pub(crate) fn tree_cache(&mut self) -> &mut TreeCache {
+        &mut self.state.tree_cache
+    }
+
+    pub(crate) fn tree_cache_ref(&self) -> &TreeCache {
+        &self.state.tree_cache
     }
 
     /// Keys in `[start, end)` as the store has them, ignoring this batch. Callers use it
@@ -944,6 +983,9 @@ impl<'a> Txn<'a> {
             inode.nlink == 0 || inode.kind == FileKind::Directory,
             "purging linked inode {ino}"
         );
+        if inode.kind == FileKind::Directory {
+            self.dir_removed(ino);
+        }
         // Range scans cost far more than point writes; most small files have neither.
         if inode.content == Content::Chunked {
             let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
@@ -973,15 +1015,17 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Drops one link of a non-directory inode; deletes it (or orphans it while open) at
-    /// zero links.
-    pub(crate) fn drop_link(&mut self, mut inode: Inode) -> FsResult<()> {
+    /// Drops the link of a non-directory inode in `dir`; deletes it (or orphans it while
+    /// open) at zero links.
+    pub(crate) fn drop_link(&mut self, mut inode: Inode, dir: u64) -> FsResult<()> {
         assert!(inode.kind != FileKind::Directory && inode.nlink > 0);
+        self.link_removed(&mut inode, dir)?;
         inode.nlink -= 1;
         inode.ctime = self.now;
         if inode.nlink > 0 {
             self.put_inode(&inode);
-            return Ok(());
+            // Its other names' directories see the new ctime.
+            return self.inode_changed(&inode, inode.size);
         }
         if inode.kind == FileKind::Regular && self.engine.keep_as_orphan(inode.ino) {
             self.new_orphans.push(inode.ino);
@@ -1026,6 +1070,7 @@ impl<'a> Txn<'a> {
                 keys::encode_quota_record(&record),
             );
         }
+        let tree_staged = self.stage_tree_usage()?;
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
         for (&owners, &(inodes, bytes)) in &self.usage_delta {
             let current = self.state.usage.get(&owners).copied().unwrap_or_default();
@@ -1061,6 +1106,7 @@ impl<'a> Txn<'a> {
             // Nothing of this operation reached the store; forget reserved inode runs so
             // no number handed out here is trusted later.
             self.state.ino_runs.clear();
+            self.state.tree_cache.clear();
             return Err(match error {
                 crate::store::StoreError::NoSpace => FsError::NoSpace,
                 other => FsError::Store(other),
@@ -1082,6 +1128,7 @@ impl<'a> Txn<'a> {
                 self.state.usage.insert(owners, usage);
             }
         }
+        self.state.tree_cache.absorb(tree_staged);
         self.new_orphans.clear();
         for inode in std::mem::take(&mut self.removed) {
             self.engine.unlinked().removed(inode, self.now);

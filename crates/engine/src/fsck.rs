@@ -26,6 +26,8 @@ pub struct FsckReport {
     pub chunks: u64,
     pub xattrs: u64,
     pub orphans: u64,
+    /// Trees detached by rmtree, still being deleted.
+    pub reclaims: u64,
     pub data_bytes: u64,
     pub problem_count: u64,
     pub problems: Vec<String>,
@@ -49,7 +51,7 @@ impl FsckReport {
     pub fn summary(&self) -> String {
         let seconds = self.elapsed.as_secs_f64().max(1e-9);
         let mut text = format!(
-            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans; \
+            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans, {} detached trees; \
              checked in {:.3} s ({:.0} inodes/s)\n",
             self.inodes,
             self.directories,
@@ -58,6 +60,7 @@ impl FsckReport {
             self.data_bytes,
             self.xattrs,
             self.orphans,
+            self.reclaims,
             seconds,
             self.inodes as f64 / seconds,
         );
@@ -236,12 +239,14 @@ fn scan_all(
 pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     let started = Instant::now();
     let mut report = FsckReport::default();
+    let mut format_version = None;
     match store.get(Space::Meta, &keys::superblock_key())? {
         Some(value) => {
             let superblock = keys::decode_superblock(&value)?;
+            format_version = Some(superblock.format_version);
             if superblock.format_version != FORMAT_VERSION {
                 report.problem(format!(
-                    "superblock format version {}",
+                    "superblock format version {} (this shoal writes {FORMAT_VERSION}; mounting read-write upgrades it)",
                     superblock.format_version
                 ));
             }
@@ -339,7 +344,22 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     })?;
     report.orphans = orphans.len() as u64;
 
-    check_links_and_tree(&inodes, &links, &orphans, &mut report);
+    let mut reclaims = HashSet::new();
+    scan_all(store, Space::Meta, keys::all_reclaims_range(), |key, _| {
+        reclaims.insert(keys::decode_reclaim_key(key)?);
+        Ok(())
+    })?;
+    report.reclaims = reclaims.len() as u64;
+    for &dir in &reclaims {
+        match inodes.get(&dir) {
+            Some(facts) if facts.kind == FileKind::Directory && facts.parent == 0 => {}
+            _ => report.problem(format!(
+                "reclaim record for {dir}, which is not a detached directory"
+            )),
+        }
+    }
+
+    check_links_and_tree(&inodes, &links, &orphans, &reclaims, &mut report);
     check_chunks(store, &inodes, &mut report)?;
 
     let mut xattr_problems = Vec::new();
@@ -361,6 +381,11 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     }
 
     check_counters(store, &inodes, &mut report)?;
+    if format_version == Some(FORMAT_VERSION) {
+        for problem in crate::tree_usage_check::verify(store)? {
+            report.problem(problem);
+        }
+    }
     report.elapsed = started.elapsed();
     Ok(report)
 }
@@ -369,6 +394,7 @@ fn check_links_and_tree(
     inodes: &HashMap<u64, InodeFacts>,
     links: &HashMap<u64, LinkFacts>,
     orphans: &HashSet<u64>,
+    reclaims: &HashSet<u64>,
     report: &mut FsckReport,
 ) {
     let empty = LinkFacts::default();
@@ -398,6 +424,8 @@ fn check_links_and_tree(
                 continue;
             }
             match link.named_in {
+                // Detached by rmtree, being deleted in the background.
+                None if reclaims.contains(&ino) => {}
                 None => report.problem(format!(
                     "directory {ino} is disconnected: no entry names it"
                 )),
@@ -405,7 +433,7 @@ fn check_links_and_tree(
                     "directory {ino}: parent pointer {} but named in {parent}",
                     facts.parent
                 )),
-                Some(_) => check_reaches_root(ino, inodes, report),
+                Some(_) => check_reaches_root(ino, inodes, reclaims, report),
             }
         } else {
             if facts.nlink != link.entries_naming {
@@ -437,10 +465,15 @@ fn check_links_and_tree(
     }
 }
 
-fn check_reaches_root(dir: u64, inodes: &HashMap<u64, InodeFacts>, report: &mut FsckReport) {
+fn check_reaches_root(
+    dir: u64,
+    inodes: &HashMap<u64, InodeFacts>,
+    reclaims: &HashSet<u64>,
+    report: &mut FsckReport,
+) {
     let mut current = dir;
     for _ in 0..MAX_DEPTH {
-        if current == ROOT_INO {
+        if current == ROOT_INO || reclaims.contains(&current) {
             return;
         }
         match inodes.get(&current) {

@@ -126,8 +126,9 @@ pub struct Inode {
     pub mtime: Timestamp,
     pub ctime: Timestamp,
     pub rdev: u32,
-    /// For directories: the directory holding it (root: itself). 0 for other kinds, which
-    /// may have several parents.
+    /// For directories: the directory holding it (root: itself). For other kinds: the
+    /// directory holding its one name while nlink is 1, else 0 (several names: their
+    /// directories are link parent keys; none: unlinked).
     pub parent: u64,
     /// Project id, inherited from the parent directory at creation.
     pub project: u32,
@@ -160,6 +161,21 @@ pub struct DirEntry {
     pub name: Vec<u8>,
     pub ino: u64,
     pub kind: FileKind,
+}
+
+/// What a directory's subtree holds (every name below it, at any depth), as CephFS's
+/// `rentries`/`rfiles`/`rbytes`/`rctime`. A file with several names counts once per name,
+/// as `find` counts names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeUsage {
+    /// Names below the directory (`find DIR -mindepth 1 | wc -l`).
+    pub entries: u64,
+    /// Names of regular files below it.
+    pub files: u64,
+    /// Sizes (`st_size`) of the regular files below it, one per name.
+    pub bytes: u64,
+    /// Newest ctime of the directory itself and everything below it.
+    pub rctime: Timestamp,
 }
 
 /// Inodes and bytes charged to one user, group or project, or to the whole filesystem.

@@ -14,6 +14,13 @@
 //! - `N`                          next inode number never handed out: u64 (file handles
 //!   name inodes by number, so a number is never used twice; absent in older stores,
 //!   whose next number is one past the greatest inode)
+//! - `R` dir:u64                  recursive usage of a directory's subtree (format 2) ->
+//!   entries:u64 files:u64 bytes:u64 rctime (secs:i64 nanos:u32); absent = empty subtree,
+//!   rctime the directory's own ctime
+//! - `B` ino:u64 dir:u64          names of a multiply linked inode in `dir` (format 2) ->
+//!   count:u32; kept only while nlink > 1 (with one link, the inode's `parent` says where)
+//! - `Z` dir:u64                  a detached tree to reclaim (format 2): the directory was
+//!   unnamed by `rmtree` (its `parent` is 0) and is deleted in the background
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -23,10 +30,14 @@
 //! next to each other.
 
 use crate::error::FsError;
-use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
 use crate::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: recursive usage (`R`), link parents (`B`), and `parent` set for singly linked
+/// non-directories. A format-1 store is upgraded when first opened read-write.
+pub const FORMAT_VERSION: u32 = 2;
+/// The format a store may be in and still be opened (and upgraded).
+pub const FORMAT_VERSION_UPGRADABLE: u32 = 1;
 
 const SUPERBLOCK: u8 = b'S';
 const ENTRY: u8 = b'E';
@@ -38,6 +49,9 @@ const QUOTA_RECORD: u8 = b'L';
 const QUOTA_SETTINGS: u8 = b'Q';
 const CHUNK: u8 = b'D';
 const NEXT_INO: u8 = b'N';
+const TREE_USAGE: u8 = b'R';
+const LINK_PARENT: u8 = b'B';
+const RECLAIM: u8 = b'Z';
 
 const INODE_RECORD_VERSION: u8 = 1;
 /// Bits of the inode record's last header byte.
@@ -348,6 +362,99 @@ pub fn decode_inode_usage(ino: u64, v: &[u8]) -> Result<(UsageKey, u64), FsError
         Some((owners, read_u64(v, 24)?))
     })();
     fields.ok_or_else(|| corrupt("inode", &inode_key(ino)))
+}
+
+// ---- recursive usage ----
+
+pub fn tree_usage_key(dir: u64) -> Vec<u8> {
+    prefixed(TREE_USAGE, dir, &[])
+}
+
+pub fn all_tree_usage_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(TREE_USAGE)
+}
+
+pub fn decode_tree_usage_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&TREE_USAGE), Some(dir), 9) => Ok(dir),
+        _ => Err(corrupt("tree usage key", key)),
+    }
+}
+
+const TREE_USAGE_BYTES: usize = 3 * 8 + 12;
+
+pub fn encode_tree_usage(usage: &TreeUsage) -> Vec<u8> {
+    let mut value = Vec::with_capacity(TREE_USAGE_BYTES);
+    value.extend_from_slice(&usage.entries.to_be_bytes());
+    value.extend_from_slice(&usage.files.to_be_bytes());
+    value.extend_from_slice(&usage.bytes.to_be_bytes());
+    put_time(&mut value, usage.rctime);
+    value
+}
+
+pub fn decode_tree_usage(key: &[u8], v: &[u8]) -> Result<TreeUsage, FsError> {
+    let fields = (|| {
+        if v.len() != TREE_USAGE_BYTES {
+            return None;
+        }
+        Some(TreeUsage {
+            entries: read_u64(v, 0)?,
+            files: read_u64(v, 8)?,
+            bytes: read_u64(v, 16)?,
+            rctime: read_time(v, 24)?,
+        })
+    })();
+    fields.ok_or_else(|| corrupt("tree usage", key))
+}
+
+// ---- link parents ----
+
+pub fn link_parent_key(ino: u64, dir: u64) -> Vec<u8> {
+    prefixed(LINK_PARENT, ino, &dir.to_be_bytes())
+}
+
+pub fn link_parent_range(ino: u64) -> (Vec<u8>, Vec<u8>) {
+    id_range(LINK_PARENT, ino)
+}
+
+pub fn all_link_parents_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(LINK_PARENT)
+}
+
+/// Splits a link parent key into (ino, dir).
+pub fn decode_link_parent_key(key: &[u8]) -> Result<(u64, u64), FsError> {
+    match (key.first(), read_u64(key, 1), read_u64(key, 9), key.len()) {
+        (Some(&LINK_PARENT), Some(ino), Some(dir), 17) => Ok((ino, dir)),
+        _ => Err(corrupt("link parent key", key)),
+    }
+}
+
+pub fn encode_link_count(count: u32) -> Vec<u8> {
+    count.to_be_bytes().to_vec()
+}
+
+pub fn decode_link_count(key: &[u8], v: &[u8]) -> Result<u32, FsError> {
+    match (read_u32(v, 0), v.len()) {
+        (Some(count), 4) if count > 0 => Ok(count),
+        _ => Err(corrupt("link count", key)),
+    }
+}
+
+// ---- trees to reclaim ----
+
+pub fn reclaim_key(dir: u64) -> Vec<u8> {
+    prefixed(RECLAIM, dir, &[])
+}
+
+pub fn all_reclaims_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(RECLAIM)
+}
+
+pub fn decode_reclaim_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&RECLAIM), Some(dir), 9) => Ok(dir),
+        _ => Err(corrupt("reclaim key", key)),
+    }
 }
 
 // ---- quotas ----
@@ -683,6 +790,29 @@ mod tests {
     }
 
     #[test]
+    fn tree_usage_and_link_parents_round_trip() {
+        let usage = TreeUsage {
+            entries: 1,
+            files: 2,
+            bytes: 1 << 50,
+            rctime: Timestamp { secs: -3, nanos: 7 },
+        };
+        let key = tree_usage_key(9);
+        assert_eq!(decode_tree_usage_key(&key).unwrap(), 9);
+        assert_eq!(
+            decode_tree_usage(&key, &encode_tree_usage(&usage)).unwrap(),
+            usage
+        );
+        assert!(decode_tree_usage(&key, &encode_tree_usage(&usage)[..35]).is_err());
+        let key = link_parent_key(5, 77);
+        assert_eq!(decode_link_parent_key(&key).unwrap(), (5, 77));
+        let (start, end) = link_parent_range(5);
+        assert!(start < key && key < end && link_parent_key(6, 0) >= end);
+        assert_eq!(decode_link_count(&key, &encode_link_count(3)).unwrap(), 3);
+        assert!(decode_link_count(&key, &encode_link_count(0)).is_err());
+    }
+
+    #[test]
     fn id_ranges_at_the_top_of_the_space() {
         let (start, end) = id_range(INODE, u64::MAX);
         assert!(start < end && inode_key(u64::MAX) >= start && inode_key(u64::MAX) < end);
@@ -691,6 +821,8 @@ mod tests {
             (4, &b"user.a"[..])
         );
         assert_eq!(decode_orphan_key(&orphan_key(4)).unwrap(), 4);
+        assert_eq!(decode_reclaim_key(&reclaim_key(4)).unwrap(), 4);
+        assert!(decode_reclaim_key(&orphan_key(4)).is_err());
         assert_eq!(decode_inode_key(&inode_key(4)).unwrap(), 4);
     }
 }

@@ -42,6 +42,7 @@ pub mod keys;
 mod namespace;
 pub mod quota;
 mod quota_ops;
+mod reclaim;
 mod rename;
 pub mod space_reserve;
 pub mod stats;
@@ -54,6 +55,8 @@ pub mod store_shadow;
 pub mod store_state;
 mod tmpfile;
 mod unlinked;
+mod tree_usage;
+mod tree_usage_check;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
@@ -62,12 +65,14 @@ pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, 
 pub use error::{FsError, FsResult};
 pub use fallocate::Fallocate;
 pub use inode::{
-    Content, DirEntry, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
+    Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
 pub use namespace::NewInode;
 pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use quota_ops::ProjectQuota;
+pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
 pub use unlinked::ReferenceProbe;
+pub use tree_usage::{format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES};
 pub use xattr::XattrMode;

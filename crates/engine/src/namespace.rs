@@ -7,6 +7,7 @@ use crate::keys;
 use crate::rename::check_project_move;
 use crate::stats::Op;
 use crate::store::{Scan, Space};
+use crate::tree_usage::TreeDelta;
 
 const S_ISGID: u16 = 0o2000;
 
@@ -240,11 +241,15 @@ impl Engine {
         if txn.entry(newparent, newname)?.is_some() {
             return Err(FsError::Exists);
         }
+        txn.link_added(&mut inode, newparent)?;
         inode.nlink += 1;
         inode.ctime = txn.now;
         txn.put_inode(&inode);
         txn.put_entry(newparent, newname, ino, inode.kind);
         txn.touch_parent(&mut parent, 1, 0);
+        txn.name_added(newparent, TreeDelta::one_name(&inode));
+        // The other names' directories see the new ctime.
+        txn.inode_changed(&inode, inode.size)?;
         txn.commit()?;
         if first_name {
             self.adopted(ino);
@@ -263,7 +268,8 @@ impl Engine {
         let inode = txn.inode(ino)?;
         txn.delete_entry(parent, name);
         txn.touch_parent(&mut parent_inode, -1, 0);
-        txn.drop_link(inode)?;
+        txn.name_removed(parent, TreeDelta::one_name(&inode));
+        txn.drop_link(inode, parent)?;
         txn.commit()
     }
 
@@ -287,6 +293,7 @@ impl Engine {
         }
         txn.delete_entry(parent, name);
         txn.touch_parent(&mut parent_inode, -1, -1);
+        txn.name_removed(parent, TreeDelta::one_name(&dir));
         txn.purge_inode(dir.ino)?;
         txn.commit()
     }
@@ -316,6 +323,7 @@ impl Txn<'_> {
         self.put_inode(&inode);
         self.put_entry(parent, name, inode.ino, new.kind);
         self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
+        self.name_added(parent, TreeDelta::one_name(&inode));
         self.charge(&inode, 1, 0);
         Ok(inode)
     }
@@ -366,7 +374,7 @@ impl Txn<'_> {
             mtime: self.now,
             ctime: self.now,
             rdev: new.rdev,
-            parent: if is_dir { parent } else { 0 },
+            parent,
             project: parent_inode.project,
             content,
             may_have_xattrs: false,

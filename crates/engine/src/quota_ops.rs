@@ -153,6 +153,7 @@ impl Engine {
             inode.ctime = txn.now;
             txn.charge(&inode, 1, bytes);
             txn.put_inode(&inode);
+            txn.inode_changed(&inode, inode.size)?;
             changed += 1;
         }
         txn.commit()?;

@@ -4,6 +4,7 @@ use crate::engine::{check_name, Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::inode::{FileKind, ROOT_INO};
 use crate::stats::Op;
+use crate::tree_usage::TreeDelta;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RenameMode {
@@ -69,9 +70,14 @@ impl Engine {
                 let dst_dir = i32::from(dst_kind == FileKind::Directory);
                 txn.put_entry(parent, name, dst_ino, dst_kind);
                 txn.put_entry(newparent, newname, src_ino, src_kind);
+                let (src_delta, dst_delta) = (txn.name_delta(src_ino)?, txn.name_delta(dst_ino)?);
+                txn.name_removed(parent, src_delta);
+                txn.name_added(newparent, src_delta);
+                txn.name_removed(newparent, dst_delta);
+                txn.name_added(parent, dst_delta);
                 let crosses = parent != newparent;
-                txn.reparent(dst_ino, parent, crosses.then_some(from_project))?;
-                txn.reparent(src_ino, newparent, crosses.then_some(to_project))?;
+                txn.reparent(dst_ino, newparent, parent, crosses.then_some(from_project))?;
+                txn.reparent(src_ino, parent, newparent, crosses.then_some(to_project))?;
                 from.subdirs += dst_dir - src_dir;
                 to.subdirs += src_dir - dst_dir;
                 renamed.exchanged = Some(dst_ino);
@@ -89,8 +95,11 @@ impl Engine {
                 }
                 txn.delete_entry(parent, name);
                 txn.put_entry(newparent, newname, src_ino, src_kind);
+                let delta = txn.name_delta(src_ino)?;
+                txn.name_removed(parent, delta);
+                txn.name_added(newparent, delta);
                 let crosses = parent != newparent;
-                txn.reparent(src_ino, newparent, crosses.then_some(to_project))?;
+                txn.reparent(src_ino, parent, newparent, crosses.then_some(to_project))?;
                 let src_dir = i32::from(src_kind == FileKind::Directory);
                 from.entries -= 1;
                 from.subdirs -= src_dir;
@@ -132,19 +141,42 @@ impl Txn<'_> {
         )))
     }
 
-    /// Sets a moved directory's parent pointer; stamps ctime on any moved inode. When it
-    /// moves to another directory, that directory's project must admit it.
-    fn reparent(&mut self, ino: u64, new_parent: u64, new_project: Option<u32>) -> FsResult<()> {
+    /// Moves an inode's parent pointer (or link parent record) from `old_parent` to
+    /// `new_parent`; stamps ctime on any moved inode. When it moves to another directory,
+    /// that directory's project must admit it.
+    fn reparent(
+        &mut self,
+        ino: u64,
+        old_parent: u64,
+        new_parent: u64,
+        new_project: Option<u32>,
+    ) -> FsResult<()> {
         let mut inode = self.inode(ino)?;
         if let Some(project) = new_project {
             check_project_move(inode.project, project)?;
         }
         if inode.kind == FileKind::Directory {
-            inode.parent = new_parent;
+            if inode.parent != new_parent {
+                inode.parent = new_parent;
+                self.dir_moved(ino);
+            }
+        } else {
+            self.link_moved(&mut inode, old_parent, new_parent)?;
         }
         inode.ctime = self.now;
         self.put_inode(&inode);
-        Ok(())
+        self.inode_changed(&inode, inode.size)
+    }
+
+    /// What the name of `ino` carries from one directory to another: itself, and its
+    /// subtree if it is a directory.
+    fn name_delta(&self, ino: u64) -> FsResult<TreeDelta> {
+        let inode = self.inode(ino)?;
+        if inode.kind == FileKind::Directory {
+            self.subtree_delta(&inode)
+        } else {
+            Ok(TreeDelta::one_name(&inode))
+        }
     }
 
     /// Removes the inode a rename replaces, after the type checks rename(2) requires.
@@ -164,9 +196,13 @@ impl Txn<'_> {
                     return Err(FsError::NotEmpty);
                 }
                 debug_assert_eq!(target.parent, parent);
+                self.name_removed(parent, TreeDelta::one_name(&target));
                 self.purge_inode(ino)
             }
-            (false, false) => self.drop_link(target),
+            (false, false) => {
+                self.name_removed(parent, TreeDelta::one_name(&target));
+                self.drop_link(target, parent)
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::keys::FORMAT_VERSION;
+use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
 
 const FORMAT_FILE: &str = "FORMAT";
 const FORMAT_MAGIC: &str = "shoal-store";
@@ -172,7 +172,8 @@ pub fn write_format(dir: &Path) -> Result<(), StoreDirError> {
     file.sync_all().map_err(io_error(&path))
 }
 
-/// Checks that `dir` is a shoal store of a version we understand; returns the version.
+/// Checks that `dir` is a shoal store of a version we understand (the current one, or one
+/// that opening read-write upgrades); returns the version.
 pub fn read_format(dir: &Path) -> Result<u32, StoreDirError> {
     if !dir.is_dir() {
         return Err(StoreDirError::Missing(dir.to_path_buf()));
@@ -195,7 +196,7 @@ pub fn read_format(dir: &Path) -> Result<u32, StoreDirError> {
         (Some(FORMAT_MAGIC), Some(Ok(version)), None) => version,
         _ => return Err(StoreDirError::Foreign(dir.to_path_buf(), first_line)),
     };
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_UPGRADABLE..=FORMAT_VERSION).contains(&version) {
         return Err(StoreDirError::UnsupportedVersion(
             dir.to_path_buf(),
             version,

@@ -62,11 +62,15 @@ impl Engine {
         }
         inode.ctime = txn.now;
         txn.put_inode(&inode);
+        txn.inode_changed(&inode, inode.size)?;
         txn.commit()
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         self.stats().count(Op::Xattr);
+        if let Some(value) = self.virtual_xattr(ino, name) {
+            return value;
+        }
         check_xattr_name(name).map_err(|error| match error {
             FsError::XattrNotSupported => FsError::NoXattr,
             other => other,
@@ -111,6 +115,7 @@ impl Engine {
         txn.delete(Space::Meta, key);
         inode.ctime = txn.now;
         txn.put_inode(&inode);
+        txn.inode_changed(&inode, inode.size)?;
         txn.commit()
     }
 }

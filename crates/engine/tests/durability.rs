@@ -593,7 +593,7 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
     assert!(nested.join("FORMAT").is_file());
     assert_eq!(
         std::fs::read_to_string(nested.join("FORMAT")).unwrap(),
-        "shoal-store 1\n"
+        format!("shoal-store {}\n", shoal_engine::keys::FORMAT_VERSION)
     );
     assert_fsck_clean(&nested);
 

@@ -237,7 +237,7 @@ both_backends! {
         assert_eq!(fs.getattr(dir.ino).unwrap().nlink, 3);
         assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
         let file = mkfile(fs, dir.ino, b"f");
-        assert_eq!((file.nlink, file.parent, file.size), (1, 0, 0));
+        assert_eq!((file.nlink, file.parent, file.size), (1, dir.ino, 0));
         assert_eq!(file.mode(), 0o100644);
         let d = fs.getattr(dir.ino).unwrap();
         assert_eq!((d.nlink, d.size), (3, 2));

@@ -8,6 +8,7 @@ mod errno;
 mod filesystem;
 mod fuse_stats;
 mod heap;
+mod invalidate;
 mod keep_awake;
 mod lookup_counts;
 mod memory_budget;
@@ -23,6 +24,7 @@ pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
 pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
+pub use invalidate::EntryInvalidator;
 pub use memory_budget::resident_bytes;
 
 /// How a filesystem is presented to the kernel.

@@ -13,8 +13,8 @@ pub use shoal_engine::fsck::{fsck_store_dir, FsckReport};
 pub use shoal_engine::store_dir::StoreDirError;
 pub use shoal_engine::{
     Caller, Content, DirEntry, Engine, EngineConfig, FileKind, FsError, Inode, NewInode, OpenError,
-    RenameMode, Renamed, SetAttr, SetTime, Timestamp, Usage, UsageKey, UsageOwner, XattrMode,
-    MAX_FILE_BYTES, NAME_MAX_BYTES, ROOT_INO,
+    RenameMode, Renamed, SetAttr, SetTime, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner,
+    XattrMode, MAX_FILE_BYTES, NAME_MAX_BYTES, ROOT_INO,
 };
 
 pub const ME: Caller = Caller {
@@ -287,6 +287,7 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
     }
     seen.insert(ROOT_INO, root);
     let mut visited_dirs = BTreeSet::new();
+    let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
     while let Some(dir) = stack.pop() {
         if !visited_dirs.insert(dir) {
             problems.push(format!("directory {dir} reached twice"));
@@ -302,6 +303,7 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
             problems.push(format!("readdir of {dir} not strictly sorted"));
         }
         let mut subdirs = 0;
+        children.insert(dir, entries.iter().map(|e| e.ino).collect());
         for entry in &entries {
             walk.entries += 1;
             let child = match fs.getattr(entry.ino) {
@@ -426,12 +428,56 @@ pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
             problems.push(format!("usage {owner:?}: counter {have:?}, walk {want:?}"));
         }
     }
+    for &dir in &visited_dirs {
+        let want = subtree_usage(dir, &children, &seen);
+        let have = fs.tree_usage(dir).unwrap();
+        if (have.entries, have.files, have.bytes) != (want.entries, want.files, want.bytes)
+            || have.rctime < want.rctime
+        {
+            problems.push(format!(
+                "tree usage of {dir}: engine {have:?}, walk {want:?}"
+            ));
+        }
+    }
     assert!(
         problems.is_empty(),
         "inconsistent engine:\n  {}",
         problems.join("\n  ")
     );
     walk
+}
+
+/// What a walk finds below `dir`: names, regular files, their sizes, newest ctime (of `dir`
+/// too).
+fn subtree_usage(
+    dir: u64,
+    children: &HashMap<u64, Vec<u64>>,
+    seen: &BTreeMap<u64, Inode>,
+) -> TreeUsage {
+    let mut usage = TreeUsage {
+        rctime: seen[&dir].ctime,
+        ..TreeUsage::default()
+    };
+    for ino in children.get(&dir).into_iter().flatten() {
+        let Some(child) = seen.get(ino) else { continue };
+        usage.entries += 1;
+        usage.rctime = usage.rctime.max(child.ctime);
+        match child.kind {
+            FileKind::Regular => {
+                usage.files += 1;
+                usage.bytes += child.size;
+            }
+            FileKind::Directory => {
+                let below = subtree_usage(*ino, children, seen);
+                usage.entries += below.entries;
+                usage.files += below.files;
+                usage.bytes += below.bytes;
+                usage.rctime = usage.rctime.max(below.rctime);
+            }
+            _ => {}
+        }
+    }
+    usage
 }
 
 /// Runs fsck on a store directory (engine must be gone) and asserts it is clean.

@@ -1,0 +1,171 @@
+//! `shoal rmtree` through the kernel: the tree's name is gone at once (the kernel's cached
+//! dentries too), its usage leaves every ancestor at once, a file open inside keeps working,
+//! the rest is deleted in the background (`shoal stats` shows it), and a kill -9 during the
+//! deletion leaves a clean store whose next mount finishes the work.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{poll, shoal, shoal_ok, Mounted};
+
+fn gen_tree(dir: &Path, files: u32) {
+    shoal_ok(&[
+        OsStr::new("gen-tree"),
+        dir.as_os_str(),
+        OsStr::new("--files"),
+        OsStr::new(&files.to_string()),
+    ]);
+}
+
+fn du(path: &Path) -> serde_json::Value {
+    let out = shoal_ok(&[OsStr::new("du"), OsStr::new("--json"), path.as_os_str()]);
+    let mut lines: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap();
+    lines.remove(0)
+}
+
+fn reclaim_trees(mnt: &Path) -> u64 {
+    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
+    let stats: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    stats["engine"]["reclaim_trees"].as_u64().unwrap()
+}
+
+#[test]
+fn rmtree_removes_the_name_at_once_and_open_files_keep_working() {
+    let m = Mounted::new();
+    let src = m.path("src");
+    gen_tree(&src, 3000);
+    fs::write(m.path("outside"), b"x").unwrap();
+    let before = du(&m.mnt);
+    let src_usage = du(&src);
+    // Files inside, one open, and the kernel's dentries warm.
+    let open_path = src.join("kept-open");
+    let mut open = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&open_path)
+        .unwrap();
+    open.write_all(b"before").unwrap();
+    let listed = fs::read_dir(&src).unwrap().count();
+    assert!(listed > 0);
+
+    let out = shoal_ok(&[OsStr::new("rmtree"), src.as_os_str()]);
+    assert!(out.stdout.contains("removed"), "{}", out.stdout);
+    assert!(
+        !src.exists(),
+        "{} still visible after rmtree",
+        src.display()
+    );
+    assert!(fs::symlink_metadata(src.join("kept-open")).is_err());
+    let names: Vec<_> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![OsStr::new("outside").to_owned()]);
+    let after = du(&m.mnt);
+    assert_eq!(after["entries"].as_u64().unwrap(), 1);
+    assert_eq!(
+        after["bytes"].as_u64().unwrap(),
+        before["bytes"].as_u64().unwrap() - src_usage["bytes"].as_u64().unwrap()
+    );
+
+    // The open file still reads and writes.
+    open.write_all(b" and after").unwrap();
+    open.seek(SeekFrom::Start(0)).unwrap();
+    let mut text = String::new();
+    open.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "before and after");
+
+    // A second rmtree of the same name: a clear error.
+    let again = shoal(&[OsStr::new("rmtree"), src.as_os_str()]);
+    assert!(!again.success());
+
+    assert!(
+        poll(Duration::from_secs(60), || reclaim_trees(&m.mnt) == 0),
+        "the reclaim did not finish"
+    );
+    drop(open);
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("new"), b"fresh").unwrap();
+    assert_eq!(du(&src)["entries"].as_u64().unwrap(), 1);
+    // --wait returns once the tree is deleted.
+    gen_tree(&src.join("more"), 300);
+    shoal_ok(&[OsStr::new("rmtree"), OsStr::new("--wait"), src.as_os_str()]);
+    assert_eq!(reclaim_trees(&m.mnt), 0);
+    assert!(!src.exists());
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}
+
+/// A killed process's leader turns zombie before its other threads are gone; one still in
+/// the middle of a store write keeps the store's lock until it has finished exiting.
+fn wait_for_threads_gone(pid: i32) {
+    let gone = poll(Duration::from_secs(30), || {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true;
+        };
+        tasks.filter_map(Result::ok).all(|task| {
+            fs::read_to_string(task.path().join("stat"))
+                .map(|stat| {
+                    stat.rsplit_once(") ")
+                        .is_none_or(|(_, rest)| rest.starts_with('Z'))
+                })
+                .unwrap_or(true)
+        })
+    });
+    assert!(gone, "threads of the killed daemon {pid} did not exit");
+}
+
+#[test]
+fn kill_9_during_reclaim_leaves_a_clean_store_and_the_next_mount_finishes() {
+    // Each batch reaches the journal before it completes, so the detach survives the kill.
+    let mut m = Mounted::with_options(&["checkpoint=0"]);
+    let src = m.path("src");
+    gen_tree(&src, 6000);
+    fs::write(m.path("outside"), b"x").unwrap();
+    shoal_ok(&[OsStr::new("rmtree"), src.as_os_str()]);
+    let daemon = m.daemon_pid().expect("the daemon's pid");
+    m.kill_daemon(|| {});
+    m.detach_dead_mount();
+    wait_for_threads_gone(daemon);
+    let report = m.fsck_clean();
+    // The kill came while the tree was being deleted (else this test proves less).
+    assert!(report.contains(" 1 detached trees"), "{report}");
+    m.mount();
+    assert!(!src.exists());
+    assert!(
+        poll(Duration::from_secs(60), || reclaim_trees(&m.mnt) == 0),
+        "the next mount did not finish the reclaim"
+    );
+    assert_eq!(du(&m.mnt)["entries"].as_u64().unwrap(), 1);
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}
+
+#[test]
+fn rmtree_on_an_unmounted_store_deletes_the_tree_before_returning() {
+    let mut m = Mounted::new();
+    gen_tree(&m.path("a/src"), 500);
+    fs::write(m.path("a/keep"), b"x").unwrap();
+    m.umount();
+    shoal_ok(&[
+        OsStr::new("rmtree"),
+        m.store.as_os_str(),
+        OsStr::new("--path"),
+        OsStr::new("/a/src"),
+    ]);
+    let report = m.fsck_clean();
+    assert!(report.contains("clean"), "{report}");
+    assert!(report.contains("0 orphans"), "{report}");
+    m.mount();
+    assert!(!m.path("a/src").exists());
+    assert_eq!(du(&m.path("a"))["entries"].as_u64().unwrap(), 1);
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}
