@@ -14,8 +14,8 @@ use crate::error_seq::{ErrorSeq, WriteErrors};
 use crate::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::space_reserve::{Need, SpaceReserve};
 use crate::reclaim::ReclaimSignal;
+use crate::space_reserve::{Need, SpaceReserve};
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
@@ -24,8 +24,8 @@ use crate::store::{
 use crate::store_access;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
 use crate::store_identity::{self, StoreIdentity};
-use crate::unlinked::Unlinked;
 use crate::tree_usage::{TreeCache, TreeChanges};
+use crate::unlinked::Unlinked;
 
 pub const NAME_MAX_BYTES: usize = 255;
 pub const SYMLINK_MAX_BYTES: usize = 4095;

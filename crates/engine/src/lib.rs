@@ -54,9 +54,9 @@ pub mod store_open;
 pub mod store_shadow;
 pub mod store_state;
 mod tmpfile;
-mod unlinked;
 mod tree_usage;
 mod tree_usage_check;
+mod unlinked;
 mod xattr;
 
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
@@ -73,6 +73,6 @@ pub use quota_ops::ProjectQuota;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use rename::{RenameMode, Renamed};
 pub use store::{FjallTuning, StoreMetrics};
-pub use unlinked::ReferenceProbe;
 pub use tree_usage::{format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES};
+pub use unlinked::ReferenceProbe;
 pub use xattr::XattrMode;
