@@ -179,11 +179,13 @@ enum Command {
     /// and instant: on a mount, PATH is a directory in it; else a store directory (unmounted)
     /// with --path naming a directory inside it.
     Du {
+        /// Directories on a mount, or one unmounted store directory.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
         /// With a store directory: the directory inside the store (default /).
         #[arg(long = "path", value_name = "PATH_IN_STORE")]
         inside: Option<String>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -191,6 +193,7 @@ enum Command {
     /// are deleted in the background (`shoal stats` shows what is left). PATH is in a mount
     /// (root or the daemon's user only), or a store directory (unmounted) with --path.
     Rmtree {
+        /// A directory on a mount, or an unmounted store directory (with --path).
         path: PathBuf,
         /// With a store directory: the tree inside the store.
         #[arg(long = "path", value_name = "PATH_IN_STORE")]
