@@ -704,3 +704,19 @@ fn fsck_works_on_a_full_and_on_a_read_only_device() {
         out.describe()
     );
 }
+
+/// A store directory deleted under a mount: writes can no longer become durable, so
+/// fsync fails and `shoal umount` exits 1 saying what was lost, instead of exiting 0 with
+/// the writes gone.
+#[test]
+fn a_deleted_store_directory_fails_fsync_and_umount() {
+    let m = Mounted::new();
+    write_file(&m.path("before"), b"synced while the store existed").unwrap();
+    fs::remove_dir_all(&m.store).unwrap();
+    let synced = write_file(&m.path("after"), b"written after the store was deleted");
+    assert!(synced.is_err(), "fsync succeeded on a deleted store");
+    let out = shoal(&[OsStr::new("umount"), os(&m.mnt)]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(out.stderr.contains("not durable"), "{}", out.describe());
+    assert!(!common::is_mounted(&m.mnt));
+}
