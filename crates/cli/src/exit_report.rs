@@ -9,9 +9,6 @@ use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-/// What a daemon whose last sync succeeded writes.
-const CLEAN: &str = "ok";
-
 /// `/run/shoal` for root, else `$XDG_RUNTIME_DIR/shoal`, else `/tmp/shoal-<uid>`.
 fn directory() -> PathBuf {
     // SAFETY: geteuid has no preconditions.
@@ -29,18 +26,24 @@ fn path(pid: u32) -> PathBuf {
     directory().join(format!("daemon-{pid}.exit"))
 }
 
-/// Records this daemon's outcome: `None` for a clean exit, else what went wrong and was
-/// lost. Best effort: a daemon that cannot write it has logged the same text.
+/// Records this daemon's outcome: `None` for a clean exit (no record: daemons unmounted
+/// by other tools leave nothing behind; a stale record of an earlier process with this
+/// pid is removed), else what went wrong and was lost. Best effort: a daemon that cannot
+/// write it has logged the same text.
 pub fn record(failure: Option<&str>) {
-    let dir = directory();
+    let path = path(std::process::id());
+    let Some(failure) = failure else {
+        let _ = fs::remove_file(&path);
+        return;
+    };
     let _ = fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir);
-    let Ok(mut file) = fs::File::create(path(std::process::id())) else {
+        .create(directory());
+    let Ok(mut file) = fs::File::create(path) else {
         return;
     };
-    let _ = file.write_all(failure.unwrap_or(CLEAN).as_bytes());
+    let _ = file.write_all(failure.as_bytes());
 }
 
 /// The failure a daemon recorded before exiting, if it recorded one; removes the record.
@@ -48,5 +51,5 @@ pub fn take_failure(pid: u32) -> Option<String> {
     let path = path(pid);
     let text = fs::read_to_string(&path).ok()?;
     let _ = fs::remove_file(&path);
-    (text != CLEAN).then_some(text)
+    Some(text)
 }

@@ -132,6 +132,7 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
         .map(|store| store_dir::log_path(store));
     init_logging(log.as_deref());
     redirect_stdio_to_null();
+    crate::exit_report::record(None);
     let mut ready = Some(write_end);
     let code = match serve(request, &mut ready) {
         Ok(()) => {
@@ -140,10 +141,13 @@ fn daemonize(request: &MountRequest) -> Result<ExitCode> {
         }
         Err(error) => {
             tracing::error!("{error:#}");
-            crate::exit_report::record(Some(&format!("{error:#}")));
-            // Still unreported (failed before the mount was live): tell the waiting parent.
-            if let Some(mut pipe) = ready.take() {
-                let _ = writeln!(pipe, "{error:#}");
+            match ready.take() {
+                // Failed before the mount was live: the waiting parent says it.
+                Some(mut pipe) => {
+                    let _ = writeln!(pipe, "{error:#}");
+                }
+                // Failed while serving or at unmount: for `shoal umount`.
+                None => crate::exit_report::record(Some(&format!("{error:#}"))),
             }
             1
         }

@@ -664,3 +664,59 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
 }
+
+/// fsck needs neither write access nor free space: it checks a store on a full device
+/// and on a read-only one, and finds it clean.
+#[test]
+fn fsck_works_on_a_full_and_on_a_read_only_device() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "commit=1");
+    for index in 0..20u64 {
+        write_file(&m.path(&format!("f{index}")), &pattern(index, 200_000)).unwrap();
+    }
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    // Full: a filler takes every byte left.
+    let filler = disk.mountpoint.join("filler");
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "status=none"])
+        .stderr(std::process::Stdio::null())
+        .arg(format!("of={}", filler.display()))
+        .status();
+    let out = m.fsck();
+    assert!(
+        out.success() && out.stdout.contains("clean"),
+        "{}",
+        out.describe()
+    );
+    fs::remove_file(&filler).unwrap();
+    // Read-only.
+    common::run_ok(
+        std::process::Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&disk.mountpoint),
+        common::SHOAL_TIMEOUT,
+    );
+    let out = m.fsck();
+    assert!(
+        out.success() && out.stdout.contains("clean"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// A store directory deleted under a mount: writes can no longer become durable, so
+/// fsync fails and `shoal umount` exits 1 saying what was lost, instead of exiting 0 with
+/// the writes gone.
+#[test]
+fn a_deleted_store_directory_fails_fsync_and_umount() {
+    let m = Mounted::new();
+    write_file(&m.path("before"), b"synced while the store existed").unwrap();
+    fs::remove_dir_all(&m.store).unwrap();
+    let synced = write_file(&m.path("after"), b"written after the store was deleted");
+    assert!(synced.is_err(), "fsync succeeded on a deleted store");
+    let out = shoal(&[OsStr::new("umount"), os(&m.mnt)]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(out.stderr.contains("not durable"), "{}", out.describe());
+    assert!(!common::is_mounted(&m.mnt));
+}

@@ -93,9 +93,6 @@ pub struct Findings {
     pub problems: Vec<String>,
     /// Normal after a crash, reported but not damage (a torn tail).
     pub notes: Vec<String>,
-    /// Journal bytes written (not preallocated): what a replay reads into memory and a
-    /// flush writes out again.
-    pub journal_bytes: u64,
 }
 
 /// Reads the journals of the store in `dir` without changing them, and compares them
@@ -104,7 +101,6 @@ pub fn check_store_journals(dir: &Path, kv_dir: &Path) -> io::Result<Findings> {
     let mut findings = Findings::default();
     let files = check_journals(kv_dir)?;
     for file in &files {
-        findings.journal_bytes += file.valid_bytes;
         match file.damage {
             None => {}
             Some(JournalDamage::TornTail { .. }) => findings.notes.push(file.to_string()),

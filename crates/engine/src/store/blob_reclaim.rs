@@ -76,7 +76,7 @@ impl BlobReclaimer {
         })
     }
 
-    /// Notes `chunks` deleted chunks of up to `chunk_bytes` each.
+    /// Notes deleted chunks that may have held `deleted_bytes`.
     pub fn note_deleted(&self, deleted_bytes: u64) {
         self.counters
             .deleted_bytes
