@@ -548,7 +548,7 @@ fn info_and_human_quota_report_on_a_labelled_store() {
     let info: serde_json::Value = serde_json::from_str(&info.stdout).unwrap();
     assert_eq!(info["uuid"], uuid.as_str());
     assert_eq!(info["label"], "team photos");
-    assert_eq!(info["format_version"], 1);
+    assert_eq!(info["format_version"], 2, "format 2: recursive usage");
     assert_eq!(info["inodes"], 1, "the root directory");
     let created = info["created_secs"].as_i64().unwrap();
     let now = std::time::SystemTime::now()

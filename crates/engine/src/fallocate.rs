@@ -97,6 +97,7 @@ impl Engine {
             inode.allocated_bytes as i64 - allocated_before as i64,
         );
         txn.put_inode(&inode);
+        txn.inode_changed(&inode, size_before)?;
         txn.commit()
     }
 }

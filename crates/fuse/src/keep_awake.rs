@@ -216,14 +216,14 @@ mod tests {
             parked(Duration::from_secs(5)),
             "spinners never parked again"
         );
-        let spun = stats.snapshot().spin_cpu_ns;
-        thread::sleep(PARK_TIMEOUT + PARK_TIMEOUT / 2);
-        assert!(spun > 0, "spinning is accounted");
-        assert_eq!(
-            stats.snapshot().spin_cpu_ns,
-            spun,
-            "parked spinners use no CPU"
-        );
+        // Every spinner adds its CPU time when it parks: once all have parked, the sum
+        // stays put however long the mount stays idle (timed-out parks do not spin).
+        let settled = (0..8).any(|_| {
+            let spun = stats.snapshot().spin_cpu_ns;
+            thread::sleep(PARK_TIMEOUT + PARK_TIMEOUT / 2);
+            spun > 0 && stats.snapshot().spin_cpu_ns == spun
+        });
+        assert!(settled, "parked spinners kept using CPU");
         keep_awake.stop();
     }
 }

@@ -272,6 +272,23 @@ impl Outcome {
             Better::Lower,
             cpu_us,
         );
+        // On shoal, the daemon's share of that CPU and what its spinners burned besides.
+        if !timed.cpu.daemon.is_zero() {
+            let per_op = |cpu: Duration| cpu.as_secs_f64() * 1e6 / ops.max(1) as f64;
+            let unit = format!("µs/{unit_op}");
+            self.metric(
+                &format!("{name} daemon CPU"),
+                &unit,
+                Better::Lower,
+                per_op(timed.cpu.daemon),
+            );
+            self.metric(
+                &format!("{name} spin CPU"),
+                &unit,
+                Better::Lower,
+                per_op(timed.cpu.spin),
+            );
+        }
         self.requests_per(name, ops, timed);
     }
 
