@@ -12,6 +12,8 @@
 #   docs/bench/bigdir.md  scripts/bench-bigdir.sh (one directory grown to 1M files)
 #   docs/bench/core.md   scripts/bench-core.sh (fs_mark, tar, find -ls, rm -rf vs the FUSE ceiling)
 #   docs/bench/stalls.md  a sustained objects run with stats polled (latency maxima), by hand
+#   docs/bench/everyday.md  shoal bench of the everyday tools and creates (its commands at its
+#                        bottom; tables rendered by scripts/everyday-page.py)
 # Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ with XFS and ext4 on loop devices (2 cores, a VM: absolute figures drift ±30% b
 compare within a table). Each section names its command; `scripts/benchmarks-page.sh`
 assembles this page from the reports under `docs/bench/`.
 
+- [everyday tools against XFS: time, requests per entry, daemon CPU (current)](#everyday): `docs/bench/everyday.md`, `docs/bench/everyday/`
 - [shoal bench, all workloads (small size)](#all-workloads): `docs/bench/small/`
 - [cross-check of create against fs_mark](#cross-check) (bonnie++ against bonnie: in the first section): `docs/bench/crosscheck/`
 - [objects: the Swift pattern as the file count grows](#objects-curve): `docs/bench/objects/`
@@ -55,6 +58,10 @@ assembles this page from the reports under `docs/bench/`.
   --memory` and a minimal fuser FS): [`docs/bench/core.md`](docs/bench/core.md)
 
 EOF
+echo '<a id="everyday"></a>'
+echo
+sed -e 's/^#/##/' docs/bench/everyday.md
+echo
 echo '<a id="all-workloads"></a>'
 echo
 if [[ -f docs/bench/small/BENCHMARKS.md ]]; then

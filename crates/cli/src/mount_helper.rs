@@ -46,6 +46,9 @@ pub fn main() -> ExitCode {
         if request.fake {
             return Ok(ExitCode::SUCCESS);
         }
+        if request.options.iter().any(|option| option == "remount") {
+            return remount(&request);
+        }
         run_shoal_mount(&request)
     });
     match result {
@@ -79,6 +82,51 @@ fn run_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
     } else {
         ExitCode::from(MOUNT_FAILURE)
     })
+}
+
+/// `mount -o remount,ro|rw MNT`: mount(8) runs the helper for remounts too. The daemon
+/// keeps serving; the kernel switches the mount (mount(2) with MS_REMOUNT and the generic
+/// flags asked for). FUSE's own options (user_id=, default_permissions, ...) that mount(8)
+/// repeats from the current mount cannot change and are left as they are.
+fn remount(request: &HelperRequest) -> Result<ExitCode> {
+    let flags = remount_flags(&request.options);
+    let target = std::ffi::CString::new(request.mountpoint.as_os_str().as_encoded_bytes())
+        .context("a mountpoint with a NUL byte")?;
+    // SAFETY: a NUL-terminated path; null source, type and data are allowed for MS_REMOUNT.
+    let status = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if status != 0 {
+        bail!(
+            "cannot remount {}: {}",
+            request.mountpoint.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// mount(2) flags of a remount: the last of ro/rw wins, the generic flags as given.
+fn remount_flags(options: &[String]) -> libc::c_ulong {
+    let mut flags = libc::MS_REMOUNT;
+    for option in options {
+        match option.as_str() {
+            "ro" => flags |= libc::MS_RDONLY,
+            "rw" => flags &= !libc::MS_RDONLY,
+            "nosuid" => flags |= libc::MS_NOSUID,
+            "nodev" => flags |= libc::MS_NODEV,
+            "noexec" => flags |= libc::MS_NOEXEC,
+            "noatime" => flags |= libc::MS_NOATIME,
+            _ => {}
+        }
+    }
+    flags
 }
 
 fn parse_args(args: &[OsString]) -> Result<HelperRequest> {
@@ -187,6 +235,15 @@ mod tests {
         assert!(request.fake);
         assert_eq!(request.options, ["commit=1"]);
         assert_eq!(parse(&["/s", "/m"]).unwrap().options, Vec::<String>::new());
+    }
+
+    #[test]
+    fn remount_flags_follow_the_last_of_ro_and_rw() {
+        let options = |list: &[&str]| list.iter().map(|o| o.to_string()).collect::<Vec<_>>();
+        let ro = remount_flags(&options(&["remount", "rw", "nosuid", "ro"]));
+        assert_eq!(ro, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID);
+        let rw = remount_flags(&options(&["remount", "ro", "user_id=0", "rw"]));
+        assert_eq!(rw, libc::MS_REMOUNT);
     }
 
     #[test]

@@ -183,6 +183,37 @@ fn mount_t_fuse_shoal_passes_options_and_refuses_unknown_ones() {
     fs.umount_and_check();
 }
 
+/// `mount -o remount,ro` and `remount,rw` go through the helper too: the kernel switches
+/// the mount and the daemon serves on.
+#[test]
+fn remount_read_only_and_back_through_mount_8() {
+    let _helper = HelperInstalled::new();
+    let fs = Unmounted::new();
+    let out = run(
+        Command::new("mount")
+            .args(["-t", "fuse.shoal"])
+            .arg(&fs.store)
+            .arg(&fs.mnt),
+        SHOAL_TIMEOUT,
+    );
+    assert!(out.success(), "{}", out.describe());
+    fs::write(fs.mnt.join("before"), b"1").unwrap();
+    let remount = |how: &str| {
+        let out = run(
+            Command::new("mount").args(["-o", how]).arg(&fs.mnt),
+            SHOAL_TIMEOUT,
+        );
+        assert!(out.success(), "mount -o {how}: {}", out.describe());
+    };
+    remount("remount,ro");
+    let refused = fs::write(fs.mnt.join("while-ro"), b"2").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
+    assert_eq!(fs::read(fs.mnt.join("before")).unwrap(), b"1");
+    remount("remount,rw");
+    fs::write(fs.mnt.join("after"), b"3").unwrap();
+    fs.umount_and_check();
+}
+
 /// The `key=value` lines of a unit file's section entries.
 fn unit_value(unit: &str, key: &str) -> Option<String> {
     unit.lines()
