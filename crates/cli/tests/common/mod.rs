@@ -339,7 +339,16 @@ impl Mounted {
     pub fn umount(&mut self) {
         assert!(self.mounted, "not mounted");
         let daemon = self.daemon_pid();
-        let out = shoal(&[OsStr::new("umount"), self.mnt.as_os_str()]);
+        // Another test thread's fork (Command::spawn, until its exec closes them) holds
+        // copies of this process's fds for a moment, mount busy: try again briefly.
+        let mut out = shoal(&[OsStr::new("umount"), self.mnt.as_os_str()]);
+        for _ in 0..20 {
+            if out.success() || !out.stderr.contains("is busy") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            out = shoal(&[OsStr::new("umount"), self.mnt.as_os_str()]);
+        }
         assert!(out.success(), "{}", out.describe());
         self.mounted = false;
         assert!(
