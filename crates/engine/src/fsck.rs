@@ -139,13 +139,8 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let cut = store_state::cut_at_damage(&kv).map_err(io)?;
     // The keyspaces flush apart: a cut journal can drop an inode whose chunks already
     // reached a table. Its data is unreachable; dropping it is part of the repair.
-    let orphaned = {
-        let store = FjallStore::open(&kv, &check_tuning())?;
-        let orphaned = drop_chunks_of_missing_inodes(&store)?;
-        store.sync()?;
-        orphaned
-    };
     let store = FjallStore::open(&kv, &check_tuning())?;
+    let orphaned = drop_chunks_of_missing_inodes(&store)?;
     let mut report = checked(&store);
     if orphaned.chunks > 0 {
         report.notes.push(format!(
