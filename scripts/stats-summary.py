@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""stats-summary.py: condenses the `shoal stats --json` samples that scripts/poll-stats.sh
-saved during a long run into the figures docs/bench/ quotes.
+"""stats-summary.py: condenses the samples of a long run, saved by
+`shoal stats --json --interval 5 MOUNT > FILE` (one JSON object per line), into the
+figures docs/bench/ quotes. SAMPLES is that file.
 
-  scripts/stats-summary.py DIR csv        one line per sample: objects, memory, store, maxima
-  scripts/stats-summary.py DIR latency    request latency table of the last sample (since mount)
-  scripts/stats-summary.py DIR rates [N]  create rate per N objects (default 1,000,000)
-  scripts/stats-summary.py DIR memory BUDGET_MIB   RSS range, samples and episodes over budget
-  scripts/stats-summary.py DIR slow [MS]  per sample, requests newly over MS (default 50)
+  scripts/stats-summary.py SAMPLES csv        one line per sample: objects, memory, store, maxima
+  scripts/stats-summary.py SAMPLES latency    request latency table of the last sample (since mount)
+  scripts/stats-summary.py SAMPLES rates [N]  create rate per N objects (default 1,000,000)
+  scripts/stats-summary.py SAMPLES memory BUDGET_MIB   RSS range, samples and episodes over budget
+  scripts/stats-summary.py SAMPLES slow [MS]  per sample, requests newly over MS (default 50)
 """
-import glob
 import json
 import sys
 
@@ -24,18 +24,11 @@ def bucket_lower_ns(index):
     return (1 << exponent) + ((index % SUB) << (exponent - SUB_BITS))
 
 
-def sample_paths(directory):
-    return sorted(glob.glob(directory + "/0*.json"))
-
-
-def load(path):
+def samples(path):
     with open(path) as f:
-        return json.load(f)
-
-
-def samples(directory):
-    for path in sample_paths(directory):
-        yield load(path)
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
 
 
 def ops(sample):
@@ -50,12 +43,12 @@ def over(latency, ms):
     return sum(n for i, n in latency["buckets"] if bucket_lower_ns(i) >= ms * 1e6)
 
 
-def csv(directory):
+def csv(samples_file):
     print("uptime_s,objects_created,rss_mib,lookup_table_mib,referenced_inodes,evictions,"
           "store_disk_mib,l0_tables,compactions,write_slowdowns,staged_kib,held_writes,max_checkpoint_write_ms,"
           "heap_trims,max_heap_trim_ms,"
           "max_lookup_ms,max_getattr_ms,max_create_ms,max_rename_ms,max_setattr_ms,max_forget_ms")
-    for s in samples(directory):
+    for s in samples(samples_file):
         m, st, o = s["memory"], s["store"], ops(s)
         maxima = [o.get(op, {}).get("latency", {}).get("max_ns", 0) / 1e6
                   for op in ("lookup", "getattr", "create", "rename", "setattr", "forget")]
@@ -69,8 +62,12 @@ def csv(directory):
         ] + [f"{x:.1f}" for x in maxima]))
 
 
-def latency(directory):
-    last = load(sample_paths(directory)[-1])
+def latency(samples_file):
+    last = None
+    for last in samples(samples_file):
+        pass
+    if last is None:
+        sys.exit(f"{samples_file}: no samples")
     print(f"uptime {last['uptime_ns'] / 1e9:.0f} s, {creates(last)} creates")
     print("| request | count | p50 µs | p99 µs | p99.9 µs | max ms | over 10 ms | over 50 ms | over 100 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -94,9 +91,9 @@ def latency(directory):
     print("memory:", last["memory"])
 
 
-def rates(directory, step):
+def rates(samples_file, step):
     previous, mark = None, step
-    for s in samples(directory):
+    for s in samples(samples_file):
         point = (creates(s), s["uptime_ns"] / 1e9)
         if previous is None:
             previous = point
@@ -107,8 +104,8 @@ def rates(directory, step):
             previous, mark = point, mark + step
 
 
-def memory(directory, budget_mib):
-    rss = [(creates(s), s["memory"]["rss_bytes"] >> 20) for s in samples(directory)]
+def memory(samples_file, budget_mib):
+    rss = [(creates(s), s["memory"]["rss_bytes"] >> 20) for s in samples(samples_file)]
     busy = [r for c, r in rss if c > 0]
     over_budget = [(c, r) for c, r in rss if r > budget_mib]
     episodes = sum(1 for i, (c, r) in enumerate(rss)
@@ -119,9 +116,9 @@ def memory(directory, budget_mib):
         print(f"  at {c} objects: {r} MiB")
 
 
-def slow(directory, ms):
+def slow(samples_file, ms):
     previous, held = None, 0
-    for s in samples(directory):
+    for s in samples(samples_file):
         current = {o["op"]: dict(map(tuple, o["latency"]["buckets"])) for o in s["ops"]}
         for name in ("commit_latency", "batch_write_latency"):
             current[name] = dict(map(tuple, s["engine"][name]["buckets"]))
@@ -144,17 +141,17 @@ def slow(directory, ms):
 def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
-    directory, command = argv[1], argv[2]
+    samples_file, command = argv[1], argv[2]
     if command == "csv":
-        csv(directory)
+        csv(samples_file)
     elif command == "latency":
-        latency(directory)
+        latency(samples_file)
     elif command == "rates":
-        rates(directory, int(argv[3]) if len(argv) > 3 else 1_000_000)
+        rates(samples_file, int(argv[3]) if len(argv) > 3 else 1_000_000)
     elif command == "memory" and len(argv) > 3:
-        memory(directory, int(argv[3]))
+        memory(samples_file, int(argv[3]))
     elif command == "slow":
-        slow(directory, float(argv[3]) if len(argv) > 3 else 50)
+        slow(samples_file, float(argv[3]) if len(argv) > 3 else 50)
     else:
         sys.exit(__doc__)
 

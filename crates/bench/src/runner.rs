@@ -1,6 +1,7 @@
 //! A session: for run in 1..=N, for workload, for target (A B A B ...), so slow drift of
 //! the machine hits every target alike. Each sample runs in a fresh `shoal-bench.XXXXXX`
-//! directory of its target, removed (untimed) afterwards.
+//! directory of its target, removed (untimed) afterwards. With `fresh`, every sample on a
+//! made target gets a new filesystem: the previous one is unmounted and destroyed first.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
 use crate::progress::Progress;
-use crate::target::{tempfile_in, Target};
+use crate::target::{tempfile_in, MakeOptions, Target};
 use crate::tools::run_silent;
 use crate::tree::{generate, TreeSpec};
+use crate::workload::count_entries;
 use crate::workload::{self, Ctx, Outcome, Params, Workload};
 
 pub struct Plan {
@@ -26,6 +28,8 @@ pub struct Plan {
     /// Where the tree's tarball is staged: RAM (/dev/shm) when there is room, so `tar x`
     /// reads its input from memory and only the target's write path is measured.
     pub staging_parent: PathBuf,
+    /// Remake made targets before every sample after their first (`--fresh`).
+    pub fresh: Option<MakeOptions>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -100,7 +104,7 @@ fn free_bytes(path: &Path) -> Option<u64> {
         .map(|space| space.free_bytes)
 }
 
-pub fn run(plan: &Plan, targets: &[Target], progress: &Progress) -> Result<Vec<Sample>> {
+pub fn run(plan: &Plan, targets: &mut [Target], progress: &Progress) -> Result<Vec<Sample>> {
     if targets.is_empty() {
         return Err(BenchError::Invalid("no targets".into()));
     }
@@ -111,10 +115,16 @@ pub fn run(plan: &Plan, targets: &[Target], progress: &Progress) -> Result<Vec<S
     };
     progress.start(plan.runs * plan.workloads.len() * targets.len());
     let mut samples = Vec::new();
+    let mut used = vec![false; targets.len()];
     for run in 1..=plan.runs {
         for &workload in &plan.workloads {
-            for target in targets {
+            for (target, used) in targets.iter_mut().zip(used.iter_mut()) {
                 interrupt::check()?;
+                if let (Some(options), true) = (&plan.fresh, *used && target.is_made()) {
+                    progress.message(&format!("making a fresh {}", target.label));
+                    target.remake(options)?;
+                }
+                *used = true;
                 progress.message(&format!(
                     "run {run}: {} on {}",
                     workload.name(),
@@ -158,6 +168,13 @@ fn run_sample(
         tarball,
         progress: &report_progress,
     };
+    // What the target held before the sample, for made targets: 0 on a fresh filesystem
+    // (ext4 has its lost+found), more when earlier samples were kept (`--keep`).
+    let before = if target.is_made() {
+        Some(count_entries(&target.path)?.saturating_sub(1))
+    } else {
+        None
+    };
     let started = Instant::now();
     let result = workload::run(workload, &ctx);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -167,11 +184,14 @@ fn run_sample(
             progress.log(&format!("cleanup of {}: {error}", dir.display()));
         }
     }
-    let (outcome, error) = match result {
+    let (mut outcome, error) = match result {
         Ok(outcome) => (outcome, None),
         Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
         Err(error) => (Outcome::default(), Some(error.to_string())),
     };
+    if let Some(entries) = before {
+        outcome.count("target entries before", entries);
+    }
     Ok(Sample {
         run,
         workload,

@@ -1,10 +1,11 @@
 //! Where workloads run: any existing directory (`--target DIR`), or a fresh filesystem that
-//! `--make` creates on a loop device or as a shoal mount and always tears down again.
+//! `--make` creates (on a loop device, as a shoal mount, or as a `reference-memfs` process:
+//! the minimal fuser in-memory filesystem, the FUSE ceiling) and always tears down again.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,15 +24,17 @@ pub enum MakeKind {
     Btrfs,
     Shoal,
     ShoalMemory,
+    ReferenceMemfs,
 }
 
 impl MakeKind {
-    pub const ALL: [MakeKind; 5] = [
+    pub const ALL: [MakeKind; 6] = [
         MakeKind::Xfs,
         MakeKind::Ext4,
         MakeKind::Btrfs,
         MakeKind::Shoal,
         MakeKind::ShoalMemory,
+        MakeKind::ReferenceMemfs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +44,7 @@ impl MakeKind {
             MakeKind::Btrfs => "btrfs",
             MakeKind::Shoal => "shoal",
             MakeKind::ShoalMemory => "shoal-memory",
+            MakeKind::ReferenceMemfs => "reference-memfs",
         }
     }
 
@@ -50,7 +54,8 @@ impl MakeKind {
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
                 BenchError::Invalid(format!(
-                    "unknown --make filesystem '{name}' (known: xfs, ext4, btrfs, shoal, shoal-memory)"
+                    "unknown --make filesystem '{name}' (known: {})",
+                    Self::ALL.map(MakeKind::name).join(", ")
                 ))
             })
     }
@@ -61,8 +66,12 @@ impl MakeKind {
             MakeKind::Xfs => Some("mkfs.xfs"),
             MakeKind::Ext4 => Some("mkfs.ext4"),
             MakeKind::Btrfs => Some("mkfs.btrfs"),
-            MakeKind::Shoal | MakeKind::ShoalMemory => None,
+            MakeKind::Shoal | MakeKind::ShoalMemory | MakeKind::ReferenceMemfs => None,
         }
+    }
+
+    fn is_shoal(self) -> bool {
+        matches!(self, MakeKind::Shoal | MakeKind::ShoalMemory)
     }
 }
 
@@ -154,6 +163,22 @@ impl Target {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }
 
+    /// Whether `--make` created this target (and `remake` can replace it).
+    pub fn is_made(&self) -> bool {
+        self.teardown.is_some()
+    }
+
+    /// Replaces a made target with a fresh filesystem of the same kind: the old one is
+    /// unmounted and destroyed first. Existing directories are left as they are.
+    pub fn remake(&mut self, options: &MakeOptions) -> Result<()> {
+        let Some(kind) = self.teardown.as_ref().map(|teardown| teardown.kind) else {
+            return Ok(());
+        };
+        self.teardown = None;
+        *self = make(kind, options)?;
+        Ok(())
+    }
+
     pub fn info(&self) -> TargetInfo {
         TargetInfo {
             label: self.label.clone(),
@@ -196,7 +221,13 @@ pub struct MakeOptions {
     pub image_bytes: u64,
     /// The `shoal` binary for shoal targets.
     pub shoal_bin: Option<PathBuf>,
+    /// The `reference-memfs` binary and its `--threads`.
+    pub memfs_bin: Option<PathBuf>,
+    pub memfs_threads: usize,
 }
+
+/// How long a FUSE daemon may take to show its mount.
+const MOUNT_WAIT: Duration = Duration::from_secs(30);
 
 /// Checks everything `--make` needs before creating anything, so a missing tool fails fast.
 pub fn check_make(kinds: &[MakeKind], options: &MakeOptions) -> Result<()> {
@@ -217,12 +248,39 @@ pub fn check_make(kinds: &[MakeKind], options: &MakeOptions) -> Result<()> {
                 )));
             }
         }
-        if matches!(kind, MakeKind::Shoal | MakeKind::ShoalMemory) && options.shoal_bin.is_none() {
+        if kind.is_shoal() && options.shoal_bin.is_none() {
             return Err(BenchError::Invalid(format!(
                 "--make {}: no shoal binary given",
                 kind.name()
             )));
         }
+        if *kind == MakeKind::ReferenceMemfs {
+            check_memfs(options)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_memfs(options: &MakeOptions) -> Result<()> {
+    match &options.memfs_bin {
+        Some(bin) if bin.is_file() => {}
+        Some(bin) => {
+            return Err(BenchError::Invalid(format!(
+                "--make reference-memfs: {} does not exist (cargo build --release -p \
+                 reference-memfs, or give --memfs PATH)",
+                bin.display()
+            )))
+        }
+        None => {
+            return Err(BenchError::Invalid(
+                "--make reference-memfs: no reference-memfs binary given".into(),
+            ))
+        }
+    }
+    if !tools::has_tool("fusermount3") {
+        return Err(BenchError::Invalid(
+            "--make reference-memfs: fusermount3 is not installed (package fuse3)".into(),
+        ));
     }
     Ok(())
 }
@@ -251,6 +309,7 @@ pub fn make(kind: MakeKind, options: &MakeOptions) -> Result<Target> {
         mnt: mnt.clone(),
         loop_device: None,
         shoal_bin: options.shoal_bin.clone(),
+        memfs: None,
     };
     // From here on the guard undoes whatever part of the setup succeeded.
     match kind {
@@ -258,10 +317,12 @@ pub fn make(kind: MakeKind, options: &MakeOptions) -> Result<Target> {
             make_loop_fs(kind, options, &mut teardown)?
         }
         MakeKind::Shoal | MakeKind::ShoalMemory => make_shoal(kind, options, &teardown)?,
+        MakeKind::ReferenceMemfs => make_memfs(options, &mut teardown)?,
     }
     let mount = mounts::mount_of(&mnt);
-    let daemon_pids = match kind {
-        MakeKind::Shoal | MakeKind::ShoalMemory => mounts::shoal_daemon_pids(&mnt),
+    let daemon_pids = match (kind, &teardown.memfs) {
+        (MakeKind::Shoal | MakeKind::ShoalMemory, _) => mounts::shoal_daemon_pids(&mnt),
+        (MakeKind::ReferenceMemfs, Some(child)) => vec![child.id()],
         _ => Vec::new(),
     };
     Ok(Target {
@@ -327,6 +388,46 @@ fn make_shoal(kind: MakeKind, options: &MakeOptions, teardown: &Teardown) -> Res
     Ok(())
 }
 
+/// Starts `reference-memfs MNT --threads N` (it stays in the foreground) and waits for its
+/// mount; its output goes to `memfs.log` beside the mountpoint.
+fn make_memfs(options: &MakeOptions, teardown: &mut Teardown) -> Result<()> {
+    let bin = options
+        .memfs_bin
+        .as_ref()
+        .ok_or_else(|| BenchError::Invalid("no reference-memfs binary".into()))?;
+    let log_path = teardown.base.join("memfs.log");
+    let log = fs::File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
+    let log_err = log
+        .try_clone()
+        .context(|| format!("opening {}", log_path.display()))?;
+    let child = Command::new(bin)
+        .arg(&teardown.mnt)
+        .arg("--threads")
+        .arg(options.memfs_threads.to_string())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .context(|| format!("starting {}", bin.display()))?;
+    let child = teardown.memfs.insert(child);
+    let started = Instant::now();
+    while !mounts::is_mountpoint(&teardown.mnt) {
+        let exited = child
+            .try_wait()
+            .context(|| format!("waiting for {}", bin.display()))?;
+        if exited.is_some() || started.elapsed() > MOUNT_WAIT {
+            let log = fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(BenchError::Invalid(format!(
+                "reference-memfs did not mount {}: {}",
+                teardown.mnt.display(),
+                log.trim()
+            )));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Undoes a `--make`: unmount, detach the loop device, delete images and stores.
 #[derive(Debug)]
 struct Teardown {
@@ -335,17 +436,23 @@ struct Teardown {
     mnt: PathBuf,
     loop_device: Option<PathBuf>,
     shoal_bin: Option<PathBuf>,
+    /// The reference-memfs process serving the mount.
+    memfs: Option<Child>,
 }
 
 /// A daemon flushing its memtable at unmount may take a while.
 const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(120);
 
 impl Teardown {
-    fn unmount(&self) {
+    fn unmount(&mut self) {
+        if self.kind == MakeKind::ReferenceMemfs {
+            self.stop_memfs();
+            return;
+        }
         if !mounts::is_mountpoint(&self.mnt) {
             return;
         }
-        let is_shoal = matches!(self.kind, MakeKind::Shoal | MakeKind::ShoalMemory);
+        let is_shoal = self.kind.is_shoal();
         let daemons = if is_shoal {
             mounts::shoal_daemon_pids(&self.mnt)
         } else {
@@ -375,6 +482,31 @@ impl Teardown {
                 thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+}
+
+impl Teardown {
+    /// `fusermount3 -u` ends reference-memfs; it is killed if it outstays the wait.
+    fn stop_memfs(&mut self) {
+        if mounts::is_mountpoint(&self.mnt) {
+            let unmounted = run_capture(Command::new("fusermount3").arg("-u").arg(&self.mnt))
+                .or_else(|_| run_capture(Command::new("fusermount3").arg("-uz").arg(&self.mnt)));
+            if let Err(error) = unmounted {
+                eprintln!("shoal bench: {error}");
+            }
+        }
+        let Some(mut child) = self.memfs.take() else {
+            return;
+        };
+        let started = Instant::now();
+        while matches!(child.try_wait(), Ok(None)) && started.elapsed() < MOUNT_WAIT {
+            thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            eprintln!("shoal bench: reference-memfs outlived its unmount; killing it");
+            let _ = child.kill();
+        }
+        let _ = child.wait();
     }
 }
 

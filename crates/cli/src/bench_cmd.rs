@@ -23,10 +23,21 @@ pub struct BenchArgs {
     /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
     #[arg(long = "target", value_name = "DIR")]
     targets: Vec<PathBuf>,
-    /// Root only: make fresh filesystems to compare, from xfs,ext4,btrfs,shoal,shoal-memory
-    /// (loop devices and shoal mounts under --scratch; always torn down).
+    /// Root only: make fresh filesystems to compare, from xfs,ext4,btrfs,shoal,shoal-memory,
+    /// reference-memfs (loop devices, shoal mounts and the minimal fuser in-memory
+    /// filesystem, the FUSE ceiling, under --scratch; always torn down).
     #[arg(long, value_name = "LIST")]
     make: Option<String>,
+    /// Give every sample on a --make target a new filesystem (made, mounted, measured,
+    /// unmounted, destroyed), instead of one filesystem per target for the session.
+    #[arg(long)]
+    fresh: bool,
+    /// The reference-memfs binary for --make reference-memfs (default: beside shoal).
+    #[arg(long, value_name = "PATH")]
+    memfs: Option<PathBuf>,
+    /// reference-memfs --threads.
+    #[arg(long, default_value_t = 2)]
+    memfs_threads: usize,
     /// Repetitions, interleaved across targets (A B A B); the table shows median, min, max.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -184,10 +195,16 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         bail!("nothing to measure: give --target DIR (repeatable) and/or --make LIST");
     }
     let shoal_bin = std::env::current_exe().context("locating the shoal binary")?;
+    let memfs_bin = match &args.memfs {
+        Some(path) => path.clone(),
+        None => shoal_bin.with_file_name("reference-memfs"),
+    };
     let make_options = MakeOptions {
         scratch: args.scratch.clone(),
         image_bytes: image_bytes(size),
         shoal_bin: Some(shoal_bin.clone()),
+        memfs_bin: Some(memfs_bin),
+        memfs_threads: args.memfs_threads.max(1),
     };
     target::check_make(&kinds, &make_options)?;
     let mut targets = Vec::new();
@@ -219,8 +236,9 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         staging_parent: runner::staging_parent(&params, &std::env::temp_dir()),
         params,
         keep: args.keep,
+        fresh: args.fresh.then(|| make_options.clone()),
     };
-    let samples = runner::run(&plan, &targets, &progress)?;
+    let samples = runner::run(&plan, &mut targets, &progress)?;
     let labels: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
     let report = Report {
         command: command_line(),

@@ -151,13 +151,14 @@ enum Command {
     Stats {
         /// The mountpoint of a live shoal mount.
         mountpoint: PathBuf,
-        /// Print one snapshot as JSON and exit.
+        /// Print one snapshot as JSON and exit; with --interval or --count, one snapshot
+        /// per line every interval until interrupted (or the mount goes away).
         #[arg(long)]
         json: bool,
-        /// Seconds between screens (0.1 to 3600; fractions allowed).
-        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
-        interval: f64,
-        /// Stop after this many screens (default: run until interrupted).
+        /// Seconds between screens (0.1 to 3600; fractions allowed; default 1).
+        #[arg(long, value_parser = parse_interval)]
+        interval: Option<f64>,
+        /// Stop after this many screens or JSON lines (default: run until interrupted).
         #[arg(long)]
         count: Option<u64>,
         /// Also show the daemon's heap (jemalloc's bytes in use, and resident but free),
@@ -269,7 +270,8 @@ fn main() -> ExitCode {
             &mountpoint,
             &stats_cmd::StatsArgs {
                 json,
-                interval: std::time::Duration::from_secs_f64(interval),
+                stream: interval.is_some() || count.is_some(),
+                interval: std::time::Duration::from_secs_f64(interval.unwrap_or(1.0)),
                 count,
                 heap,
             },

@@ -1,6 +1,7 @@
 //! `shoal stats MOUNT`: a live mount's statistics, from its daemon's control socket.
 //! Every second a terse screen of rates over the last interval (like `hammer iostats` or
-//! collectl over /proc/fs/xfs/stat); `--json` prints one snapshot for scripts.
+//! collectl over /proc/fs/xfs/stat); `--json` prints one snapshot for scripts, or with
+//! `--interval`/`--count` one snapshot per line for the curves of a long benchmark.
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
@@ -16,6 +17,8 @@ use crate::stats_report::StatsReport;
 
 pub struct StatsArgs {
     pub json: bool,
+    /// With `json`: print a snapshot every interval instead of one.
+    pub stream: bool,
     pub interval: Duration,
     /// Screens to print; `None`: until interrupted.
     pub count: Option<u64>,
@@ -32,9 +35,7 @@ pub fn run(mountpoint: &Path, args: &StatsArgs) -> Result<ExitCode> {
     };
     let first = fetch(daemon, &request)?;
     if args.json {
-        // One line: scripts pipe it to jq, which pretty-prints on request.
-        println!("{}", serde_json::to_string(&first)?);
-        return Ok(ExitCode::SUCCESS);
+        return json_lines(mountpoint, daemon, &request, first, args);
     }
     let terminal = std::io::stdout().is_terminal();
     let mut previous = first;
@@ -61,6 +62,44 @@ pub fn run(mountpoint: &Path, args: &StatsArgs) -> Result<ExitCode> {
         }
         previous = current;
         shown += 1;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One snapshot per line (scripts pipe it to jq): the first at once, then one every interval
+/// while streaming. A stream ends quietly when its reader goes (`| head`) or the mount does.
+fn json_lines(
+    mountpoint: &Path,
+    daemon: u32,
+    request: &ControlRequest,
+    first: StatsReport,
+    args: &StatsArgs,
+) -> Result<ExitCode> {
+    let mut report = first;
+    let mut printed = 0;
+    loop {
+        let line = serde_json::to_string(&report)?;
+        let mut stdout = std::io::stdout().lock();
+        if writeln!(stdout, "{line}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            break;
+        }
+        printed += 1;
+        let done = args.count.is_some_and(|count| printed >= count);
+        if !args.stream || done {
+            break;
+        }
+        std::thread::sleep(args.interval);
+        report = match fetch(daemon, request) {
+            Ok(report) => report,
+            Err(error) if find_daemon(mountpoint).is_err() => {
+                eprintln!("shoal stats: {} is gone: {error:#}", mountpoint.display());
+                break;
+            }
+            Err(error) => return Err(error),
+        };
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -215,14 +215,96 @@ fn every_workload_on_tmpfs_and_shoal_with_a_report() {
     mounted.finish();
 }
 
+/// reference-memfs is a workspace binary built next to shoal (`cargo build --release
+/// --workspace`, as scripts/test does).
+fn reference_memfs() -> PathBuf {
+    let path = Path::new(SHOAL).with_file_name("reference-memfs");
+    assert!(
+        path.is_file(),
+        "{} is missing: cargo build --release -p reference-memfs",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn fresh_made_filesystems_per_sample_including_reference_memfs() {
+    // --make needs a scratch directory on a disk, not tmpfs.
+    let scratch = tempfile::Builder::new()
+        .prefix("shoal-bench-make.")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir");
+    let report_dir = ram_dir("shoal-bench-fresh.");
+    let json_file = report_dir.path().join("samples.json");
+    let mut cmd = Command::new(SHOAL);
+    cmd.arg("bench")
+        .args([
+            "--make",
+            "shoal-memory,reference-memfs",
+            "--fresh",
+            "--keep",
+        ])
+        .arg("--memfs")
+        .arg(reference_memfs())
+        .arg("--scratch")
+        .arg(scratch.path())
+        .args(["--runs", "2", "--threads", "1", "--files", "30"])
+        .arg("--json")
+        .arg(&json_file)
+        .args(["create", "unlink"]);
+    let out = run_ok(&mut cmd, BENCH_TIMEOUT);
+    let report: Value = serde_json::from_str(&fs::read_to_string(&json_file).unwrap()).unwrap();
+    let labels: Vec<&str> = report["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["shoal-memory", "reference-memfs"]);
+    assert_eq!(report["targets"][1]["mount"]["fstype"], "fuse");
+    let samples = report["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2 * 2 * 2, "{}", out.describe());
+    for sample in samples {
+        assert!(sample.get("error").is_none(), "{sample}");
+        // --keep leaves every sample's files behind, so only a new filesystem is empty.
+        assert_eq!(
+            sample["counts"]["target entries before"].as_u64(),
+            Some(0),
+            "not a fresh filesystem: {sample}"
+        );
+        if sample["workload"] == "create" {
+            assert_eq!(
+                sample["counts"]["files_thread_0"].as_u64(),
+                Some(30),
+                "{sample}"
+            );
+        }
+    }
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let scratch_path = scratch.path().to_str().unwrap();
+    assert!(!mounts.contains(scratch_path), "left mounted:\n{mounts}");
+    assert_eq!(
+        fs::read_dir(scratch.path()).unwrap().count(),
+        0,
+        "everything made is torn down"
+    );
+}
+
 #[test]
 fn bad_input_is_refused_with_a_message() {
     let dir = ram_dir("shoal-bench-bad.");
     let target = dir.path().to_str().unwrap().to_string();
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 6] = [
         &["bench", "--target", &target, "nosuchworkload"],
         &["bench", "--target", "/nonexistent/shoal-bench"],
         &["bench", "--make", "zfs"],
+        &[
+            "bench",
+            "--make",
+            "reference-memfs",
+            "--memfs",
+            "/nonexistent/reference-memfs",
+        ],
         &["bench"],
         &["bench", "--target", &target, "--size", "huge"],
     ];

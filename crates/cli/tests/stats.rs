@@ -155,6 +155,67 @@ fn live_screens_on_a_pipe_are_successive_blocks() {
 }
 
 #[test]
+fn json_with_an_interval_streams_one_snapshot_per_line() {
+    let m = Mounted::new();
+    fs::write(m.path("one"), b"1").unwrap();
+    let out = shoal_ok(&[
+        OsStr::new("stats"),
+        OsStr::new("--json"),
+        OsStr::new("--interval"),
+        OsStr::new("0.2"),
+        OsStr::new("--count"),
+        OsStr::new("3"),
+        m.mnt.as_os_str(),
+    ]);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", out.describe());
+    let uptimes: Vec<u64> = lines
+        .iter()
+        .map(|stats| stats["uptime_ns"].as_u64().expect("uptime_ns"))
+        .collect();
+    assert!(
+        uptimes
+            .windows(2)
+            .all(|pair| pair[1] >= pair[0] + 150_000_000),
+        "one snapshot per interval: {uptimes:?}"
+    );
+    assert!(count(&lines[2], "create") >= 1, "{}", lines[2]);
+
+    // Without --count the stream runs until the mount goes away, then ends cleanly.
+    let mut stream = std::process::Command::new(common::SHOAL)
+        .args(["stats", "--json", "--interval", "0.1"])
+        .arg(&m.mnt)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn shoal stats");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    m.finish();
+    let exited = common::poll(std::time::Duration::from_secs(30), || {
+        stream.try_wait().expect("try_wait").is_some()
+    });
+    if !exited {
+        let _ = stream.kill();
+    }
+    let output = stream.wait_with_output().expect("stats output");
+    assert!(exited, "the stream outlived its mount");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.lines().count() >= 2, "{stdout}");
+    for line in stdout.lines() {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+}
+
+#[test]
 fn stats_of_something_else_is_refused_clearly() {
     let dir = common::test_dir();
     let out = shoal(&[
