@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-quota.sh: the benchmark of the quota issue, side by side in one session.
+# bench-quota.sh: quota limits on and off, and per-user usage against a cold scan, side by side in one session.
 #
 # 1. Limits on vs off: fs_mark -S0 -k -n FILES -s 0 (2 threads) on fresh shoal stores,
 #    interleaved: "off" = no limits (the counters are still kept: they are part of shoal's
@@ -135,7 +135,7 @@ for fs in xfs ext4 shoal; do
 done
 
 report() {
-    echo "## Quotas (issue 4)"
+    echo "## Quotas"
     echo
     echo "Command: \`${COMMAND_LINE}\` ($(date -u +%F), $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg) at the end)."
     echo

@@ -34,10 +34,8 @@ const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub enum ControlRequest {
     /// The mount's live statistics (read-only).
     Stats,
-    /// The same plus the allocator's heap figures. On request only: with glibc malloc
-    /// they walked the whole heap holding its locks (50-90 ms at 1 GiB, every allocation
-    /// waiting); jemalloc reads them from counters, but the live view and scrapers do
-    /// not need them.
+    /// The same plus the allocator's heap figures (jemalloc's counters). On request only:
+    /// the live view and scrapers do not need them.
     HeapStats,
     /// Quota reports, limits, settings, project tagging, counter verification.
     Quota(QuotaRequest),

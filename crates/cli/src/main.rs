@@ -34,7 +34,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-/// jemalloc, not glibc malloc: see shoal_fuse's `heap` module for why.
+/// jemalloc: see shoal_fuse's `heap` module for what the daemon relies on it for.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

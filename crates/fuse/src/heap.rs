@@ -1,11 +1,9 @@
 //! The daemon's heap: jemalloc (the `shoal` binary's global allocator, configured there).
 //!
-//! glibc malloc stalled the daemon: `malloc_trim` and `mallinfo2` walk every free chunk
-//! with the arena locks held, and freeing a flushed 100 MB memtable coalesces and trims
-//! the arena inside `free()`, so any thread that allocated waited (a getattr of 123 ms
-//! behind a 106 ms trim). jemalloc returns free pages from background threads as they
-//! age (decay), keeps per-thread caches in front of its arenas, and reads its statistics
-//! from counters.
+//! No request may wait for the allocator's housekeeping: jemalloc returns free pages from
+//! background threads as they age (decay), so freeing a flushed 100 MB memtable does not
+//! trim inside `free()`; it keeps per-thread caches in front of its arenas; and it reads
+//! its statistics from counters instead of walking the heap under its locks.
 
 use std::ptr;
 
