@@ -12,7 +12,7 @@ figures docs/bench/ quotes. SAMPLES is that file.
 import json
 import sys
 
-# Bucket layout of crates/engine/src/histogram.rs: 2^SUB_BITS sub-buckets per power of two.
+# Bucket layout of crates/engine/src/store/histogram.rs: 2^SUB_BITS sub-buckets per power of two.
 SUB_BITS = 3
 SUB = 1 << SUB_BITS
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use shoal_engine::backup::{self, BackupSummary};
-use shoal_engine::{store_dir, store_identity, Engine};
+use shoal_engine::store_dir::{self, identity};
+use shoal_engine::Engine;
 
 use crate::control::{self, ControlRequest};
 use crate::mounts;
@@ -131,7 +132,7 @@ pub fn serve_backup(
         ));
     }
     let label = store
-        .and_then(|store| store_identity::read(store).ok().flatten())
+        .and_then(|store| identity::read(store).ok().flatten())
         .and_then(|identity| identity.label);
     let summary = write_atomically(path, &mut |out| {
         Ok(engine.backup(label.as_deref(), out, &mut |_| {})?)

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use shoal_engine::store_identity;
+use shoal_engine::store_dir::identity;
 use shoal_engine::{store_dir, Engine, EngineConfig};
 
 use crate::control::{self, ControlRequest};
@@ -91,7 +91,7 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
     };
     let store = answer.store_dir.as_deref();
     let identity = match store {
-        Some(store) => store_identity::read(store)?,
+        Some(store) => identity::read(store)?,
         None => None,
     };
     let info = Info {

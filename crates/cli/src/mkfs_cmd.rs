@@ -2,7 +2,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use shoal_engine::store_access::PRIVATE_UMASK;
+use shoal_engine::store_dir::access::PRIVATE_UMASK;
 use shoal_engine::store_dir::{list_names, Overwrite};
 use shoal_engine::{Caller, Engine, MkfsOptions};
 
@@ -43,7 +43,7 @@ pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// Files this process creates in a store are its owner's only (see `store_access`).
+/// Files this process creates in a store are its owner's only (see `store_dir::access`).
 pub fn set_private_umask() {
     // SAFETY: umask only changes this process's file creation mask.
     unsafe { libc::umask(PRIVATE_UMASK) };

@@ -46,7 +46,7 @@ pub fn run(
         }
         (false, _) => bail!("missing MOUNTPOINT (usage: shoal mount STORE_DIR MOUNTPOINT)"),
     };
-    // Before the log file and the store's files are created (`store_access`).
+    // Before the log file and the store's files are created (`store_dir::access`).
     crate::mkfs_cmd::set_private_umask();
     let request = MountRequest {
         store,
@@ -57,7 +57,7 @@ pub fn run(
     check_mountpoint(&request.mountpoint)?;
     if let Some(store) = &request.store {
         store_dir::read_format(store)?;
-        if let Some(warning) = shoal_engine::store_access::warn_if_exposed(store) {
+        if let Some(warning) = shoal_engine::store_dir::access::warn_if_exposed(store) {
             eprintln!("shoal: warning: {warning}");
         }
     }
@@ -390,7 +390,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         .as_ref()
         .filter(|_| !request.options.read_only)
     {
-        shoal_engine::store_open::record_clean_close(store);
+        shoal_engine::store_dir::open::record_clean_close(store);
     }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())

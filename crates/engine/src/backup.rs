@@ -21,8 +21,8 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::engine::{Engine, OpenError};
 use crate::keys::FORMAT_VERSION;
 use crate::store::{Batch, FjallStore, FjallTuning, Scan, Space, Store, StoreError, StoreView};
+use crate::store_dir::identity::{self, StoreIdentity};
 use crate::store_dir::{self, StoreDirError};
-use crate::store_identity::{self, StoreIdentity};
 
 const BACKUP_MAGIC: &[u8; 8] = b"shoalbak";
 const BACKUP_VERSION: u32 = 1;
@@ -120,7 +120,7 @@ pub fn backup_store_dir(
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<BackupSummary, BackupError> {
-    let label = store_identity::read(dir)?.and_then(|identity| identity.label);
+    let label = identity::read(dir)?.and_then(|identity| identity.label);
     let (_lock, store) = crate::fsck::open_for_check(dir)?;
     let snapshot = store.snapshot();
     write_backup(snapshot.as_ref(), label.as_deref(), out, progress)
@@ -329,7 +329,7 @@ pub fn restore_backup<F: Read + Seek>(
     store.write(batch)?;
     store.sync()?;
     drop(store);
-    store_identity::write(dir, &identity)?;
+    identity::write(dir, &identity)?;
     // Last, as mkfs: until FORMAT exists the directory is not a store.
     store_dir::write_format(dir)?;
     Ok(summary)
@@ -377,7 +377,7 @@ mod tests {
         assert_eq!(summary.label.as_deref(), Some("lab"));
         assert!(summary.pairs > 5);
         assert!(crate::fsck::fsck_store_dir(&store).unwrap().is_clean());
-        let identity = store_identity::read(&store).unwrap().unwrap();
+        let identity = identity::read(&store).unwrap().unwrap();
         assert_eq!(identity.label.as_deref(), Some("lab"));
         let restored = Engine::open(&store, EngineConfig::default()).unwrap();
         let dir_ino = restored.lookup(ROOT_INO, b"dir").unwrap().ino;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, OpenError};
 use crate::error::{FsError, FsResult};
-use crate::inode::{Usage, UsageKey};
 use crate::keys;
+use crate::namespace::inode::{Usage, UsageKey};
 use crate::store::{Scan, Space, Store, StoreView};
 
 /// Slices of the inode-number space per thread: enough that a slow slice (a dense run of

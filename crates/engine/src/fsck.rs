@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::engine::OpenError;
 use crate::error::FsResult;
-use crate::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::keys::{self, FORMAT_VERSION};
+use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
+use crate::store_dir::shadow::StoreShadow;
+use crate::store_dir::state;
 use crate::store_dir::{self, SharedStoreLock, StoreLock};
-use crate::store_shadow::StoreShadow;
-use crate::store_state;
 
 /// Stop listing problems past this many; the count stays exact.
 const MAX_LISTED_PROBLEMS: usize = 100;
@@ -88,7 +88,7 @@ impl FsckReport {
 
 /// Checks the store in `dir`, which must not be mounted, without changing it: the
 /// journals are read as they are (`journal_check`), and the key-value store is opened
-/// from a private copy (`store_shadow`), since fjall's recovery writes. Works on a
+/// from a private copy (`store_dir::shadow`), since fjall's recovery writes. Works on a
 /// read-only or full device. Damage of any kind is a problem in the report (exit 1);
 /// only what is not a store at all (or is in use) is an error.
 pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
@@ -104,7 +104,7 @@ pub fn fsck_store_dir_observed(
     let _lock = SharedStoreLock::acquire(dir)?;
     let kv = store_dir::kv_path(dir);
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
-    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
+    let findings = state::check_store_journals(dir, &kv).map_err(io)?;
     let shadow = StoreShadow::of(&kv).map_err(io)?;
     let store = FjallStore::open(shadow.path(), &check_tuning());
     let mut report = match &store {
@@ -135,8 +135,8 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let _lock = StoreLock::acquire(dir)?;
     let kv = store_dir::kv_path(dir);
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
-    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
-    let cut = store_state::cut_at_damage(&kv).map_err(io)?;
+    let findings = state::check_store_journals(dir, &kv).map_err(io)?;
+    let cut = state::cut_at_damage(&kv).map_err(io)?;
     // The keyspaces flush apart: a cut journal can drop an inode whose chunks already
     // reached a table. Its data is unreachable; dropping it is part of the repair.
     let store = FjallStore::open(&kv, &check_tuning())?;
@@ -160,8 +160,8 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     }
     store.sync()?;
     drop(store);
-    let state = store_state::clean_state(&kv).map_err(io)?;
-    store_state::write_state(dir, &state).map_err(io)?;
+    let state = state::clean_state(&kv).map_err(io)?;
+    state::write_state(dir, &state).map_err(io)?;
     Ok(report)
 }
 

@@ -25,54 +25,39 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod acl;
 pub mod backup;
+mod counters;
 mod counters_check;
-mod data;
 mod engine;
 mod error;
 pub mod error_seq;
-mod fallocate;
 pub mod fsck;
 pub mod fsck_progress;
-mod handles;
-pub mod histogram;
-mod inode;
 pub mod keys;
 mod namespace;
-pub mod quota;
-mod quota_ops;
 mod reclaim;
-mod rename;
-pub mod space_reserve;
 pub mod stats;
 pub mod store;
-pub mod store_access;
 pub mod store_dir;
-pub mod store_identity;
-pub mod store_open;
-pub mod store_shadow;
-pub mod store_state;
-mod tmpfile;
-mod tree_usage;
 mod tree_usage_check;
-mod unlinked;
-mod xattr;
 
+pub use counters::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
+pub use counters::quota_ops::ProjectQuota;
+pub use counters::tree_usage::{
+    format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
+};
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
-pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
-pub use fallocate::Fallocate;
-pub use inode::{
+pub use namespace::data::{SetAttr, SetTime, MAX_FILE_BYTES};
+pub use namespace::fallocate::Fallocate;
+pub use namespace::inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
+pub use namespace::rename::{RenameMode, Renamed};
+pub use namespace::unlinked::ReferenceProbe;
+pub use namespace::xattr::XattrMode;
 pub use namespace::NewInode;
-pub use quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
-pub use quota_ops::ProjectQuota;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
-pub use rename::{RenameMode, Renamed};
+pub use store::histogram;
 pub use store::{FjallTuning, StoreMetrics};
-pub use tree_usage::{format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES};
-pub use unlinked::ReferenceProbe;
-pub use xattr::XattrMode;

@@ -1,13 +1,26 @@
-//! Names: lookup, readdir, create, mkdir, symlink, link, unlink, rmdir.
+//! The POSIX namespace over the store: inodes and names (lookup, readdir, create, mkdir,
+//! symlink, link, unlink, rmdir, here), and in the submodules renames, file data and
+//! attributes, extended attributes and ACLs, preallocation, unnamed temporary files, and
+//! inodes that outlive their last name while the kernel holds them.
 
+pub(crate) mod acl;
+pub(crate) mod data;
+pub(crate) mod fallocate;
+pub(crate) mod handles;
+pub(crate) mod inode;
+pub(crate) mod rename;
+pub(crate) mod tmpfile;
+pub(crate) mod unlinked;
+pub(crate) mod xattr;
+
+use crate::counters::tree_usage::TreeDelta;
 use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
 use crate::error::{FsError, FsResult};
-use crate::inode::{Content, DirEntry, FileKind, Inode};
 use crate::keys;
-use crate::rename::check_project_move;
+use crate::namespace::inode::{Content, DirEntry, FileKind, Inode};
+use crate::namespace::rename::check_project_move;
 use crate::stats::Op;
 use crate::store::{Scan, Space};
-use crate::tree_usage::TreeDelta;
 
 const S_ISGID: u16 = 0o2000;
 

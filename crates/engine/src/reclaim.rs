@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::counters::tree_usage::TreeDelta;
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
-use crate::inode::{FileKind, TreeUsage, ROOT_INO};
 use crate::keys;
+use crate::namespace::inode::{FileKind, TreeUsage, ROOT_INO};
 use crate::store::{Scan, Space};
-use crate::tree_usage::TreeDelta;
 
 /// Names deleted per batch: the writer lock is held for one batch at a time.
 const RECLAIM_BATCH_NAMES: usize = 512;

@@ -4,17 +4,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::histogram::{Histogram, HistogramSnapshot};
+use crate::store::histogram::{Histogram, HistogramSnapshot};
 
 /// A batch write slower than this counts as a write slowdown. A batch normally reaches the
 /// journal in microseconds; fjall stalls writers when L0 runs pile up (a busy loop) and halts
 /// them in 10-100 ms sleeps while 4+ sealed memtables wait for flushing. fjall does not count
 /// those itself, so this is how shoal sees them.
 pub const SLOW_BATCH_WRITE: Duration = Duration::from_millis(1);
-
-/// A batch write at least this long is logged with where its time went (by the engine and
-/// by the staged store): requests wait behind it, and the histograms cannot say why.
-pub(crate) const SLOW_WRITE_REPORT: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
-use crate::inode::{FileKind, Timestamp, TreeUsage, ROOT_INO};
 use crate::keys::{self, FORMAT_VERSION};
+use crate::namespace::inode::{FileKind, Timestamp, TreeUsage, ROOT_INO};
 use crate::store::{Batch, Scan, Space, Store, StoreView};
 use crate::store_dir;
 

@@ -664,7 +664,7 @@ fn mkfs_makes_a_private_store() {
         checked += 1;
     }
     assert!(checked > 3, "only {checked} paths");
-    assert!(shoal_engine::store_access::exposure(&store, 4)
+    assert!(shoal_engine::store_dir::access::exposure(&store, 4)
         .unwrap()
         .is_empty());
 }

@@ -292,7 +292,7 @@ mod tests {
         // The same cut in an older journal is damage.
         assert!(check_journal(path.clone(), cut, false).is_damaged());
         // Cut to half: the tail ends in the middle of a batch, and the journal looks
-        // torn; the seqno recorded at open and close catches that (store_state).
+        // torn; the seqno recorded at open and close catches that (store_dir::state).
         let half = check_journal(path.clone(), &bytes[..bytes.len() / 2], true);
         assert!(half.batches < 20);
         // A flipped byte at the start, in the middle and near the end: damage, never a

@@ -6,6 +6,7 @@
 
 mod blob_reclaim;
 mod fjall_store;
+pub mod histogram;
 pub mod journal_check;
 mod journal_sync;
 mod memory_store;
@@ -287,6 +288,10 @@ pub trait Store: StoreView {
         Ok(())
     }
 }
+
+/// A batch write at least this long is logged with where its time went (by the engine and
+/// by the staged store): requests wait behind it, and the histograms cannot say why.
+pub const SLOW_WRITE_REPORT: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {

@@ -28,8 +28,8 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 use crate::error_seq::{ErrorSeq, WriteErrors};
-use crate::histogram::Histogram;
-use crate::stats::SLOW_WRITE_REPORT;
+use crate::store::histogram::Histogram;
+use crate::store::SLOW_WRITE_REPORT;
 
 /// Staged key and value bytes at which a write first checkpoints.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;

@@ -8,11 +8,11 @@
 //! past the end of the file is checked against the quota as a write of those bytes would
 //! be, so `EDQUOT` comes from fallocate, as a program that preallocates expects.
 
-use crate::data::MAX_FILE_BYTES;
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
-use crate::inode::{Content, FileKind, Inode};
 use crate::keys;
+use crate::namespace::data::MAX_FILE_BYTES;
+use crate::namespace::inode::{Content, FileKind, Inode};
 use crate::stats::Op;
 use crate::store::Space;
 

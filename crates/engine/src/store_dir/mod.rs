@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 
 use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
 
+pub mod access;
+pub mod identity;
+pub mod open;
+pub mod shadow;
+pub mod state;
+
 const FORMAT_FILE: &str = "FORMAT";
 const FORMAT_MAGIC: &str = "shoal-store";
 const KV_DIR: &str = "kv";
@@ -43,7 +49,7 @@ pub enum StoreDirError {
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),
     #[error("label {0:?}: {1}")]
-    BadLabel(String, crate::store_identity::LabelError),
+    BadLabel(String, crate::store_dir::identity::LabelError),
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreDirError + '_ {
@@ -158,7 +164,7 @@ fn create_private_dir(dir: &Path) -> Result<(), StoreDirError> {
     use std::os::unix::fs::DirBuilderExt;
     fs::DirBuilder::new()
         .recursive(true)
-        .mode(crate::store_access::PRIVATE_DIR_MODE)
+        .mode(crate::store_dir::access::PRIVATE_DIR_MODE)
         .create(dir)
         .map_err(io_error(dir))
 }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use crate::error::{FsError, FsResult};
-use crate::inode::{Timestamp, Usage, UsageKey};
+use crate::namespace::inode::{Timestamp, Usage, UsageKey};
 
 /// Whose usage a limit applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

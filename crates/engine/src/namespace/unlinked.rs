@@ -17,10 +17,10 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-use crate::data::SetAttr;
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
-use crate::inode::{Content, Inode, Timestamp};
+use crate::namespace::data::SetAttr;
+use crate::namespace::inode::{Content, Inode, Timestamp};
 
 /// Answers whether the kernel still holds an inode (its lookup count is above zero).
 pub type ReferenceProbe = Box<dyn Fn(u64) -> bool + Send + Sync>;
@@ -50,7 +50,7 @@ impl Unlinked {
         }
         inode.nlink = 0;
         inode.ctime = inode.ctime.max(now);
-        inode.size = if inode.kind == crate::inode::FileKind::Directory {
+        inode.size = if inode.kind == crate::namespace::inode::FileKind::Directory {
             0
         } else {
             inode.size
@@ -126,10 +126,10 @@ impl Engine {
             inode.size = size;
         }
         if let Some(atime) = change.atime {
-            inode.atime = crate::data::resolve(atime, now);
+            inode.atime = crate::namespace::data::resolve(atime, now);
         }
         if let Some(mtime) = change.mtime {
-            inode.mtime = crate::data::resolve(mtime, now);
+            inode.mtime = crate::namespace::data::resolve(mtime, now);
         }
         inode.ctime = change.ctime.unwrap_or(now);
         Ok(inode.clone())

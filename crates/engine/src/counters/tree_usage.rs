@@ -17,8 +17,8 @@ use std::ops::Bound;
 
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
-use crate::inode::{FileKind, Inode, Timestamp, TreeUsage, ROOT_INO};
 use crate::keys;
+use crate::namespace::inode::{FileKind, Inode, Timestamp, TreeUsage, ROOT_INO};
 use crate::store::{Scan, Space};
 
 /// Bound on cached directories; past it the cache starts over (it is only a cache).

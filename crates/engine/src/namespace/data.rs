@@ -6,8 +6,8 @@
 
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
-use crate::inode::{Content, FileKind, Inode, Timestamp};
 use crate::keys;
+use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 

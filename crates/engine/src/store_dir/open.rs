@@ -1,15 +1,15 @@
 //! Opening a store's key-value files for a mount: refused when the journals are damaged
-//! or the store recovers to less than it held (`store_state`), or when replaying the
+//! or the store recovers to less than it held (`store_dir::state`), or when replaying the
 //! journal would need more space than the device has. fjall's recovery would otherwise
 //! drop damaged batches without a word, or fill the device and poison itself.
 
 use std::path::Path;
 
+use crate::counters::space_reserve::{device_space, SpaceReserve};
 use crate::engine::OpenError;
-use crate::space_reserve::{device_space, SpaceReserve};
 use crate::store::{FjallStore, FjallTuning, Store};
+use crate::store_dir::state::{self, StoreState};
 use crate::store_dir::{self, StoreDirError};
-use crate::store_state::{self, StoreState};
 
 fn io_error(dir: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
     move |error| OpenError::StoreDir(StoreDirError::Io(dir.to_path_buf(), error))
@@ -32,7 +32,7 @@ pub fn open_verified(
     reserve: Option<&SpaceReserve>,
 ) -> Result<FjallStore, OpenError> {
     let kv = store_dir::kv_path(dir);
-    let findings = store_state::check_store_journals(dir, &kv).map_err(io_error(dir))?;
+    let findings = state::check_store_journals(dir, &kv).map_err(io_error(dir))?;
     if !findings.problems.is_empty() {
         return Err(damaged(dir, &findings.problems));
     }
@@ -81,7 +81,7 @@ fn record_open(dir: &Path, store: &FjallStore) {
         .sync()
         .map_err(|error| error.to_string())
         .and_then(|()| {
-            store_state::write_state(dir, &StoreState::Open).map_err(|error| error.to_string())
+            state::write_state(dir, &StoreState::Open).map_err(|error| error.to_string())
         });
     if let Err(error) = recorded {
         tracing::warn!("cannot record the store's state at open: {error}");
@@ -92,8 +92,8 @@ fn record_open(dir: &Path, store: &FjallStore) {
 /// threads, is gone, so the journals no longer change): the journals as they are now,
 /// for the next open to compare.
 pub fn record_clean_close(dir: &Path) {
-    let recorded = store_state::clean_state(&store_dir::kv_path(dir))
-        .and_then(|state| store_state::write_state(dir, &state));
+    let recorded = state::clean_state(&store_dir::kv_path(dir))
+        .and_then(|state| state::write_state(dir, &state));
     if let Err(error) = recorded {
         tracing::warn!("cannot record the store's clean close: {error}");
     }

@@ -5,8 +5,8 @@
 
 use crate::engine::{Caller, Engine};
 use crate::error::{FsError, FsResult};
-use crate::inode::{FileKind, Inode};
 use crate::keys;
+use crate::namespace::inode::{FileKind, Inode};
 use crate::namespace::NewInode;
 use crate::stats::Op;
 use crate::store::Space;

@@ -27,7 +27,7 @@ fn check_xattr_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Range);
     }
     let supported = [&b"user."[..], b"trusted.", b"security."];
-    if crate::acl::is_acl_name(name)
+    if crate::namespace::acl::is_acl_name(name)
         || supported
             .iter()
             .any(|prefix| name.starts_with(prefix) && name.len() > prefix.len())
@@ -54,7 +54,7 @@ impl Engine {
             (XattrMode::ReplaceOnly, false) => return Err(FsError::NoXattr),
             _ => {}
         }
-        if crate::acl::is_acl_name(name) {
+        if crate::namespace::acl::is_acl_name(name) {
             txn.set_acl(&mut inode, name, value)?;
         } else {
             txn.put(Space::Meta, key, value.to_vec());

@@ -1,0 +1,456 @@
+//! The write transaction every mutation goes through: it holds the writer lock, reads
+//! through its own batch, gathers usage and quota changes, and commits them with the
+//! operation as one atomic store write.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::MutexGuard;
+
+use super::{Engine, WriteState, BLIND_DELETE_MAX_CHUNKS, INO_RUNS_MAX, INO_RUN_LENGTH};
+use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
+use crate::counters::space_reserve::Need;
+use crate::counters::tree_usage::{TreeCache, TreeChanges};
+use crate::error::{FsError, FsResult};
+use crate::keys;
+use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::store::{Batch, Scan, Space, StoreError, SLOW_WRITE_REPORT};
+
+/// One mutation in progress: holds the writer lock and gathers one atomic batch.
+pub(crate) struct Txn<'a> {
+    pub(crate) engine: &'a Engine,
+    pub(super) state: MutexGuard<'a, WriteState>,
+    pub(super) batch: Batch,
+    pub(super) usage_delta: HashMap<UsageKey, (i64, i64)>,
+    /// Ownership changes move usage without being refused by limits (see `quota`).
+    pub(super) quota_forced: bool,
+    /// Quota records and settings this transaction writes (administration).
+    pub(super) quota_records: Vec<((QuotaKind, u32), QuotaRecord)>,
+    pub(super) quota_settings: Option<QuotaSettings>,
+    /// Inodes this operation put in the in-memory orphan set; taken back if it fails.
+    pub(super) new_orphans: Vec<u64>,
+    /// Inodes this operation deletes from the store: kept in `unlinked` once it commits,
+    /// while the kernel holds them.
+    pub(super) removed: Vec<Inode>,
+    /// Recursive usage changes, applied to every ancestor at commit.
+    pub(crate) tree: TreeChanges,
+    pub(crate) now: Timestamp,
+}
+
+impl<'a> Txn<'a> {
+    /// Reads through the batch: the transaction sees its own writes.
+    pub(crate) fn get(&self, space: Space, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        match self.batch.lookup(space, key) {
+            Some(value) => Ok(value.map(<[u8]>::to_vec)),
+            None => Ok(self.engine.store.get(space, key)?),
+        }
+    }
+
+    pub(crate) fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
+        self.batch.put(space, key, value);
+    }
+
+    pub(crate) fn delete(&mut self, space: Space, key: Vec<u8>) {
+        self.batch.delete(space, key);
+    }
+
+    pub(crate) fn inode(&self, ino: u64) -> FsResult<Inode> {
+        match self.get(Space::Meta, &keys::inode_key(ino))? {
+            Some(value) => keys::decode_inode(ino, &value),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    pub(crate) fn directory(&self, ino: u64) -> FsResult<Inode> {
+        let inode = self.inode(ino)?;
+        if inode.kind != FileKind::Directory {
+            return Err(FsError::NotDir);
+        }
+        Ok(inode)
+    }
+
+    pub(crate) fn put_inode(&mut self, inode: &Inode) {
+        self.batch.put(
+            Space::Meta,
+            keys::inode_key(inode.ino),
+            keys::encode_inode(inode),
+        );
+    }
+
+    pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, FileKind)>> {
+        let key = keys::entry_key(parent, name);
+        match self.get(Space::Meta, &key)? {
+            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], ino: u64, kind: FileKind) {
+        self.batch.put(
+            Space::Meta,
+            keys::entry_key(parent, name),
+            keys::encode_entry(ino, kind),
+        );
+    }
+
+    pub(crate) fn delete_entry(&mut self, parent: u64, name: &[u8]) {
+        self.batch
+            .delete(Space::Meta, keys::entry_key(parent, name));
+    }
+
+    /// This batch's own items of the meta space in `[start, end)`.
+    pub(crate) fn batch_range<'b>(
+        &'b self,
+        start: std::ops::Bound<&[u8]>,
+        end: &[u8],
+    ) -> impl Iterator<Item = (&'b [u8], Option<&'b [u8]>)> {
+        self.batch.range(Space::Meta, start, end)
+    }
+
+    pub(crate) fn tree_cache(&mut self) -> &mut TreeCache {
+        &mut self.state.tree_cache
+    }
+
+    pub(crate) fn tree_cache_ref(&self) -> &TreeCache {
+        &self.state.tree_cache
+    }
+
+    /// Keys in `[start, end)` as the store has them, ignoring this batch. Callers use it
+    /// only for ranges the batch has not touched (an inode's chunks or xattrs).
+    pub(crate) fn scan_keys(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> FsResult<Vec<Vec<u8>>> {
+        let mut found = Vec::new();
+        self.engine.store.scan(space, start, end, &mut |key, _| {
+            found.push(key.to_vec());
+            Scan::Continue
+        })?;
+        Ok(found)
+    }
+
+    /// Hands out an inode number next to its siblings'.
+    pub(crate) fn alloc_ino(&mut self, parent: u64) -> u64 {
+        let state = &mut *self.state;
+        if let Some((next, end)) = state.ino_runs.get_mut(&parent) {
+            if *next < *end {
+                let ino = *next;
+                *next += 1;
+                return ino;
+            }
+        }
+        if state.ino_runs.len() >= INO_RUNS_MAX {
+            state.ino_runs.clear();
+        }
+        let ino = state.next_ino;
+        state.next_ino += INO_RUN_LENGTH;
+        // Recorded with the inode that takes the run: a number handed out once is never
+        // handed out again, even after its inode was deleted and the store reopened.
+        let next_ino = state.next_ino;
+        self.batch.put(
+            Space::Meta,
+            keys::next_ino_key(),
+            keys::encode_next_ino(next_ino),
+        );
+        state
+            .ino_runs
+            .insert(parent, (ino + 1, ino + INO_RUN_LENGTH));
+        ino
+    }
+
+    /// Lets this transaction's usage moves pass the limits: it changes ownership.
+    pub(crate) fn force_quota(&mut self) {
+        self.quota_forced = true;
+    }
+
+    pub(crate) fn quotas(&self) -> &QuotaState {
+        &self.state.quotas
+    }
+
+    /// Writes one id's limits and timers (none: deletes the record).
+    pub(crate) fn put_quota_record(&mut self, kind: QuotaKind, id: u32, record: QuotaRecord) {
+        let key = keys::quota_record_key(kind, id);
+        if record.limits.is_unlimited() {
+            self.batch.delete(Space::Meta, key);
+        } else {
+            self.batch
+                .put(Space::Meta, key, keys::encode_quota_record(&record));
+        }
+        self.quota_records.push(((kind, id), record));
+    }
+
+    pub(crate) fn put_quota_settings(&mut self, settings: QuotaSettings) {
+        self.batch.put(
+            Space::Meta,
+            keys::quota_settings_key(),
+            keys::encode_quota_settings(&settings),
+        );
+        self.quota_settings = Some(settings);
+    }
+
+    /// Charges (or credits, when negative) an inode's owners in this same batch.
+    pub(crate) fn charge(&mut self, inode: &Inode, inodes: i64, bytes: i64) {
+        if inodes == 0 && bytes == 0 {
+            return;
+        }
+        let delta = self
+            .usage_delta
+            .entry(UsageKey::of(inode))
+            .or_insert((0, 0));
+        delta.0 += inodes;
+        delta.1 += bytes;
+    }
+
+    /// Fails with `QuotaExceeded` where charging `bytes` more to `inode`'s owners (on top
+    /// of this transaction's charges) would be refused; charges nothing.
+    pub(crate) fn check_quota(&self, inode: &Inode, bytes: i64) -> FsResult<()> {
+        let mut deltas = self.usage_delta.clone();
+        deltas.entry(UsageKey::of(inode)).or_insert((0, 0)).1 += bytes;
+        self.state
+            .quotas
+            .check(&deltas, self.now, self.quota_forced)
+            .map(|_| ())
+    }
+
+    /// Deletes an inode with its data and xattrs, crediting its usage.
+    pub(crate) fn purge_inode(&mut self, ino: u64) -> FsResult<()> {
+        let inode = match self.inode(ino) {
+            Ok(inode) => inode,
+            Err(FsError::NotFound) => {
+                self.delete(Space::Meta, keys::orphan_key(ino));
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        assert!(
+            inode.nlink == 0 || inode.kind == FileKind::Directory,
+            "purging linked inode {ino}"
+        );
+        if inode.kind == FileKind::Directory {
+            self.dir_removed(ino);
+        }
+        // Range scans cost far more than point writes; most small files have neither.
+        if inode.content == Content::Chunked {
+            let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
+            if chunks <= BLIND_DELETE_MAX_CHUNKS {
+                // Deleting every possible chunk key is cheaper than a range scan; a hole
+                // costs one tombstone.
+                for chunk in 0..chunks {
+                    self.delete(Space::Data, keys::chunk_key(ino, chunk));
+                }
+            } else {
+                let (start, end) = keys::chunk_range(ino);
+                for key in self.scan_keys(Space::Data, &start, &end)? {
+                    self.delete(Space::Data, key);
+                }
+            }
+        }
+        if inode.may_have_xattrs {
+            let (start, end) = keys::xattr_range(ino);
+            for key in self.scan_keys(Space::Meta, &start, &end)? {
+                self.delete(Space::Meta, key);
+            }
+        }
+        self.delete(Space::Meta, keys::inode_key(ino));
+        self.delete(Space::Meta, keys::orphan_key(ino));
+        self.charge(&inode, -1, -(inode.allocated_bytes as i64));
+        self.removed.push(inode);
+        Ok(())
+    }
+
+    /// Drops the link of a non-directory inode in `dir`; deletes it (or orphans it while
+    /// open) at zero links.
+    pub(crate) fn drop_link(&mut self, mut inode: Inode, dir: u64) -> FsResult<()> {
+        assert!(inode.kind != FileKind::Directory && inode.nlink > 0);
+        self.link_removed(&mut inode, dir)?;
+        inode.nlink -= 1;
+        inode.ctime = self.now;
+        if inode.nlink > 0 {
+            self.put_inode(&inode);
+            // Its other names' directories see the new ctime.
+            return self.inode_changed(&inode, inode.size);
+        }
+        if inode.kind == FileKind::Regular && self.engine.keep_as_orphan(inode.ino) {
+            self.new_orphans.push(inode.ino);
+            self.put_inode(&inode);
+            self.put(Space::Meta, keys::orphan_key(inode.ino), Vec::new());
+            return Ok(());
+        }
+        self.put_inode(&inode);
+        self.purge_inode(inode.ino)
+    }
+
+    /// Whether the device keeps its reserve after this batch (see `space_reserve`).
+    fn space_for(&self, batch_bytes: u64) -> bool {
+        let Some(space) = &self.engine.space else {
+            return true;
+        };
+        let grows = self.batch.has_puts(Space::Data)
+            || self
+                .usage_delta
+                .values()
+                .any(|&(inodes, bytes)| inodes > 0 || bytes > 0);
+        let need = if grows { Need::Room } else { Need::Cleanup };
+        let store = &self.engine.store;
+        let release = || {
+            if let Err(error) = store.release_space() {
+                tracing::warn!(%error, "writing out memtables for space failed");
+            }
+        };
+        space.admit(need, batch_bytes, &|| store.pending_bytes(), &release)
+    }
+
+    /// Writes the batch, with the new absolute counter values, as one atomic store write;
+    /// then the in-memory state follows. Nothing changes in memory if the write fails.
+    pub(crate) fn commit(mut self) -> FsResult<()> {
+        let mut changed_quotas = self.stage_quota_records()?;
+        let tree_staged = self.stage_tree_usage()?;
+        let new_usage = self.stage_usage_counters();
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch_bytes = self.batch.bytes() as u64;
+        if !self.space_for(batch_bytes) {
+            self.state.ino_runs.clear();
+            return Err(FsError::NoSpace);
+        }
+        let started = Instant::now();
+        self.write_batch()?;
+        let store_write = started.elapsed();
+        changed_quotas.append(&mut self.quota_records);
+        self.apply_quotas(changed_quotas);
+        self.apply_usage(new_usage);
+        self.state.tree_cache.absorb(tree_staged);
+        self.apply_removals();
+        self.record_write(batch_bytes, started.elapsed(), store_write);
+        Ok(())
+    }
+
+    /// Checks this transaction's usage moves against the limits, and puts the quota
+    /// records whose grace timers they start or clear.
+    fn stage_quota_records(&mut self) -> FsResult<Vec<((QuotaKind, u32), QuotaRecord)>> {
+        let changed = self
+            .state
+            .quotas
+            .check(&self.usage_delta, self.now, self.quota_forced)?;
+        for &((kind, id), record) in &changed {
+            self.batch.put(
+                Space::Meta,
+                keys::quota_record_key(kind, id),
+                keys::encode_quota_record(&record),
+            );
+        }
+        Ok(changed)
+    }
+
+    /// Puts the new absolute value of every usage counter this transaction moves.
+    fn stage_usage_counters(&mut self) -> Vec<(UsageKey, Usage)> {
+        let mut new_usage = Vec::with_capacity(self.usage_delta.len());
+        for (&owners, &(inodes, bytes)) in &self.usage_delta {
+            let current = self.state.usage.get(&owners).copied().unwrap_or_default();
+            let updated = Usage {
+                inodes: apply_delta(current.inodes, inodes, owners),
+                bytes: apply_delta(current.bytes, bytes, owners),
+            };
+            // A combination nobody uses any more leaves no key behind.
+            if updated == Usage::default() {
+                self.batch.delete(Space::Meta, keys::counter_key(owners));
+            } else {
+                self.batch.put(
+                    Space::Meta,
+                    keys::counter_key(owners),
+                    keys::encode_usage(updated),
+                );
+            }
+            new_usage.push((owners, updated));
+        }
+        new_usage
+    }
+
+    /// The one store write of this transaction.
+    fn write_batch(&mut self) -> FsResult<()> {
+        let batch = std::mem::take(&mut self.batch);
+        if let Err(error) = self.engine.store.write(batch) {
+            // Nothing of this operation reached the store; forget reserved inode runs so
+            // no number handed out here is trusted later.
+            self.state.ino_runs.clear();
+            self.state.tree_cache.clear();
+            return Err(match error {
+                StoreError::NoSpace => FsError::NoSpace,
+                other => FsError::Store(other),
+            });
+        }
+        Ok(())
+    }
+
+    fn apply_quotas(&mut self, changed: Vec<((QuotaKind, u32), QuotaRecord)>) {
+        let usage_delta = std::mem::take(&mut self.usage_delta);
+        self.state.quotas.apply(&usage_delta, changed);
+        if let Some(settings) = self.quota_settings.take() {
+            self.state.quotas.settings = settings;
+        }
+        self.engine
+            .quota_records_exist
+            .store(self.state.quotas.has_records(), Ordering::Release);
+    }
+
+    fn apply_usage(&mut self, new_usage: Vec<(UsageKey, Usage)>) {
+        for (owners, usage) in new_usage {
+            if usage == Usage::default() {
+                self.state.usage.remove(&owners);
+            } else {
+                self.state.usage.insert(owners, usage);
+            }
+        }
+    }
+
+    /// The orphans this operation made are now in the store; the inodes it deleted stay
+    /// answerable while the kernel holds them.
+    fn apply_removals(&mut self) {
+        self.new_orphans.clear();
+        for inode in std::mem::take(&mut self.removed) {
+            self.engine.unlinked().removed(inode, self.now);
+        }
+    }
+
+    fn record_write(&self, batch_bytes: u64, write_time: Duration, store_write: Duration) {
+        self.engine
+            .committer
+            .written_batches
+            .fetch_add(1, Ordering::AcqRel);
+        if write_time >= SLOW_WRITE_REPORT {
+            tracing::warn!(
+                total_ms = write_time.as_millis() as u64,
+                store_write_ms = store_write.as_millis() as u64,
+                batch_bytes,
+                "slow batch write"
+            );
+        }
+        self.engine.stats.record_batch(batch_bytes, write_time);
+    }
+}
+
+impl Drop for Txn<'_> {
+    /// An operation that failed or never committed must not leave inodes in the orphan set
+    /// that the store still shows as linked.
+    fn drop(&mut self) {
+        if !self.new_orphans.is_empty() {
+            let mut open = self.engine.open_files.lock();
+            for ino in &self.new_orphans {
+                open.orphans.remove(ino);
+            }
+        }
+    }
+}
+
+fn apply_delta(current: u64, delta: i64, owner: UsageKey) -> u64 {
+    let updated = current as i128 + delta as i128;
+    debug_assert!(
+        updated >= 0,
+        "usage of {owner:?} would go negative ({current} {delta:+})"
+    );
+    updated.clamp(0, u64::MAX as i128) as u64
+}
