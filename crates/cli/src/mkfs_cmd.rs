@@ -37,7 +37,7 @@ pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> 
     println!(
         "shoal: formatted {} (format version {}, uuid {})",
         store_dir.display(),
-        shoal_engine::keys::FORMAT_VERSION,
+        shoal_engine::FORMAT_VERSION,
         identity.uuid
     );
     Ok(ExitCode::SUCCESS)

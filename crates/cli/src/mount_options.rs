@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use shoal_engine::store::staged_memory_bound;
+use shoal_engine::staged_memory_bound;
 use shoal_fuse::KernelFlag;
 
 use crate::units::{self, PlainUnit};
@@ -206,7 +206,7 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
                 options.compaction_threads = number(key, value, 1, 64)? as usize
             }
             "journal" => {
-                let min_mib = shoal_engine::store::MIN_JOURNAL_BYTES >> 20;
+                let min_mib = shoal_engine::MIN_JOURNAL_BYTES >> 20;
                 options.journal_bytes = size(key, value, min_mib, 1 << 20)?
             }
             "checkpoint" => options.checkpoint_bytes = size(key, value, 0, 1024)?,

@@ -15,7 +15,6 @@ use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
 use crate::counters::space_reserve::SpaceReserve;
 use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
-use crate::error_seq::{ErrorSeq, WriteErrors};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
 use crate::namespace::inode::{
     Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
@@ -23,6 +22,7 @@ use crate::namespace::inode::{
 use crate::namespace::unlinked::Unlinked;
 use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot};
+use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
     DEFAULT_CHECKPOINT_BYTES,

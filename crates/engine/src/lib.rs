@@ -25,19 +25,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// The public API: the engine and its types (re-exported below), and the modules tools
+// need besides: backups, fsck, statistics, and the store directory on disk. The key layout
+// and the key-value store underneath are internal (`internals` lends them to tests).
 pub mod backup;
 mod counters;
 mod counters_check;
 mod engine;
 mod error;
-pub mod error_seq;
 pub mod fsck;
 pub mod fsck_progress;
-pub mod keys;
+mod keys;
 mod namespace;
 mod reclaim;
 pub mod stats;
-pub mod store;
+mod store;
 pub mod store_dir;
 mod tree_usage_check;
 
@@ -49,6 +51,7 @@ pub use counters::tree_usage::{
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
+pub use keys::FORMAT_VERSION;
 pub use namespace::data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use namespace::fallocate::Fallocate;
 pub use namespace::inode::{
@@ -59,5 +62,19 @@ pub use namespace::unlinked::ReferenceProbe;
 pub use namespace::xattr::XattrMode;
 pub use namespace::NewInode;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
-pub use store::histogram;
-pub use store::{FjallTuning, StoreMetrics};
+pub use store::error_seq::WriteErrors;
+pub use store::{
+    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES,
+};
+
+/// The key layout and the key-value store, for tests that write or damage a store
+/// directly. Not part of the API: anything here may change without notice.
+#[doc(hidden)]
+pub mod internals {
+    pub mod keys {
+        pub use crate::keys::*;
+    }
+    pub mod store {
+        pub use crate::store::*;
+    }
+}

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use shoal_engine::keys;
-use shoal_engine::store::{FjallStore, FjallTuning, Scan, Space, StoreView};
+use shoal_engine::internals::keys;
+use shoal_engine::internals::store::{FjallStore, FjallTuning, Scan, Space, StoreView};
 use shoal_engine::store_dir;
 
 /// Calls every decoder on `key` and `value`; results are ignored, panics are the failure.

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
-use shoal_engine::keys;
+use shoal_engine::internals::keys;
+use shoal_engine::internals::store::{Batch, FjallStore, FjallTuning, Space, Store};
 use shoal_engine::stats::Op;
-use shoal_engine::store::{Batch, FjallStore, FjallTuning, Space, Store};
 use shoal_engine::store_dir;
 use shoal_engine::store_dir::Overwrite;
 
@@ -593,7 +593,10 @@ fn mkfs_refuses_non_empty_directories_and_existing_stores_unless_forced() {
     assert!(nested.join("FORMAT").is_file());
     assert_eq!(
         std::fs::read_to_string(nested.join("FORMAT")).unwrap(),
-        format!("shoal-store {}\n", shoal_engine::keys::FORMAT_VERSION)
+        format!(
+            "shoal-store {}\n",
+            shoal_engine::internals::keys::FORMAT_VERSION
+        )
     );
     assert_fsck_clean(&nested);
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::*;
 use parking_lot::Mutex;
-use shoal_engine::store::{
+use shoal_engine::internals::store::{
     Batch, MemoryStore, Scan, Space, StagedStore, Store, StoreError, StoreView,
 };
 

@@ -236,7 +236,7 @@ fn the_counter_verifier_finds_a_damaged_counter_and_counts_every_inode() {
     let closed = fs.close();
     // Damage one counter behind the engine's back, then check offline.
     {
-        use shoal_engine::store::{Batch, FjallStore, FjallTuning, Space, Store};
+        use shoal_engine::internals::store::{Batch, FjallStore, FjallTuning, Space, Store};
         let store = FjallStore::open(&closed.store.join("kv"), &FjallTuning::default()).unwrap();
         let mut batch = Batch::default();
         let owners = UsageKey {
@@ -246,8 +246,8 @@ fn the_counter_verifier_finds_a_damaged_counter_and_counts_every_inode() {
         };
         batch.put(
             Space::Meta,
-            shoal_engine::keys::counter_key(owners),
-            shoal_engine::keys::encode_usage(Usage {
+            shoal_engine::internals::keys::counter_key(owners),
+            shoal_engine::internals::keys::encode_usage(Usage {
                 inodes: 3,
                 bytes: 0,
             }),

@@ -6,8 +6,10 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use shoal_engine::keys;
-use shoal_engine::store::{Batch, FjallStore, FjallTuning, Scan, Space, Store, StoreView};
+use shoal_engine::internals::keys;
+use shoal_engine::internals::store::{
+    Batch, FjallStore, FjallTuning, Scan, Space, Store, StoreView,
+};
 use shoal_engine::store_dir;
 
 /// `/d/f` (5 bytes), `/d/e/g` (100,000 bytes) with a second name `/h`, `/d/s` symlink.

@@ -1,6 +1,6 @@
 use fuser::Errno;
-use shoal_engine::store::StoreError;
 use shoal_engine::FsError;
+use shoal_engine::StoreError;
 
 /// The one place engine errors become errno values.
 pub fn errno(error: &FsError) -> Errno {

@@ -5,6 +5,7 @@
 //! across both spaces.
 
 mod blob_reclaim;
+pub mod error_seq;
 mod fjall_store;
 pub mod histogram;
 pub mod journal_check;
@@ -278,8 +279,8 @@ pub trait Store: StoreView {
 
     /// Failures of writes the store did on its own (background checkpoints): see
     /// `error_seq`. None for stores that do no such writes.
-    fn background_errors(&self) -> crate::error_seq::WriteErrors {
-        crate::error_seq::WriteErrors::default()
+    fn background_errors(&self) -> crate::store::error_seq::WriteErrors {
+        crate::store::error_seq::WriteErrors::default()
     }
 
     /// Maintenance: writes every memtable out and merges all tables into one sorted run,

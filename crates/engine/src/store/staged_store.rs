@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
-use crate::error_seq::{ErrorSeq, WriteErrors};
+use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::histogram::Histogram;
 use crate::store::SLOW_WRITE_REPORT;
 
