@@ -37,7 +37,7 @@ pub const SYMLINK_MAX_BYTES: usize = 4095;
 pub const DEFAULT_INLINE_MAX_BYTES: u32 = 4096;
 pub const DEFAULT_CHUNK_BYTES: u32 = 64 * 1024;
 /// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
-const INO_RUN_LENGTH: u64 = 64;
+pub(crate) const INO_RUN_LENGTH: u64 = 64;
 /// Files of up to this many chunks (4 MiB) are deleted without scanning for their chunks.
 const BLIND_DELETE_MAX_CHUNKS: u64 = 64;
 /// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).

@@ -13,6 +13,8 @@ pub(crate) mod tmpfile;
 pub(crate) mod unlinked;
 pub(crate) mod xattr;
 
+use std::collections::HashMap;
+
 use crate::counters::tree_usage::TreeDelta;
 use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
 use crate::error::{FsError, FsResult};
@@ -23,6 +25,22 @@ use crate::stats::Op;
 use crate::store::{Scan, Space};
 
 const S_ISGID: u16 = 0o2000;
+
+/// A page of entries is read with one inode scan when their numbers span at most this many
+/// numbers per entry (plus one allocation block): else the scan would read mostly others'.
+const SCAN_SPAN_PER_ENTRY: u64 = 4;
+const SCAN_MIN_ENTRIES: usize = 4;
+
+/// The range of inode numbers to scan for `entries`, if they are close enough together.
+fn dense_inode_span(entries: &[DirEntry]) -> Option<(u64, u64)> {
+    if entries.len() < SCAN_MIN_ENTRIES {
+        return None;
+    }
+    let first = entries.iter().map(|entry| entry.ino).min()?;
+    let last = entries.iter().map(|entry| entry.ino).max()?;
+    let budget = SCAN_SPAN_PER_ENTRY * entries.len() as u64 + crate::engine::INO_RUN_LENGTH;
+    (last - first < budget).then_some((first, last))
+}
 
 /// What a new inode is.
 #[derive(Clone, Debug)]
@@ -134,9 +152,17 @@ impl Engine {
         limit: usize,
     ) -> FsResult<Vec<(DirEntry, Inode)>> {
         let entries = self.readdir(dir, after, limit)?;
+        let mut inodes = match dense_inode_span(&entries) {
+            Some((first, last)) => self.scan_inodes(first, last)?,
+            None => HashMap::new(),
+        };
         let mut with_inodes = Vec::with_capacity(entries.len());
         for entry in entries {
-            match self.read_inode(entry.ino) {
+            let inode = match inodes.remove(&entry.ino) {
+                Some(inode) => Ok(inode),
+                None => self.read_inode(entry.ino),
+            };
+            match inode {
                 Ok(inode) => with_inodes.push((entry, inode)),
                 // Unlinked between the two reads: skip it, as if read a moment later.
                 Err(FsError::NotFound) => continue,
@@ -144,6 +170,37 @@ impl Engine {
             }
         }
         Ok(with_inodes)
+    }
+
+    /// The inode records numbered `first..=last`, read in one scan. A directory's children
+    /// get numbers from the same allocation block, so one scan replaces a point read each.
+    fn scan_inodes(&self, first: u64, last: u64) -> FsResult<HashMap<u64, Inode>> {
+        let start = keys::inode_key(first);
+        let end = keys::inode_key(last.saturating_add(1));
+        let mut inodes = HashMap::new();
+        let mut decode_error = None;
+        self.store()
+            .scan(
+                Space::Meta,
+                &start,
+                &end,
+                &mut |key, value| match keys::decode_inode_key(key)
+                    .and_then(|ino| keys::decode_inode(ino, value))
+                {
+                    Ok(inode) => {
+                        inodes.insert(inode.ino, inode);
+                        Scan::Continue
+                    }
+                    Err(error) => {
+                        decode_error = Some(error);
+                        Scan::Stop
+                    }
+                },
+            )?;
+        match decode_error {
+            Some(error) => Err(error),
+            None => Ok(inodes),
+        }
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
