@@ -19,7 +19,6 @@ use crate::space_reserve::{Need, SpaceReserve};
 use crate::stats::{Op, Stats, StatsSnapshot, SLOW_WRITE_REPORT};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
-    DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_access;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
@@ -55,9 +54,9 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             read_only: false,
-            commit_interval: Some(Duration::from_secs(5)),
+            commit_interval: Some(crate::defaults::COMMIT_INTERVAL),
             tuning: FjallTuning::default(),
-            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            checkpoint_bytes: crate::defaults::CHECKPOINT_BYTES,
         }
     }
 }

@@ -29,6 +29,7 @@ mod acl;
 pub mod backup;
 mod counters_check;
 mod data;
+pub mod defaults;
 mod engine;
 mod error;
 pub mod error_seq;

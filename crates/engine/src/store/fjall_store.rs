@@ -12,6 +12,7 @@ use fjall::{
 use super::blob_reclaim::{self, BlobReclaimer};
 use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use crate::defaults;
 
 /// What a deleted chunk may have held, for the reclaimer's estimate: the engine's chunk
 /// size (`DEFAULT_CHUNK_BYTES`), an upper bound.
@@ -50,10 +51,10 @@ pub struct FjallTuning {
 impl Default for FjallTuning {
     fn default() -> Self {
         Self {
-            cache_bytes: 256 * 1024 * 1024,
-            memtable_bytes: 96 * 1024 * 1024,
-            worker_threads: 2,
-            journal_bytes: 512 * 1024 * 1024,
+            cache_bytes: defaults::CACHE_BYTES,
+            memtable_bytes: defaults::MEMTABLE_BYTES,
+            worker_threads: defaults::WORKER_THREADS,
+            journal_bytes: defaults::JOURNAL_BYTES,
         }
     }
 }

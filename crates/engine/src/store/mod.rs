@@ -18,7 +18,7 @@ use std::ops::Bound;
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
 pub use metrics::{StoreMetrics, STORE_METRICS};
-pub use staged_store::{staged_memory_bound, StagedStore, DEFAULT_CHECKPOINT_BYTES};
+pub use staged_store::{staged_memory_bound, StagedStore};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
