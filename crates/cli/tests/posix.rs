@@ -150,12 +150,7 @@ fn remove_xattr(path: &Path, name: &str) -> io::Result<()> {
 }
 
 fn statvfs(path: &Path) -> libc::statvfs {
-    // SAFETY: statvfs fills the zeroed struct; the path is NUL-terminated.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        check(libc::statvfs(cpath(path).as_ptr(), &mut st)).expect("statvfs");
-        st
-    }
+    shoal_sys::statvfs::statvfs(path).expect("statvfs")
 }
 
 fn mode_of(path: &Path) -> u32 {

@@ -151,16 +151,13 @@ impl Drop for FjallStore {
 impl From<fjall::Error> for StoreError {
     fn from(error: fjall::Error) -> Self {
         match error {
-            fjall::Error::Io(io) if io.raw_os_error() == Some(libc_enospc()) => StoreError::NoSpace,
+            fjall::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+                StoreError::NoSpace
+            }
             fjall::Error::Io(io) => StoreError::Io(io),
             other => StoreError::Engine(other.to_string()),
         }
     }
-}
-
-/// ENOSPC without pulling libc into the engine.
-fn libc_enospc() -> i32 {
-    28
 }
 
 impl FjallStore {
@@ -416,6 +413,14 @@ mod tests {
     use super::*;
     use crate::store::{Batch, Scan};
     use std::sync::mpsc;
+
+    #[test]
+    fn a_full_device_is_no_space_and_other_io_errors_stay_io() {
+        let full = fjall::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(StoreError::from(full), StoreError::NoSpace));
+        let denied = fjall::Error::Io(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(matches!(StoreError::from(denied), StoreError::Io(_)));
+    }
     use std::time::Duration;
 
     /// Flushes and compactions hold lsm-tree's version history lock while they persist a
