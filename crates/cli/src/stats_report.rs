@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use shoal_engine::histogram::HistogramSnapshot;
-use shoal_engine::metric::{Kind, Metric, Unit};
+use shoal_engine::metric::{exposed, Kind, Metric, Unit};
 use shoal_engine::{Engine, StoreMetrics};
 use shoal_fuse::FuseStats;
 
@@ -111,24 +111,6 @@ pub struct MemoryReport {
     pub heap_trims: u64,
     pub heap_trim_ns: u64,
     pub heap_trim_max_ns: u64,
-}
-
-const fn exposed<T>(
-    field: &'static str,
-    prometheus: &'static str,
-    kind: Kind,
-    unit: Unit,
-    help: &'static str,
-    read: fn(&T) -> u64,
-) -> Metric<T> {
-    Metric {
-        field,
-        prometheus: Some(prometheus),
-        kind,
-        unit,
-        help,
-        read,
-    }
 }
 
 use Kind::{Counter, Gauge};

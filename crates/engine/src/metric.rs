@@ -57,6 +57,25 @@ pub struct Metric<T> {
     pub read: fn(&T) -> u64,
 }
 
+/// A metric the Prometheus endpoint serves (the table entries' usual form).
+pub const fn exposed<T>(
+    field: &'static str,
+    prometheus: &'static str,
+    kind: Kind,
+    unit: Unit,
+    help: &'static str,
+    read: fn(&T) -> u64,
+) -> Metric<T> {
+    Metric {
+        field,
+        prometheus: Some(prometheus),
+        kind,
+        unit,
+        help,
+        read,
+    }
+}
+
 impl<T> Metric<T> {
     /// The value as the exposition prints it.
     pub fn exposed_value(&self, of: &T) -> String {

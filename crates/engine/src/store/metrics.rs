@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::metric::{Kind, Metric, Unit};
+use crate::metric::{exposed as metric, Kind, Metric, Unit};
 
 /// Store figures, zero where a store has no such thing (the memory store has no memtables,
 /// journal or cache). Each field is described once, in `STORE_METRICS`.
@@ -38,24 +38,6 @@ pub struct StoreMetrics {
     pub reclaimable_bytes: u64,
     pub reclaims: u64,
     pub reclaimed_bytes: u64,
-}
-
-const fn metric(
-    field: &'static str,
-    prometheus: &'static str,
-    kind: Kind,
-    unit: Unit,
-    help: &'static str,
-    read: fn(&StoreMetrics) -> u64,
-) -> Metric<StoreMetrics> {
-    Metric {
-        field,
-        prometheus: Some(prometheus),
-        kind,
-        unit,
-        help,
-        read,
-    }
 }
 
 use Kind::{Counter, Gauge};
