@@ -3,6 +3,8 @@
 //! and POSIX ACLs. Each test mounts its own store through the kernel and ends with a clean
 //! `shoal fsck`.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::CString;

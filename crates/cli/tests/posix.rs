@@ -2,6 +2,8 @@
 //! attributes, xattrs, big directories, data integrity, permissions. Each test mounts its
 //! own store and ends with `shoal umount` + a clean `shoal fsck`.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -6,6 +6,8 @@
 //! across projects, `mv` copying instead), statfs per project, and `fsck --counters` online,
 //! offline and after a crash.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::{CString, OsStr, OsString};

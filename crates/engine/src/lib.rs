@@ -25,6 +25,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Calls into the C library go through `shoal_sys`, where each unsafe block is written once.
+#![deny(unsafe_code)]
+
 mod acl;
 pub mod backup;
 mod counters_check;

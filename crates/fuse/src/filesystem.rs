@@ -203,15 +203,13 @@ impl ShoalFs {
             if page.is_empty() {
                 break;
             }
-            let mut added = 0;
-            for item in &page {
+            for (added, item) in page.iter().enumerate() {
                 let name = name_of(item);
                 if add(offset_of(name), name, Some(item)) {
                     self.dir_offsets
                         .remember(dir, page[..added].iter().map(&name_of));
                     break 'pages;
                 }
-                added += 1;
             }
             self.dir_offsets.remember(dir, page.iter().map(&name_of));
             after = page.last().map(|item| name_of(item).to_vec());

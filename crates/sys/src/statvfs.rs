@@ -30,10 +30,16 @@ pub struct DeviceSpace {
 
 pub fn device_space(path: &Path) -> io::Result<DeviceSpace> {
     let stat = statvfs(path)?;
-    let fragment = u64::from(stat.f_frsize).max(1);
+    // The field types differ between targets (u32 or u64); `as` widens on every one.
+    #[allow(clippy::unnecessary_cast)]
+    let (fragment, blocks, available) = (
+        (stat.f_frsize as u64).max(1),
+        stat.f_blocks as u64,
+        stat.f_bavail as u64,
+    );
     Ok(DeviceSpace {
-        total_bytes: u64::from(stat.f_blocks) * fragment,
-        available_bytes: u64::from(stat.f_bavail) * fragment,
+        total_bytes: blocks * fragment,
+        available_bytes: available * fragment,
         block_bytes: fragment,
     })
 }
