@@ -101,7 +101,7 @@ pub fn staging_parent(params: &Params, fallback: &Path) -> PathBuf {
 fn free_bytes(path: &Path) -> Option<u64> {
     crate::sys::free_space(path)
         .ok()
-        .map(|space| space.free_bytes)
+        .map(|space| space.available_bytes)
 }
 
 pub fn run(plan: &Plan, targets: &mut [Target], progress: &Progress) -> Result<Vec<Sample>> {

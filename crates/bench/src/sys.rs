@@ -103,23 +103,4 @@ pub(crate) fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
 }
 
 /// Free space of the filesystem holding `path`, as an unprivileged writer sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct FreeSpace {
-    pub free_bytes: u64,
-    /// The allocation unit: a small file takes at least this much.
-    pub block_bytes: u64,
-}
-
-pub fn free_space(path: &Path) -> io::Result<FreeSpace> {
-    let c_path = c_path(path)?;
-    // SAFETY: an all-zero statvfs is valid for statvfs to overwrite.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a writable statvfs.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(FreeSpace {
-        free_bytes: stat.f_bavail as u64 * stat.f_frsize as u64,
-        block_bytes: (stat.f_frsize as u64).max(1),
-    })
-}
+pub use shoal_sys::statvfs::device_space as free_space;

@@ -56,7 +56,7 @@ pub fn run_backup(args: &BackupArgs) -> Result<ExitCode> {
     }
     let source = mounts::absolute(&args.source);
     let answer = match mounts::mount_at(&source) {
-        Some(entry) if !mounts::is_shoal(&entry) => {
+        Some(entry) if !entry.is_shoal() => {
             bail!(
                 "{} is a {} mount, not shoal",
                 source.display(),

@@ -68,27 +68,44 @@ pub fn completions(command: Command, args: &CompletionsArgs) -> Result<ExitCode>
 
 #[cfg(test)]
 mod tests {
-    use crate::stats_report::StatsReport;
-
-    /// docs/monitoring.md's glossary lists every metric the endpoint serves, with the help
-    /// text the endpoint prints: the code is the home of that text, the page its copy.
+    /// docs/monitoring.md's glossary has one row per metric the endpoint serves, with the
+    /// type and help text of the metric tables (`stats_report`, `shoal_engine::STORE_METRICS`):
+    /// the tables are the home of that text, the page its copy; and no row for a metric
+    /// that is gone.
     #[test]
-    fn the_metrics_glossary_matches_the_endpoint() {
+    fn the_metrics_glossary_matches_the_tables() {
         let glossary = include_str!("../../../docs/monitoring.md");
-        let exposition = crate::metrics_http::render(&StatsReport::default());
+        let families = crate::metrics_http::families();
         let mut missing = Vec::new();
-        for line in exposition.lines() {
-            let Some(described) = line.strip_prefix("# HELP ") else {
-                continue;
-            };
-            let (name, help) = described.split_once(' ').unwrap_or((described, ""));
-            if !glossary.contains(&format!("| `{name}` |")) || !glossary.contains(help) {
-                missing.push(name.to_string());
+        for (name, kind, help) in &families {
+            if !glossary.contains(&format!("| `{name}` | {kind} | {help} |")) {
+                missing.push(*name);
             }
         }
         assert!(
             missing.is_empty(),
             "docs/monitoring.md lacks or misquotes: {missing:?}"
         );
+        let documented: Vec<&str> = glossary
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `shoal_"))
+            .filter_map(|rest| rest.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        let stale: Vec<&&str> = documented
+            .iter()
+            .filter(|name| !families.iter().any(|(family, ..)| family[6..] == ***name))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "docs/monitoring.md lists gone metrics: {stale:?}"
+        );
+        // The endpoint describes exactly these families.
+        let exposition = crate::metrics_http::render(&crate::stats_report::StatsReport::default());
+        let described = exposition
+            .lines()
+            .filter(|line| line.starts_with("# HELP "))
+            .count();
+        assert_eq!(described, families.len());
     }
 }

@@ -73,7 +73,7 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
     let (target, json, human) = (args.target.as_path(), args.json, args.human);
     let absolute = mounts::absolute(target);
     let (mountpoint, answer) = match mounts::mount_at(&absolute) {
-        Some(entry) if !mounts::is_shoal(&entry) => {
+        Some(entry) if !entry.is_shoal() => {
             bail!(
                 "{} is a {} mount, not shoal",
                 target.display(),

@@ -97,16 +97,8 @@ enum Command {
         /// Keep the filesystem in RAM only (nothing is stored).
         #[arg(long)]
         memory: bool,
-        /// Comma-separated options (defaults in brackets): commit=DURATION [5s], ro, rw,
-        /// allow_other, threads=N [2], cache=SIZE [256M], memtable=SIZE [96M],
-        /// compaction_threads=N [2], journal=SIZE [512M], checkpoint=SIZE [4M],
-        /// memory=SIZE [1G], metrics=IP:PORT [off], writeback=on|off [on], uring=on|off
-        /// [on], spin=MICROSECONDS [2000], fsname=NAME [the store's path], subtype=NAME
-        /// [shoal], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, atime,
-        /// relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are
-        /// accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An
-        /// unknown option prints the full list. See docs/cli.md.
-        #[arg(short = 'o', value_name = "OPTIONS")]
+        // The help is written from the defaults (`mount_options::help`).
+        #[arg(short = 'o', value_name = "OPTIONS", help = mount_options::help())]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
         #[arg(long)]
@@ -348,6 +340,16 @@ mod tests {
                 "{name}"
             );
         }
+        let spin = defaults.spin.as_micros();
+        assert!(help.contains(&format!("spin=MICROSECONDS [{spin}]")));
+        assert!(docs.contains(&format!("| `spin=MICROSECONDS` | {spin} |")));
+        // The pages that explain a default quote it too.
+        let tuning = include_str!("../../../docs/tuning.md").replace('\n', " ");
+        let memtable = defaults.memtable_bytes >> 20;
+        assert!(tuning.contains(&format!("The default, {memtable}, ")));
+        let durability = include_str!("../../../docs/durability.md").replace('\n', " ");
+        let checkpoint = defaults.checkpoint_bytes >> 20;
+        assert!(durability.contains(&format!("when {checkpoint} MiB are staged (`checkpoint=`)")));
     }
 
     /// The help text repeats the rotation figures: it must say what log_file does.

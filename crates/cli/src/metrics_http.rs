@@ -3,7 +3,8 @@
 //!
 //! Written by hand on std::net rather than with an HTTP or Prometheus crate: the format is a
 //! few lines per metric, one scrape every few seconds needs no async runtime, and the report
-//! it renders already exists (`StatsReport`), so JSON and Prometheus cannot disagree.
+//! it renders already exists (`StatsReport`), with each metric's name, type and help in
+//! one table beside its struct, so JSON and Prometheus cannot disagree.
 //! The endpoint is unauthenticated: bind it to loopback unless the network is trusted.
 
 use std::fmt::Write as _;
@@ -12,7 +13,12 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::stats_report::{LatencyReport, StatsReport};
+use shoal_engine::metric::Metric;
+use shoal_engine::STORE_METRICS;
+
+use crate::stats_report::{
+    LatencyReport, StatsReport, DAEMON_METRICS, ENGINE_HISTOGRAMS, ENGINE_METRICS, MEMORY_METRICS,
+};
 
 /// A scraper that stalls is dropped after this long.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,20 +97,14 @@ fn sample(out: &mut String, name: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "{name} {value}");
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    describe(out, name, "counter", help);
-    sample(out, name, value);
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
-    describe(out, name, "gauge", help);
-    sample(out, name, value);
-}
-
-/// A counter of time kept in nanoseconds, exposed in seconds as Prometheus expects.
-fn seconds_counter(out: &mut String, name: &str, help: &str, ns: u64) {
-    describe(out, name, "counter", help);
-    sample(out, name, seconds(ns));
+/// Every exposed metric of one table, read from `of`.
+fn scalars<T>(out: &mut String, table: &[Metric<T>], of: &T) {
+    for metric in table {
+        if let Some(name) = metric.prometheus {
+            describe(out, name, metric.kind.as_str(), metric.help);
+            sample(out, name, metric.exposed_value(of));
+        }
+    }
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -146,315 +146,87 @@ fn histogram_samples(out: &mut String, name: &str, labels: &str, latency: &Laten
     let _ = writeln!(out, "{name}_count{} {}", braces(labels), histogram.count);
 }
 
-/// The whole exposition.
-pub fn render(report: &StatsReport) -> String {
-    let mut out = String::new();
-    describe(
-        &mut out,
+/// The per-request-type families: (name, type, help).
+const OP_FAMILIES: [(&str, &str, &str); 3] = [
+    (
         "shoal_ops_total",
         "counter",
         "FUSE requests answered, by request type.",
-    );
-    for op in &report.ops {
-        sample(
-            &mut out,
-            &format!("shoal_ops_total{{op=\"{}\"}}", op.op),
-            op.count,
-        );
-    }
-    describe(
-        &mut out,
+    ),
+    (
         "shoal_op_latency_seconds",
         "histogram",
         "Time from a FUSE request's arrival in its handler to the reply, by request type.",
-    );
-    for op in report.ops.iter().filter(|op| op.count > 0) {
-        let labels = format!("op=\"{}\",", op.op);
-        histogram_samples(&mut out, "shoal_op_latency_seconds", &labels, &op.latency);
-    }
-    describe(
-        &mut out,
+    ),
+    (
         "shoal_op_latency_max_seconds",
         "gauge",
         "Slowest FUSE request since mount, by request type.",
-    );
+    ),
+];
+
+/// Every family the endpoint serves, as (name, type, help): what docs/monitoring.md's
+/// glossary lists.
+#[cfg(test)]
+pub fn families() -> Vec<(&'static str, &'static str, &'static str)> {
+    fn of<T>(
+        table: &[Metric<T>],
+    ) -> impl Iterator<Item = (&'static str, &'static str, &'static str)> + '_ {
+        table.iter().filter_map(|metric| {
+            metric
+                .prometheus
+                .map(|name| (name, metric.kind.as_str(), metric.help))
+        })
+    }
+    let histograms = ENGINE_HISTOGRAMS
+        .iter()
+        .map(|histogram| (histogram.prometheus, "histogram", histogram.help));
+    OP_FAMILIES
+        .into_iter()
+        .chain(of(ENGINE_METRICS))
+        .chain(histograms)
+        .chain(of(STORE_METRICS))
+        .chain(of(MEMORY_METRICS))
+        .chain(of(DAEMON_METRICS))
+        .collect()
+}
+
+/// The whole exposition.
+pub fn render(report: &StatsReport) -> String {
+    let mut out = String::new();
+    let [ops, latency, latency_max] = OP_FAMILIES;
+    describe(&mut out, ops.0, ops.1, ops.2);
+    for op in &report.ops {
+        sample(
+            &mut out,
+            &format!("{}{{op=\"{}\"}}", ops.0, op.op),
+            op.count,
+        );
+    }
+    describe(&mut out, latency.0, latency.1, latency.2);
     for op in report.ops.iter().filter(|op| op.count > 0) {
-        let name = format!("shoal_op_latency_max_seconds{{op=\"{}\"}}", op.op);
+        let labels = format!("op=\"{}\",", op.op);
+        histogram_samples(&mut out, latency.0, &labels, &op.latency);
+    }
+    describe(&mut out, latency_max.0, latency_max.1, latency_max.2);
+    for op in report.ops.iter().filter(|op| op.count > 0) {
+        let name = format!("{}{{op=\"{}\"}}", latency_max.0, op.op);
         sample(&mut out, &name, seconds(op.latency.max_ns));
     }
-    render_engine(&mut out, report);
-    render_store(&mut out, report);
-    render_memory(&mut out, report);
+    scalars(&mut out, ENGINE_METRICS, &report.engine);
+    for histogram in ENGINE_HISTOGRAMS {
+        describe(&mut out, histogram.prometheus, "histogram", histogram.help);
+        histogram_samples(
+            &mut out,
+            histogram.prometheus,
+            "",
+            (histogram.read)(&report.engine),
+        );
+    }
+    scalars(&mut out, STORE_METRICS, &report.store);
+    scalars(&mut out, MEMORY_METRICS, &report.memory);
+    scalars(&mut out, DAEMON_METRICS, report);
     out
-}
-
-fn render_engine(out: &mut String, report: &StatsReport) {
-    let engine = &report.engine;
-    counter(
-        out,
-        "shoal_batches_total",
-        "Atomic batches written to the store.",
-        engine.batches,
-    );
-    counter(
-        out,
-        "shoal_log_bytes_total",
-        "Key and value bytes of the batches written (logged).",
-        engine.log_bytes,
-    );
-    counter(
-        out,
-        "shoal_syncs_total",
-        "Sync requests (fsync, fsyncdir, unmount).",
-        engine.syncs,
-    );
-    counter(
-        out,
-        "shoal_commits_total",
-        "Store syncs performed (group commits).",
-        engine.commits,
-    );
-    counter(
-        out,
-        "shoal_interval_commits_total",
-        "Group commits made by the commit= timer.",
-        engine.interval_commits,
-    );
-    describe(
-        out,
-        "shoal_commit_latency_seconds",
-        "histogram",
-        "Duration of group commits (store syncs).",
-    );
-    histogram_samples(
-        out,
-        "shoal_commit_latency_seconds",
-        "",
-        &engine.commit_latency,
-    );
-    describe(
-        out,
-        "shoal_batch_write_latency_seconds",
-        "histogram",
-        "Duration of batch writes to the store.",
-    );
-    histogram_samples(
-        out,
-        "shoal_batch_write_latency_seconds",
-        "",
-        &engine.batch_write_latency,
-    );
-    counter(
-        out,
-        "shoal_write_slowdowns_total",
-        "Batch writes slowed by the store (over 1 ms).",
-        engine.write_slowdowns,
-    );
-    seconds_counter(
-        out,
-        "shoal_write_slowdown_seconds_total",
-        "Time spent in slowed batch writes.",
-        engine.write_slowdown_ns,
-    );
-    counter(
-        out,
-        "shoal_write_errors_total",
-        "Background writes (checkpoints, interval commits) that failed.",
-        engine.write_errors,
-    );
-}
-
-fn render_store(out: &mut String, report: &StatsReport) {
-    let store = &report.store;
-    gauge(
-        out,
-        "shoal_memtable_bytes",
-        "Active and sealed memtables.",
-        store.write_buffer_bytes,
-    );
-    gauge(
-        out,
-        "shoal_sealed_memtables",
-        "Memtables waiting to be flushed.",
-        store.sealed_memtables,
-    );
-    gauge(
-        out,
-        "shoal_pending_flushes",
-        "Memtable flushes queued.",
-        store.pending_flushes,
-    );
-    gauge(
-        out,
-        "shoal_staged_bytes",
-        "Bytes of operations staged in memory, not yet checkpointed to the store.",
-        store.staged_bytes,
-    );
-    counter(
-        out,
-        "shoal_checkpoints_total",
-        "Checkpoints: staged operations written to the store as one batch.",
-        store.checkpoints,
-    );
-    seconds_counter(
-        out,
-        "shoal_checkpoint_write_seconds_total",
-        "Time checkpoints spent writing staged operations into the store.",
-        store.checkpoint_write_ns,
-    );
-    counter(
-        out,
-        "shoal_held_writes_total",
-        "Writes that found twice checkpoint= staged and waited for the checkpoint in progress.",
-        store.held_writes,
-    );
-    seconds_counter(
-        out,
-        "shoal_held_write_seconds_total",
-        "Time writes waited for a held-up checkpoint.",
-        store.held_write_ns,
-    );
-    gauge(
-        out,
-        "shoal_journals",
-        "Journal files on disk.",
-        store.journal_count,
-    );
-    gauge(
-        out,
-        "shoal_journal_bytes",
-        "Journal bytes on disk.",
-        store.journal_bytes,
-    );
-    gauge(
-        out,
-        "shoal_store_disk_bytes",
-        "Bytes the store occupies on disk.",
-        store.disk_bytes,
-    );
-    gauge(
-        out,
-        "shoal_tables",
-        "LSM tables (SST files).",
-        store.table_count,
-    );
-    gauge(
-        out,
-        "shoal_l0_tables",
-        "Level-0 tables (writers slow down as they pile up).",
-        store.l0_table_count,
-    );
-    gauge(
-        out,
-        "shoal_blob_files",
-        "Blob files (separated file data).",
-        store.blob_file_count,
-    );
-    gauge(
-        out,
-        "shoal_active_compactions",
-        "Compactions running.",
-        store.active_compactions,
-    );
-    counter(
-        out,
-        "shoal_compactions_total",
-        "Compactions completed.",
-        store.compactions_completed,
-    );
-    describe(
-        out,
-        "shoal_compaction_seconds_total",
-        "counter",
-        "Time spent compacting.",
-    );
-    sample(
-        out,
-        "shoal_compaction_seconds_total",
-        store.compaction_time_us as f64 / 1e6,
-    );
-    gauge(
-        out,
-        "shoal_cache_capacity_bytes",
-        "Block cache capacity.",
-        store.cache_capacity_bytes,
-    );
-    gauge(
-        out,
-        "shoal_cache_used_bytes",
-        "Block cache in use.",
-        store.cache_used_bytes,
-    );
-    counter(
-        out,
-        "shoal_cache_hits_total",
-        "Block reads served by the block cache.",
-        store.block_cache_hits,
-    );
-    counter(
-        out,
-        "shoal_cache_misses_total",
-        "Block reads that went to the OS.",
-        store.block_cache_misses,
-    );
-}
-
-fn render_memory(out: &mut String, report: &StatsReport) {
-    let memory = &report.memory;
-    gauge(
-        out,
-        "shoal_rss_bytes",
-        "Resident memory of the daemon.",
-        memory.rss_bytes,
-    );
-    gauge(
-        out,
-        "shoal_referenced_inodes",
-        "Inodes the kernel holds references to.",
-        memory.referenced_inodes,
-    );
-    gauge(
-        out,
-        "shoal_lookup_table_bytes",
-        "Daemon memory for the kernel's inode references.",
-        memory.lookup_table_bytes,
-    );
-    gauge(
-        out,
-        "shoal_memory_budget_bytes",
-        "Bound on the daemon's resident memory, kept by dropping kernel references (memory=).",
-        memory.budget_bytes,
-    );
-    counter(
-        out,
-        "shoal_evictions_total",
-        "Names the daemon asked the kernel to drop to stay within the memory budget.",
-        memory.evictions,
-    );
-    counter(
-        out,
-        "shoal_heap_trims_total",
-        "Times free heap memory was handed back to the system near the memory budget.",
-        memory.heap_trims,
-    );
-    seconds_counter(
-        out,
-        "shoal_spin_cpu_seconds_total",
-        "CPU time of the keep-awake spinners (idle CPUs kept from halting while requests flow).",
-        report.spin_cpu_ns,
-    );
-    seconds_counter(
-        out,
-        "shoal_heap_trim_seconds_total",
-        "Time spent handing free heap memory back near the memory budget.",
-        memory.heap_trim_ns,
-    );
-    gauge(
-        out,
-        "shoal_uptime_seconds",
-        "Time since the daemon mounted.",
-        report.uptime_ns / 1_000_000_000,
-    );
 }
 
 #[cfg(test)]

@@ -5,12 +5,17 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use shoal_engine::defaults;
 use shoal_engine::staged_memory_bound;
 use shoal_fuse::KernelFlag;
 
 use crate::units::{self, PlainUnit};
 
-pub const DEFAULT_COMMIT_SECONDS: u64 = 5;
+/// Defaults of the options that are the mount's own (the storage ones are
+/// `shoal_engine::defaults`).
+pub const DEFAULT_THREADS: usize = 2;
+pub const DEFAULT_MEMORY_BYTES: u64 = 1 << 30;
+pub const DEFAULT_SPIN_MICROSECONDS: u64 = 2000;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountOptions {
@@ -106,21 +111,19 @@ fn mount_name(key: &str, value: Option<&str>) -> Result<String> {
     Ok(value.to_string())
 }
 
-pub const DEFAULT_SPIN_MICROSECONDS: u64 = 2000;
-
 impl Default for MountOptions {
     fn default() -> Self {
         Self {
-            commit: Duration::from_secs(DEFAULT_COMMIT_SECONDS),
+            commit: defaults::COMMIT_INTERVAL,
             read_only: false,
             allow_other: false,
-            threads: 2,
-            cache_bytes: 256 << 20,
-            memtable_bytes: 96 << 20,
-            compaction_threads: 2,
-            journal_bytes: 512 << 20,
-            checkpoint_bytes: 4 << 20,
-            memory_bytes: 1024 << 20,
+            threads: DEFAULT_THREADS,
+            cache_bytes: defaults::CACHE_BYTES,
+            memtable_bytes: defaults::MEMTABLE_BYTES,
+            compaction_threads: defaults::WORKER_THREADS,
+            journal_bytes: defaults::JOURNAL_BYTES,
+            checkpoint_bytes: defaults::CHECKPOINT_BYTES,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
             metrics: None,
             writeback: true,
             uring: true,
@@ -130,6 +133,33 @@ impl Default for MountOptions {
             kernel_flags: Vec::new(),
         }
     }
+}
+
+/// The `-o` help of `shoal mount` (and so its man page), with the defaults above.
+pub fn help() -> String {
+    let defaults = MountOptions::default();
+    let size = crate::units::human_bytes;
+    format!(
+        "Comma-separated options (defaults in brackets): commit=DURATION [{commit}s], ro, rw, \
+         allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
+         compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
+         [{checkpoint}], memory=SIZE [{memory}], metrics=IP:PORT [off], writeback=on|off [on], \
+         uring=on|off [on], spin=MICROSECONDS [{spin}], fsname=NAME [the store's path], \
+         subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
+         atime, relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are \
+         accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
+         option prints the full list. See docs/cli.md.",
+        commit = defaults.commit.as_secs(),
+        threads = defaults.threads,
+        cache = size(defaults.cache_bytes),
+        memtable = size(defaults.memtable_bytes),
+        workers = defaults.compaction_threads,
+        journal = size(defaults.journal_bytes),
+        checkpoint = size(defaults.checkpoint_bytes),
+        memory = size(defaults.memory_bytes),
+        spin = defaults.spin.as_micros(),
+        subtype = defaults.subtype,
+    )
 }
 
 fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {

@@ -28,7 +28,7 @@ impl QuotaTarget {
     pub fn resolve(path: &Path) -> Result<QuotaTarget> {
         let absolute = mounts::absolute(path);
         if let Some(entry) = mounts::mount_at(&absolute) {
-            if !mounts::is_shoal(&entry) {
+            if !entry.is_shoal() {
                 bail!("{} is a {} mount, not shoal", path.display(), entry.fstype);
             }
             return Ok(QuotaTarget::Mount(absolute));
@@ -175,7 +175,7 @@ fn containing_mount(path: &Path) -> Result<PathBuf> {
     let mut candidate = Some(absolute.as_path());
     while let Some(dir) = candidate {
         if let Some(entry) = mounts::mount_at(dir) {
-            if mounts::is_shoal(&entry) {
+            if entry.is_shoal() {
                 return Ok(dir.to_path_buf());
             }
             bail!(

@@ -105,7 +105,7 @@ fn locate_in_mount(path: &Path) -> Result<(PathBuf, String)> {
     let absolute = parent.join(name);
     let mount = mounts::mount_table()
         .into_iter()
-        .filter(|entry| mounts::is_shoal(entry) && absolute.starts_with(&entry.mountpoint))
+        .filter(|entry| entry.is_shoal() && absolute.starts_with(&entry.mountpoint))
         .max_by_key(|entry| entry.mountpoint.as_os_str().len())
         .ok_or_else(|| anyhow!("{} is not on a shoal mount", path.display()))?;
     let inside = absolute

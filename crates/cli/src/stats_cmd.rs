@@ -110,7 +110,7 @@ pub fn find_daemon(mountpoint: &Path) -> Result<u32> {
     let Some(entry) = mounts::mount_at(&mountpoint) else {
         bail!("{} is not a mount point", mountpoint.display());
     };
-    if !mounts::is_shoal(&entry) {
+    if !entry.is_shoal() {
         bail!(
             "{} is not a shoal mount ({} {})",
             mountpoint.display(),

@@ -7,13 +7,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use shoal_engine::histogram::HistogramSnapshot;
+use shoal_engine::metric::{exposed, Kind, Metric, Unit};
 use shoal_engine::{Engine, StoreMetrics};
 use shoal_fuse::FuseStats;
 
+/// Its numbers are described once each, in `DAEMON_METRICS`, `ENGINE_METRICS`,
+/// `ENGINE_HISTOGRAMS`, `shoal_engine::STORE_METRICS` and `MEMORY_METRICS`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StatsReport {
-    /// Daemon process id and how long it has served, so a client can tell a restarted
-    /// daemon (counters back at zero) and compute rates over exact intervals.
     pub daemon_pid: u32,
     pub uptime_ns: u64,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
@@ -21,11 +23,9 @@ pub struct StatsReport {
     /// Every FUSE request type, counted and timed from the handler's entry to its reply.
     pub ops: Vec<OpReport>,
     pub engine: EngineReport,
-    pub store: StoreReport,
+    /// The store's figures, described in `shoal_engine::STORE_METRICS`.
+    pub store: StoreMetrics,
     pub memory: MemoryReport,
-    /// CPU time of the keep-awake spinners (`-o spin=`): idle time kept from halting, not
-    /// work on requests.
-    #[serde(default)]
     pub spin_cpu_ns: u64,
 }
 
@@ -67,147 +67,293 @@ impl LatencyReport {
     }
 }
 
+/// The engine's figures. Each number is described once, in `ENGINE_METRICS` (the
+/// histograms in `ENGINE_HISTOGRAMS`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct EngineReport {
-    /// Atomic batches written (one per mutating operation).
     pub batches: u64,
-    /// Key and value bytes of those batches: what went to the journal.
     pub log_bytes: u64,
-    /// Sync requests (fsync, fsyncdir, unmount); concurrent ones share one commit.
     pub syncs: u64,
-    /// Store syncs performed (group commits), and how many of them the commit timer did.
     pub commits: u64,
     pub interval_commits: u64,
     pub commit_latency: LatencyReport,
     pub batch_write_latency: LatencyReport,
-    /// Batch writes slower than `SLOW_BATCH_WRITE` (fjall slowing or halting writers
-    /// while flushes and compactions catch up), and the time they took.
     pub write_slowdowns: u64,
     pub write_slowdown_ns: u64,
-    /// Background writes (checkpoints, interval commits) that failed, and the newest
-    /// failure; each is also returned to the next fsync.
-    #[serde(default)]
     pub write_errors: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The newest background write failure (each is also returned to the next fsync).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_write_error: Option<String>,
-    /// Trees taken out by `shoal rmtree` and still being deleted in the background, with
-    /// the names and bytes left in them.
-    #[serde(default)]
     pub reclaim_trees: u64,
-    #[serde(default)]
     pub reclaim_entries: u64,
-    #[serde(default)]
     pub reclaim_bytes: u64,
 }
 
-/// `shoal_engine::StoreMetrics`, field for field.
+/// The daemon's memory. Each number is described once, in `MEMORY_METRICS`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct StoreReport {
-    pub write_buffer_bytes: u64,
-    pub sealed_memtables: u64,
-    pub pending_flushes: u64,
-    pub journal_count: u64,
-    pub journal_bytes: u64,
-    pub disk_bytes: u64,
-    pub table_count: u64,
-    pub l0_table_count: u64,
-    pub blob_file_count: u64,
-    pub active_compactions: u64,
-    pub compactions_completed: u64,
-    pub compaction_time_us: u64,
-    pub cache_capacity_bytes: u64,
-    pub cache_used_bytes: u64,
-    pub block_cache_hits: u64,
-    pub block_cache_misses: u64,
-    /// Operations staged in memory and not yet checkpointed to the store, and checkpoints.
-    #[serde(default)]
-    pub staged_bytes: u64,
-    #[serde(default)]
-    pub checkpoints: u64,
-    /// Time checkpoints spent writing into the store, in all and at most once.
-    #[serde(default)]
-    pub checkpoint_write_ns: u64,
-    #[serde(default)]
-    pub checkpoint_write_max_ns: u64,
-    /// Writes that waited for a held-up checkpoint at twice `checkpoint=`, and how long.
-    #[serde(default)]
-    pub held_writes: u64,
-    #[serde(default)]
-    pub held_write_ns: u64,
-    #[serde(default)]
-    pub held_write_max_ns: u64,
-    /// Deleted file data not yet returned to the device (estimate), and the reclaims
-    /// that return it (`blob_reclaim`).
-    #[serde(default)]
-    pub reclaimable_bytes: u64,
-    #[serde(default)]
-    pub reclaims: u64,
-    #[serde(default)]
-    pub reclaimed_bytes: u64,
-}
-
-impl From<StoreMetrics> for StoreReport {
-    fn from(metrics: StoreMetrics) -> Self {
-        Self {
-            write_buffer_bytes: metrics.write_buffer_bytes,
-            sealed_memtables: metrics.sealed_memtables,
-            pending_flushes: metrics.pending_flushes,
-            journal_count: metrics.journal_count,
-            journal_bytes: metrics.journal_bytes,
-            disk_bytes: metrics.disk_bytes,
-            table_count: metrics.table_count,
-            l0_table_count: metrics.l0_table_count,
-            blob_file_count: metrics.blob_file_count,
-            active_compactions: metrics.active_compactions,
-            compactions_completed: metrics.compactions_completed,
-            compaction_time_us: metrics.compaction_time_us,
-            cache_capacity_bytes: metrics.cache_capacity_bytes,
-            cache_used_bytes: metrics.cache_used_bytes,
-            block_cache_hits: metrics.block_cache_hits,
-            block_cache_misses: metrics.block_cache_misses,
-            staged_bytes: metrics.staged_bytes,
-            checkpoints: metrics.checkpoints,
-            checkpoint_write_ns: metrics.checkpoint_write_ns,
-            checkpoint_write_max_ns: metrics.checkpoint_write_max_ns,
-            held_writes: metrics.held_writes,
-            held_write_ns: metrics.held_write_ns,
-            held_write_max_ns: metrics.held_write_max_ns,
-            reclaimable_bytes: metrics.reclaimable_bytes,
-            reclaims: metrics.reclaims,
-            reclaimed_bytes: metrics.reclaimed_bytes,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct MemoryReport {
-    /// Resident set of the daemon (/proc/self/statm).
     pub rss_bytes: u64,
     /// The allocator's heap: bytes in use, and bytes resident but not in use (free pages
     /// not yet returned, fragmentation, metadata); only when asked for (`shoal stats
-    /// --heap`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// --heap`), never on a scrape.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heap_in_use_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heap_free_bytes: Option<u64>,
-    /// Inodes the kernel holds references to, and the daemon's table of them.
     pub referenced_inodes: u64,
     pub lookup_table_bytes: u64,
     pub lookup_table_bytes_per_inode: u64,
-    /// `-o memory=`: bound on the lookup table plus the block cache, and the names the
-    /// daemon asked the kernel to drop to stay within it (failed: the kernel had no such
-    /// name any more).
     pub budget_bytes: u64,
     pub evictions: u64,
     pub failed_evictions: u64,
-    /// Free heap pages handed back to the system near the budget, and how long it took.
-    #[serde(default)]
     pub heap_trims: u64,
-    #[serde(default)]
     pub heap_trim_ns: u64,
-    #[serde(default)]
     pub heap_trim_max_ns: u64,
 }
+
+use Kind::{Counter, Gauge};
+use Unit::{Bytes, Count, Nanoseconds};
+
+/// Every number of `EngineReport`.
+pub const ENGINE_METRICS: &[Metric<EngineReport>] = &[
+    // One batch per mutating operation.
+    exposed(
+        "batches",
+        "shoal_batches_total",
+        Counter,
+        Count,
+        "Atomic batches written to the store.",
+        |e| e.batches,
+    ),
+    // What went to the journal.
+    exposed(
+        "log_bytes",
+        "shoal_log_bytes_total",
+        Counter,
+        Bytes,
+        "Key and value bytes of the batches written (logged).",
+        |e| e.log_bytes,
+    ),
+    // Concurrent ones share one commit.
+    exposed(
+        "syncs",
+        "shoal_syncs_total",
+        Counter,
+        Count,
+        "Sync requests (fsync, fsyncdir, unmount).",
+        |e| e.syncs,
+    ),
+    exposed(
+        "commits",
+        "shoal_commits_total",
+        Counter,
+        Count,
+        "Store syncs performed (group commits).",
+        |e| e.commits,
+    ),
+    exposed(
+        "interval_commits",
+        "shoal_interval_commits_total",
+        Counter,
+        Count,
+        "Group commits made by the commit= timer.",
+        |e| e.interval_commits,
+    ),
+    // Slower than `SLOW_BATCH_WRITE`: fjall slowing or halting writers while flushes and
+    // compactions catch up.
+    exposed(
+        "write_slowdowns",
+        "shoal_write_slowdowns_total",
+        Counter,
+        Count,
+        "Batch writes slowed by the store (over 1 ms).",
+        |e| e.write_slowdowns,
+    ),
+    exposed(
+        "write_slowdown_ns",
+        "shoal_write_slowdown_seconds_total",
+        Counter,
+        Nanoseconds,
+        "Time spent in slowed batch writes.",
+        |e| e.write_slowdown_ns,
+    ),
+    exposed(
+        "write_errors",
+        "shoal_write_errors_total",
+        Counter,
+        Count,
+        "Background writes (checkpoints, interval commits) that failed.",
+        |e| e.write_errors,
+    ),
+    exposed(
+        "reclaim_trees",
+        "shoal_reclaim_trees",
+        Gauge,
+        Count,
+        "Trees taken out by shoal rmtree and still being deleted in the background.",
+        |e| e.reclaim_trees,
+    ),
+    exposed(
+        "reclaim_entries",
+        "shoal_reclaim_entries",
+        Gauge,
+        Count,
+        "Names left to delete in the trees shoal rmtree took out.",
+        |e| e.reclaim_entries,
+    ),
+    exposed(
+        "reclaim_bytes",
+        "shoal_reclaim_bytes",
+        Gauge,
+        Bytes,
+        "File bytes left to delete in the trees shoal rmtree took out.",
+        |e| e.reclaim_bytes,
+    ),
+];
+
+/// A latency histogram of `EngineReport`, exposed as a Prometheus histogram.
+pub struct HistogramMetric {
+    /// Its name in the JSON report; only the tests that match the table to the struct read it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub field: &'static str,
+    pub prometheus: &'static str,
+    pub help: &'static str,
+    pub read: fn(&EngineReport) -> &LatencyReport,
+}
+
+pub const ENGINE_HISTOGRAMS: &[HistogramMetric] = &[
+    HistogramMetric {
+        field: "commit_latency",
+        prometheus: "shoal_commit_latency_seconds",
+        help: "Duration of group commits (store syncs).",
+        read: |e| &e.commit_latency,
+    },
+    HistogramMetric {
+        field: "batch_write_latency",
+        prometheus: "shoal_batch_write_latency_seconds",
+        help: "Duration of batch writes to the store.",
+        read: |e| &e.batch_write_latency,
+    },
+];
+
+/// Every number of `MemoryReport` (the heap figures aside: on request only).
+pub const MEMORY_METRICS: &[Metric<MemoryReport>] = &[
+    // /proc/self/statm.
+    exposed(
+        "rss_bytes",
+        "shoal_rss_bytes",
+        Gauge,
+        Bytes,
+        "Resident memory of the daemon.",
+        |m| m.rss_bytes,
+    ),
+    exposed(
+        "referenced_inodes",
+        "shoal_referenced_inodes",
+        Gauge,
+        Count,
+        "Inodes the kernel holds references to.",
+        |m| m.referenced_inodes,
+    ),
+    exposed(
+        "lookup_table_bytes",
+        "shoal_lookup_table_bytes",
+        Gauge,
+        Bytes,
+        "Daemon memory for the kernel's inode references.",
+        |m| m.lookup_table_bytes,
+    ),
+    // The quotient of two exposed gauges: a scraper divides them itself.
+    Metric {
+        field: "lookup_table_bytes_per_inode",
+        prometheus: None,
+        kind: Gauge,
+        unit: Bytes,
+        help: "Daemon memory per inode the kernel references.",
+        read: |m| m.lookup_table_bytes_per_inode,
+    },
+    // `-o memory=`: bounds the lookup table plus the block cache.
+    exposed(
+        "budget_bytes",
+        "shoal_memory_budget_bytes",
+        Gauge,
+        Bytes,
+        "Bound on the daemon's resident memory, kept by dropping kernel references (memory=).",
+        |m| m.budget_bytes,
+    ),
+    exposed(
+        "evictions",
+        "shoal_evictions_total",
+        Counter,
+        Count,
+        "Names the daemon asked the kernel to drop to stay within the memory budget.",
+        |m| m.evictions,
+    ),
+    exposed(
+        "failed_evictions",
+        "shoal_failed_evictions_total",
+        Counter,
+        Count,
+        "Names the daemon asked the kernel to drop that the kernel no longer had.",
+        |m| m.failed_evictions,
+    ),
+    exposed(
+        "heap_trims",
+        "shoal_heap_trims_total",
+        Counter,
+        Count,
+        "Times free heap memory was handed back to the system near the memory budget.",
+        |m| m.heap_trims,
+    ),
+    exposed(
+        "heap_trim_ns",
+        "shoal_heap_trim_seconds_total",
+        Counter,
+        Nanoseconds,
+        "Time spent handing free heap memory back near the memory budget.",
+        |m| m.heap_trim_ns,
+    ),
+    exposed(
+        "heap_trim_max_ns",
+        "shoal_heap_trim_max_seconds",
+        Gauge,
+        Nanoseconds,
+        "Longest time one hand-back of free heap memory took since mount.",
+        |m| m.heap_trim_max_ns,
+    ),
+];
+
+/// Every number at the top of `StatsReport`.
+pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
+    // With uptime, lets a client tell a restarted daemon (counters back at zero).
+    Metric {
+        field: "daemon_pid",
+        prometheus: None,
+        kind: Gauge,
+        unit: Count,
+        help: "Process id of the daemon.",
+        read: |r| u64::from(r.daemon_pid),
+    },
+    exposed(
+        "uptime_ns",
+        "shoal_uptime_seconds",
+        Gauge,
+        Nanoseconds,
+        "Time since the daemon mounted.",
+        |r| r.uptime_ns,
+    ),
+    // Idle time kept from halting, not work on requests (`-o spin=`).
+    exposed(
+        "spin_cpu_ns",
+        "shoal_spin_cpu_seconds_total",
+        Counter,
+        Nanoseconds,
+        "CPU time of the keep-awake spinners (idle CPUs kept from halting while requests flow).",
+        |r| r.spin_cpu_ns,
+    ),
+];
 
 /// What the daemon reports from: shared with the FUSE session and the engine.
 pub struct StatsSource {
@@ -260,7 +406,7 @@ impl StatsSource {
                 reclaim_entries: reclaim.entries,
                 reclaim_bytes: reclaim.bytes,
             },
-            store: store.into(),
+            store,
             memory: MemoryReport {
                 rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
                 heap_in_use_bytes: heap.map(|heap| heap.in_use),
@@ -292,6 +438,60 @@ impl StatsReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The numeric fields of `T`'s JSON form, and a `T` whose field i holds i + 1.
+    fn numbered<T: Serialize + serde::de::DeserializeOwned + Default>() -> (Vec<String>, T) {
+        let json = serde_json::to_value(T::default()).unwrap();
+        let fields: Vec<String> = json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, value)| value.is_u64())
+            .map(|(field, _)| field.clone())
+            .collect();
+        let numbered: serde_json::Map<String, serde_json::Value> = fields
+            .iter()
+            .enumerate()
+            .map(|(index, field)| (field.clone(), (index as u64 + 1).into()))
+            .collect();
+        (fields, serde_json::from_value(numbered.into()).unwrap())
+    }
+
+    #[test]
+    fn each_table_names_and_reads_every_number_of_its_struct_once() {
+        let (fields, engine) = numbered::<EngineReport>();
+        shoal_engine::metric::check_table(ENGINE_METRICS, &fields, &engine).unwrap();
+        let (fields, memory) = numbered::<MemoryReport>();
+        shoal_engine::metric::check_table(MEMORY_METRICS, &fields, &memory).unwrap();
+        let (fields, report) = numbered::<StatsReport>();
+        shoal_engine::metric::check_table(DAEMON_METRICS, &fields, &report).unwrap();
+        let histograms: Vec<&str> = ENGINE_HISTOGRAMS.iter().map(|h| h.field).collect();
+        let json = serde_json::to_value(EngineReport::default()).unwrap();
+        let objects: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, value)| value.is_object())
+            .map(|(field, _)| field.as_str())
+            .collect();
+        assert_eq!(histograms.len(), objects.len());
+        assert!(histograms.iter().all(|field| objects.contains(field)));
+    }
+
+    /// The store's figures reach the JSON report whole: the field the old report dropped
+    /// (`write_buffer_counted_bytes`) among them.
+    #[test]
+    fn the_json_report_carries_every_store_metric() {
+        let report = StatsReport::default();
+        let json = serde_json::to_value(&report).unwrap();
+        for metric in shoal_engine::STORE_METRICS {
+            assert!(
+                json["store"].get(metric.field).is_some(),
+                "{}",
+                metric.field
+            );
+        }
+    }
 
     #[test]
     fn a_report_survives_json_and_keeps_its_histograms() {

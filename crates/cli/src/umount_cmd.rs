@@ -17,7 +17,7 @@ pub fn run(mountpoint: &Path) -> Result<ExitCode> {
     let Some(entry) = mounts::mount_at(&mountpoint) else {
         bail!("{} is not mounted", mountpoint.display());
     };
-    if !mounts::is_shoal(&entry) {
+    if !entry.is_shoal() {
         bail!(
             "{} is not a shoal mount ({} {})",
             mountpoint.display(),

@@ -2,6 +2,8 @@
 //! from the command line, /etc/fstab and systemd, format and mount it as a plain user, and
 //! read about it (man pages, --version, info, human-readable quota).
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::OsStr;

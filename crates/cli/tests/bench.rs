@@ -3,6 +3,8 @@
 //! verified by counting the kept sample directories, not by trusting the report. No test
 //! asserts a speed.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::fs;

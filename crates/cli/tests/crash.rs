@@ -6,6 +6,8 @@
 //! Files written with fsync must have their exact content. Rounds share one store, so each
 //! recovery must also keep everything the earlier rounds left.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -3,6 +3,8 @@
 //! and POSIX ACLs. Each test mounts its own store through the kernel and ends with a clean
 //! `shoal fsck`.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::CString;
@@ -515,13 +517,8 @@ fn o_tmpfile_and_linkat_behave_as_on_tmpfs() {
 
 /// Inodes in use on the filesystem at `path` (statvfs: total minus free).
 fn common_inodes_used(path: &Path) -> u64 {
-    let path = cpath(path);
-    // SAFETY: a zeroed statvfs filled by statvfs on a NUL-terminated path.
-    unsafe {
-        let mut stat: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(path.as_ptr(), &mut stat), 0);
-        stat.f_files - stat.f_ffree
-    }
+    let stat = shoal_sys::statvfs::statvfs(path).expect("statvfs");
+    stat.f_files - stat.f_ffree
 }
 
 fn fallocate(file: &File, mode: i32, offset: u64, length: u64) -> Result<(), i32> {

@@ -6,6 +6,8 @@
 //! across projects, `mv` copying instead), statfs per project, and `fsck --counters` online,
 //! offline and after a crash.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::{CString, OsStr, OsString};
@@ -255,19 +257,8 @@ fn open_dir(m: &Mounted, rel: &str) -> PathBuf {
 }
 
 fn statvfs(path: &Path) -> libc::statvfs {
-    // SAFETY: statvfs fills the zeroed struct; the path is NUL-terminated.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        let rc = libc::statvfs(cpath(path).as_ptr(), &mut st);
-        assert_eq!(
-            rc,
-            0,
-            "statvfs {}: {}",
-            path.display(),
-            io::Error::last_os_error()
-        );
-        st
-    }
+    shoal_sys::statvfs::statvfs(path)
+        .unwrap_or_else(|error| panic!("statvfs {}: {error}", path.display()))
 }
 
 fn now_secs() -> i64 {

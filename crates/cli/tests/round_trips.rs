@@ -2,6 +2,8 @@
 //! daemon made unnecessary must not come back, and what the kernel then serves from its
 //! own caches must still be right.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -2,6 +2,8 @@
 //! performs through syscalls, the JSON and the Prometheus endpoint agree, and commands
 //! aimed at something that is not a live shoal mount fail with a clear message.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::OsStr;

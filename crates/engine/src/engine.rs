@@ -25,7 +25,6 @@ use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
-    DEFAULT_CHECKPOINT_BYTES,
 };
 use crate::store_dir::access;
 use crate::store_dir::identity::{self, StoreIdentity};
@@ -60,9 +59,9 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             read_only: false,
-            commit_interval: Some(Duration::from_secs(5)),
+            commit_interval: Some(crate::defaults::COMMIT_INTERVAL),
             tuning: FjallTuning::default(),
-            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            checkpoint_bytes: crate::defaults::CHECKPOINT_BYTES,
         }
     }
 }

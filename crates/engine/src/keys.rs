@@ -62,8 +62,11 @@ pub fn superblock_key() -> Vec<u8> {
     vec![SUPERBLOCK]
 }
 
+/// Bytes of a `tag id:u64` key prefix: the name of an entry or xattr key starts here.
+const ID_PREFIX_BYTES: usize = 1 + 8;
+
 fn prefixed(tag: u8, id: u64, rest: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(9 + rest.len());
+    let mut key = Vec::with_capacity(ID_PREFIX_BYTES + rest.len());
     key.push(tag);
     key.extend_from_slice(&id.to_be_bytes());
     key.extend_from_slice(rest);
@@ -120,7 +123,7 @@ pub fn all_entries_range() -> (Vec<u8>, Vec<u8>) {
 /// Splits an entry key into (parent, name).
 pub fn decode_entry_key(key: &[u8]) -> Result<(u64, &[u8]), FsError> {
     match (key.first(), read_u64(key, 1)) {
-        (Some(&ENTRY), Some(parent)) => Ok((parent, &key[9..])),
+        (Some(&ENTRY), Some(parent)) => Ok((parent, &key[ID_PREFIX_BYTES..])),
         _ => Err(corrupt("entry key", key)),
     }
 }
@@ -182,11 +185,57 @@ fn kind_from_code(code: u8) -> Option<FileKind> {
     })
 }
 
-const INODE_HEADER_BYTES: usize = 1 + 1 + 2 + 4 + 4 + 4 + 8 + 8 + 3 * 12 + 4 + 8 + 4 + 1;
+/// Where each field of the inode record starts (all integers big-endian), in the order
+/// `encode_inode` writes them; inline data follows the header. A timestamp is secs:i64
+/// then nanos:u32.
+mod inode_at {
+    pub const VERSION: usize = 0; // u8: INODE_RECORD_VERSION
+    pub const KIND: usize = 1; // u8: kind_code
+    pub const PERM: usize = 2; // u16
+    pub const UID: usize = 4; // u32
+    pub const GID: usize = 8; // u32
+    pub const NLINK: usize = 12; // u32
+    pub const SIZE: usize = 16; // u64
+    pub const ALLOCATED: usize = 24; // u64
+    pub const ATIME: usize = 32; // timestamp
+    pub const MTIME: usize = 44; // timestamp
+    pub const CTIME: usize = 56; // timestamp
+    pub const RDEV: usize = 68; // u32
+    pub const PARENT: usize = 72; // u64
+    pub const PROJECT: usize = 80; // u32
+    pub const FLAGS: usize = 84; // u8: INODE_CHUNKED | INODE_MAY_HAVE_XATTRS
+    pub const INLINE: usize = 85; // inline data to the end
+}
+
+/// secs:i64 nanos:u32.
+const TIMESTAMP_BYTES: usize = 12;
+const INODE_HEADER_BYTES: usize = inode_at::INLINE;
+
+// Each field ends where the next begins: the offsets above are the layout encode writes.
+const _: () = {
+    use inode_at::*;
+    assert!(KIND == VERSION + 1 && PERM == KIND + 1 && UID == PERM + 2);
+    assert!(GID == UID + 4 && NLINK == GID + 4 && SIZE == NLINK + 4);
+    assert!(ALLOCATED == SIZE + 8 && ATIME == ALLOCATED + 8);
+    assert!(MTIME == ATIME + TIMESTAMP_BYTES && CTIME == MTIME + TIMESTAMP_BYTES);
+    assert!(RDEV == CTIME + TIMESTAMP_BYTES && PARENT == RDEV + 4 && PROJECT == PARENT + 8);
+    assert!(FLAGS == PROJECT + 4 && INLINE == FLAGS + 1);
+};
+
+/// Appends one field at its named offset: the encode half of the paired layout checks.
+fn put_at(out: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    debug_assert_eq!(out.len(), at, "inode field written out of place");
+    out.extend_from_slice(bytes);
+}
 
 fn put_time(out: &mut Vec<u8>, time: Timestamp) {
     out.extend_from_slice(&time.secs.to_be_bytes());
     out.extend_from_slice(&time.nanos.to_be_bytes());
+}
+
+fn put_time_at(out: &mut Vec<u8>, at: usize, time: Timestamp) {
+    debug_assert_eq!(out.len(), at, "inode field written out of place");
+    put_time(out, time);
 }
 
 fn read_time(bytes: &[u8], at: usize) -> Option<Timestamp> {
@@ -198,33 +247,36 @@ fn read_time(bytes: &[u8], at: usize) -> Option<Timestamp> {
 pub fn encode_inode(inode: &Inode) -> Vec<u8> {
     let inline = inode.inline_data();
     let mut out = Vec::with_capacity(INODE_HEADER_BYTES + inline.len());
-    out.push(INODE_RECORD_VERSION);
-    out.push(kind_code(inode.kind));
-    out.extend_from_slice(&inode.perm.to_be_bytes());
-    out.extend_from_slice(&inode.uid.to_be_bytes());
-    out.extend_from_slice(&inode.gid.to_be_bytes());
-    out.extend_from_slice(&inode.nlink.to_be_bytes());
-    out.extend_from_slice(&inode.size.to_be_bytes());
-    out.extend_from_slice(&inode.allocated_bytes.to_be_bytes());
-    put_time(&mut out, inode.atime);
-    put_time(&mut out, inode.mtime);
-    put_time(&mut out, inode.ctime);
-    out.extend_from_slice(&inode.rdev.to_be_bytes());
-    out.extend_from_slice(&inode.parent.to_be_bytes());
-    out.extend_from_slice(&inode.project.to_be_bytes());
+    put_at(&mut out, inode_at::VERSION, &[INODE_RECORD_VERSION]);
+    put_at(&mut out, inode_at::KIND, &[kind_code(inode.kind)]);
+    put_at(&mut out, inode_at::PERM, &inode.perm.to_be_bytes());
+    put_at(&mut out, inode_at::UID, &inode.uid.to_be_bytes());
+    put_at(&mut out, inode_at::GID, &inode.gid.to_be_bytes());
+    put_at(&mut out, inode_at::NLINK, &inode.nlink.to_be_bytes());
+    put_at(&mut out, inode_at::SIZE, &inode.size.to_be_bytes());
+    put_at(
+        &mut out,
+        inode_at::ALLOCATED,
+        &inode.allocated_bytes.to_be_bytes(),
+    );
+    put_time_at(&mut out, inode_at::ATIME, inode.atime);
+    put_time_at(&mut out, inode_at::MTIME, inode.mtime);
+    put_time_at(&mut out, inode_at::CTIME, inode.ctime);
+    put_at(&mut out, inode_at::RDEV, &inode.rdev.to_be_bytes());
+    put_at(&mut out, inode_at::PARENT, &inode.parent.to_be_bytes());
+    put_at(&mut out, inode_at::PROJECT, &inode.project.to_be_bytes());
     let xattr_bit = if inode.may_have_xattrs {
         INODE_MAY_HAVE_XATTRS
     } else {
         0
     };
-    match &inode.content {
-        Content::Inline(bytes) => {
-            out.push(xattr_bit);
-            out.extend_from_slice(bytes);
-        }
-        Content::Chunked => out.push(INODE_CHUNKED | xattr_bit),
-    }
-    debug_assert!(out.len() == INODE_HEADER_BYTES + inline.len());
+    let flags = match &inode.content {
+        Content::Inline(_) => xattr_bit,
+        Content::Chunked => INODE_CHUNKED | xattr_bit,
+    };
+    put_at(&mut out, inode_at::FLAGS, &[flags]);
+    put_at(&mut out, inode_at::INLINE, inline);
+    debug_assert_eq!(out.len(), INODE_HEADER_BYTES + inline.len());
     out
 }
 
@@ -236,33 +288,36 @@ fn decode_inode_fields(ino: u64, v: &[u8]) -> Option<Inode> {
     if *v.first()? != INODE_RECORD_VERSION || v.len() < INODE_HEADER_BYTES {
         return None;
     }
-    let flags = v[INODE_HEADER_BYTES - 1];
+    let flags = v[inode_at::FLAGS];
     if flags & !(INODE_CHUNKED | INODE_MAY_HAVE_XATTRS) != 0 {
         return None;
     }
     let content = if flags & INODE_CHUNKED != 0 {
         Content::Chunked
     } else {
-        Content::Inline(v[INODE_HEADER_BYTES..].to_vec())
+        Content::Inline(v[inode_at::INLINE..].to_vec())
     };
-    Some(Inode {
+    let inode = Inode {
         ino,
-        kind: kind_from_code(v[1])?,
-        perm: u16::from_be_bytes([v[2], v[3]]),
-        uid: read_u32(v, 4)?,
-        gid: read_u32(v, 8)?,
-        nlink: read_u32(v, 12)?,
-        size: read_u64(v, 16)?,
-        allocated_bytes: read_u64(v, 24)?,
-        atime: read_time(v, 32)?,
-        mtime: read_time(v, 44)?,
-        ctime: read_time(v, 56)?,
-        rdev: read_u32(v, 68)?,
-        parent: read_u64(v, 72)?,
-        project: read_u32(v, 80)?,
+        kind: kind_from_code(v[inode_at::KIND])?,
+        perm: u16::from_be_bytes([v[inode_at::PERM], v[inode_at::PERM + 1]]),
+        uid: read_u32(v, inode_at::UID)?,
+        gid: read_u32(v, inode_at::GID)?,
+        nlink: read_u32(v, inode_at::NLINK)?,
+        size: read_u64(v, inode_at::SIZE)?,
+        allocated_bytes: read_u64(v, inode_at::ALLOCATED)?,
+        atime: read_time(v, inode_at::ATIME)?,
+        mtime: read_time(v, inode_at::MTIME)?,
+        ctime: read_time(v, inode_at::CTIME)?,
+        rdev: read_u32(v, inode_at::RDEV)?,
+        parent: read_u64(v, inode_at::PARENT)?,
+        project: read_u32(v, inode_at::PROJECT)?,
         content,
         may_have_xattrs: flags & INODE_MAY_HAVE_XATTRS != 0,
-    })
+    };
+    // The decode half of encode's layout check: the header, then the inline data and
+    // nothing else (a chunked record with bytes after its header is not one encode wrote).
+    (v.len() == INODE_HEADER_BYTES + inode.inline_data().len()).then_some(inode)
 }
 
 // ---- extended attributes ----
@@ -282,7 +337,7 @@ pub fn all_xattrs_range() -> (Vec<u8>, Vec<u8>) {
 /// Splits an xattr key into (ino, name).
 pub fn decode_xattr_key(key: &[u8]) -> Result<(u64, &[u8]), FsError> {
     match (key.first(), read_u64(key, 1)) {
-        (Some(&XATTR), Some(ino)) => Ok((ino, &key[9..])),
+        (Some(&XATTR), Some(ino)) => Ok((ino, &key[ID_PREFIX_BYTES..])),
         _ => Err(corrupt("xattr key", key)),
     }
 }
@@ -355,11 +410,11 @@ pub fn decode_inode_usage(ino: u64, v: &[u8]) -> Result<(UsageKey, u64), FsError
             return None;
         }
         let owners = UsageKey {
-            uid: read_u32(v, 4)?,
-            gid: read_u32(v, 8)?,
-            project: read_u32(v, 80)?,
+            uid: read_u32(v, inode_at::UID)?,
+            gid: read_u32(v, inode_at::GID)?,
+            project: read_u32(v, inode_at::PROJECT)?,
         };
-        Some((owners, read_u64(v, 24)?))
+        Some((owners, read_u64(v, inode_at::ALLOCATED)?))
     })();
     fields.ok_or_else(|| corrupt("inode", &inode_key(ino)))
 }
@@ -723,6 +778,56 @@ mod tests {
         }
     }
 
+    /// The on-disk layout, field by field: each value sits big-endian at its named offset
+    /// (a moved field or a changed width fails here, not in a store written by the old
+    /// format), and the offsets are the ones of format 2.
+    #[test]
+    fn inode_fields_sit_at_their_named_offsets() {
+        let inode = sample_inode(Content::Inline(b"xyz".to_vec()));
+        let bytes = encode_inode(&inode);
+        let at = |offset: usize, width: usize| &bytes[offset..offset + width];
+        assert_eq!(at(inode_at::VERSION, 1), [INODE_RECORD_VERSION]);
+        assert_eq!(at(inode_at::KIND, 1), [kind_code(FileKind::Regular)]);
+        assert_eq!(at(inode_at::PERM, 2), inode.perm.to_be_bytes());
+        assert_eq!(at(inode_at::UID, 4), inode.uid.to_be_bytes());
+        assert_eq!(at(inode_at::GID, 4), inode.gid.to_be_bytes());
+        assert_eq!(at(inode_at::NLINK, 4), inode.nlink.to_be_bytes());
+        assert_eq!(at(inode_at::SIZE, 8), inode.size.to_be_bytes());
+        assert_eq!(
+            at(inode_at::ALLOCATED, 8),
+            inode.allocated_bytes.to_be_bytes()
+        );
+        for (offset, time) in [
+            (inode_at::ATIME, inode.atime),
+            (inode_at::MTIME, inode.mtime),
+            (inode_at::CTIME, inode.ctime),
+        ] {
+            assert_eq!(at(offset, 8), time.secs.to_be_bytes());
+            assert_eq!(at(offset + 8, 4), time.nanos.to_be_bytes());
+        }
+        assert_eq!(at(inode_at::RDEV, 4), inode.rdev.to_be_bytes());
+        assert_eq!(at(inode_at::PARENT, 8), inode.parent.to_be_bytes());
+        assert_eq!(at(inode_at::PROJECT, 4), inode.project.to_be_bytes());
+        assert_eq!(at(inode_at::FLAGS, 1), [INODE_MAY_HAVE_XATTRS]);
+        assert_eq!(&bytes[inode_at::INLINE..], b"xyz");
+        assert_eq!(
+            (
+                inode_at::UID,
+                inode_at::ATIME,
+                inode_at::PROJECT,
+                inode_at::INLINE
+            ),
+            (4, 32, 80, 85),
+            "format 2's offsets"
+        );
+        let chunked = encode_inode(&sample_inode(Content::Chunked));
+        assert_eq!(chunked.len(), INODE_HEADER_BYTES);
+        assert_eq!(
+            chunked[inode_at::FLAGS],
+            INODE_CHUNKED | INODE_MAY_HAVE_XATTRS
+        );
+    }
+
     #[test]
     fn truncated_inode_is_corrupt() {
         let bytes = encode_inode(&sample_inode(Content::Chunked));
@@ -730,6 +835,12 @@ mod tests {
             decode_inode(1, &bytes[..20]),
             Err(FsError::Corrupt(_))
         ));
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(
+            decode_inode(1, &trailing).is_err(),
+            "a chunked record has no inline data"
+        );
         let mut wrong_version = bytes.clone();
         wrong_version[0] = 9;
         assert!(decode_inode(1, &wrong_version).is_err());

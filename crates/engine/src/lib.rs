@@ -28,14 +28,20 @@
 // The public API: the engine and its types (re-exported below), and the modules tools
 // need besides: backups, fsck, statistics, and the store directory on disk. The key layout
 // and the key-value store underneath are internal (`internals` lends them to tests).
+
+// Calls into the C library go through `shoal_sys`, where each unsafe block is written once.
+#![deny(unsafe_code)]
+
 pub mod backup;
 mod counters;
 mod counters_check;
+pub mod defaults;
 mod engine;
 mod error;
 pub mod fsck;
 pub mod fsck_progress;
 mod keys;
+pub mod metric;
 mod namespace;
 mod reclaim;
 pub mod stats;
@@ -64,7 +70,7 @@ pub use namespace::NewInode;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use store::error_seq::WriteErrors;
 pub use store::{
-    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES,
+    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES, STORE_METRICS,
 };
 
 /// The key layout and the key-value store, for tests that write or damage a store

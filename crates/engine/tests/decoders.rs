@@ -2,6 +2,8 @@
 //! real store, each cut at every length and with bytes flipped, and seeded random bytes.
 //! A damaged store must give a clear error (fsck's report), never a crash.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! after deliberate corruption, the store directory's refusals (format, version, lock), and
 //! group commit.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::path::Path;

@@ -4,6 +4,8 @@
 //! new engine over the same store shows exactly the tree of the successful operations
 //! (the model), with fsck clean.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,8 @@
 //! removed inodes kept until forgotten, inode numbers never reused, O_TMPFILE, fallocate
 //! and POSIX ACLs.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::collections::HashSet;

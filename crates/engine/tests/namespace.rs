@@ -1,6 +1,8 @@
 //! Names and directories: lookup, create, mkdir, symlink, mknod, link, unlink, rmdir,
 //! readdir — every error path as an `FsError`, on the memory and the on-disk backend.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use common::*;

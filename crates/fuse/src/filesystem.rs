@@ -203,15 +203,13 @@ impl ShoalFs {
             if page.is_empty() {
                 break;
             }
-            let mut added = 0;
-            for item in &page {
+            for (added, item) in page.iter().enumerate() {
                 let name = name_of(item);
                 if add(offset_of(name), name, Some(item)) {
                     self.dir_offsets
                         .remember(dir, page[..added].iter().map(&name_of));
                     break 'pages;
                 }
-                added += 1;
             }
             self.dir_offsets.remember(dir, page.iter().map(&name_of));
             after = page.last().map(|item| name_of(item).to_vec());
@@ -299,19 +297,8 @@ fn first_nonzero(a: u64, b: u64) -> Option<u64> {
 }
 
 fn disk_capacity(path: &Path) -> (u64, u64) {
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return (0, 0);
-    };
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid C string and a zeroed out-parameter of the right type.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return (0, 0);
-    }
-    let fragment = stat.f_frsize as u64;
-    (
-        stat.f_blocks as u64 * fragment,
-        stat.f_bavail as u64 * fragment,
-    )
+    shoal_sys::statvfs::device_space(path)
+        .map_or((0, 0), |space| (space.total_bytes, space.available_bytes))
 }
 
 fn memory_capacity() -> (u64, u64) {

@@ -105,7 +105,7 @@ fn count_for_free_space(ctx: &Ctx, outcome: &mut Outcome) -> Result<u64> {
     let mut block_bytes = 1;
     for dir in dirs {
         let space = free_space(dir).context(|| format!("statvfs {}", dir.display()))?;
-        free_bytes = free_bytes.min(space.free_bytes);
+        free_bytes = free_bytes.min(space.available_bytes);
         block_bytes = block_bytes.max(space.block_bytes);
     }
     let payload = ctx.params.objects_size_bytes as u64;

@@ -140,38 +140,7 @@ pub fn wait_for(what: &str, timeout: Duration, done: impl FnMut() -> bool) {
 
 /// Whether something is mounted exactly at `path` (per /proc/self/mountinfo).
 pub fn is_mounted(path: &Path) -> bool {
-    let wanted = path.to_string_lossy();
-    let Ok(mountinfo) = fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|mount_point| unescape_mountinfo(mount_point) == wanted)
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let value =
-                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(value);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    shoal_sys::mounts::is_mountpoint(path)
 }
 
 /// Alive means running or sleeping; a zombie has already released its files and locks.

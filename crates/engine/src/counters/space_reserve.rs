@@ -20,8 +20,6 @@
 //! `statvfs` is asked at most every `RESAMPLE_INTERVAL`, or sooner when the bytes
 //! admitted since bring the estimate near the bound.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -59,27 +57,7 @@ pub struct SpaceReserve {
     sample: Mutex<Option<Sample>>,
 }
 
-/// The device's space as `statvfs` gives it: total and available to unprivileged users.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceSpace {
-    pub total_bytes: u64,
-    pub available_bytes: u64,
-}
-
-pub fn device_space(path: &Path) -> std::io::Result<DeviceSpace> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: statvfs into a zeroed struct, with a valid C string.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fragment = stat.f_frsize as u64;
-    Ok(DeviceSpace {
-        total_bytes: stat.f_blocks as u64 * fragment,
-        available_bytes: stat.f_bavail as u64 * fragment,
-    })
-}
+pub use shoal_sys::statvfs::{device_space, DeviceSpace};
 
 /// The floor kept free on a device of `total_bytes`.
 pub fn floor_bytes(total_bytes: u64) -> u64 {

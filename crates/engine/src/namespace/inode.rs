@@ -56,17 +56,9 @@ impl Timestamp {
     /// clock would run up to a tick ahead of the kernel's, so a change the kernel stamps
     /// after one shoal stamped could carry an earlier time.
     pub fn now() -> Self {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec into a valid out-parameter.
-        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) } != 0 {
-            return Self::from_system_time(SystemTime::now());
-        }
-        Timestamp {
-            secs: now.tv_sec,
-            nanos: now.tv_nsec as u32,
+        match shoal_sys::clock::realtime_coarse() {
+            Some((secs, nanos)) => Timestamp { secs, nanos },
+            None => Self::from_system_time(SystemTime::now()),
         }
     }
 

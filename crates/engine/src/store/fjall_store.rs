@@ -12,6 +12,7 @@ use fjall::{
 use super::blob_reclaim::{self, BlobReclaimer};
 use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use crate::defaults;
 
 /// What a deleted chunk may have held, for the reclaimer's estimate: the engine's chunk
 /// size (`DEFAULT_CHUNK_BYTES`), an upper bound.
@@ -50,10 +51,10 @@ pub struct FjallTuning {
 impl Default for FjallTuning {
     fn default() -> Self {
         Self {
-            cache_bytes: 256 * 1024 * 1024,
-            memtable_bytes: 96 * 1024 * 1024,
-            worker_threads: 2,
-            journal_bytes: 512 * 1024 * 1024,
+            cache_bytes: defaults::CACHE_BYTES,
+            memtable_bytes: defaults::MEMTABLE_BYTES,
+            worker_threads: defaults::WORKER_THREADS,
+            journal_bytes: defaults::JOURNAL_BYTES,
         }
     }
 }
@@ -150,16 +151,13 @@ impl Drop for FjallStore {
 impl From<fjall::Error> for StoreError {
     fn from(error: fjall::Error) -> Self {
         match error {
-            fjall::Error::Io(io) if io.raw_os_error() == Some(libc_enospc()) => StoreError::NoSpace,
+            fjall::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+                StoreError::NoSpace
+            }
             fjall::Error::Io(io) => StoreError::Io(io),
             other => StoreError::Engine(other.to_string()),
         }
     }
-}
-
-/// ENOSPC without pulling libc into the engine.
-fn libc_enospc() -> i32 {
-    28
 }
 
 impl FjallStore {
@@ -415,6 +413,14 @@ mod tests {
     use super::*;
     use crate::store::{Batch, Scan};
     use std::sync::mpsc;
+
+    #[test]
+    fn a_full_device_is_no_space_and_other_io_errors_stay_io() {
+        let full = fjall::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(StoreError::from(full), StoreError::NoSpace));
+        let denied = fjall::Error::Io(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(matches!(StoreError::from(denied), StoreError::Io(_)));
+    }
     use std::time::Duration;
 
     /// Flushes and compactions hold lsm-tree's version history lock while they persist a

@@ -10,6 +10,13 @@
 //! highest. A rotation between the hand-over and the fsync fsyncs the older journal under
 //! the lock itself, so fsyncing the newest file found afterwards always covers every
 //! batch handed over.
+//!
+//! This depends on fjall's private journal layout, not on its public API: journals are
+//! files named `<id>.jnl` (decimal id) directly in the database folder, and the one with
+//! the highest id is the one being written (fjall 3.1, `src/journal/`). A fjall upgrade
+//! must re-check it; `fjall_store::tests::sync_finds_the_journal_fjall_writes_to` checks
+//! it against the fjall in Cargo.lock, before and after a rotation. If the layout is not
+//! found at all, `sync_journal` falls back to fjall's own fsync under its lock.
 
 use std::fs::File;
 use std::io;

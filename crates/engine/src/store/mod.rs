@@ -11,6 +11,7 @@ pub mod histogram;
 pub mod journal_check;
 mod journal_sync;
 mod memory_store;
+mod metrics;
 mod staged_store;
 
 use std::collections::BTreeMap;
@@ -18,7 +19,8 @@ use std::ops::Bound;
 
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
-pub use staged_store::{staged_memory_bound, StagedStore, DEFAULT_CHECKPOINT_BYTES};
+pub use metrics::{StoreMetrics, STORE_METRICS};
+pub use staged_store::{staged_memory_bound, StagedStore};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
@@ -160,53 +162,6 @@ impl Batch {
             .map(|(key, value)| (Space::Data, key, value));
         meta.chain(data)
     }
-}
-
-/// What a store reports about its own machinery, for `shoal stats`. Zero where a store has
-/// no such thing (the memory store has no memtables, journal or cache).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreMetrics {
-    /// Memory of the active plus sealed memtables of all keyspaces (estimated: the store's
-    /// own count times what a counted byte costs in memory).
-    pub write_buffer_bytes: u64,
-    /// The same memtables as the store counts them (keys, values, a fixed part per entry).
-    pub write_buffer_counted_bytes: u64,
-    /// Memtables sealed and waiting to be flushed; fjall halts writers at 4 per keyspace.
-    pub sealed_memtables: u64,
-    /// Flush tasks queued.
-    pub pending_flushes: u64,
-    pub journal_count: u64,
-    pub journal_bytes: u64,
-    pub disk_bytes: u64,
-    pub table_count: u64,
-    /// Level-0 tables; fjall slows writers from 20 L0 runs on and halts them at 30.
-    pub l0_table_count: u64,
-    pub blob_file_count: u64,
-    pub active_compactions: u64,
-    pub compactions_completed: u64,
-    pub compaction_time_us: u64,
-    pub cache_capacity_bytes: u64,
-    pub cache_used_bytes: u64,
-    /// Block reads served by the block cache, and those that went to the OS.
-    pub block_cache_hits: u64,
-    pub block_cache_misses: u64,
-    /// Key and value bytes of operations staged in memory, not yet checkpointed.
-    pub staged_bytes: u64,
-    /// Checkpoints written: each moves every staged operation into the store at once.
-    pub checkpoints: u64,
-    /// Time checkpoints spent writing into the store, in all and at most once.
-    pub checkpoint_write_ns: u64,
-    pub checkpoint_write_max_ns: u64,
-    /// Writes that found the staged operations at the hard bound and waited for the
-    /// checkpoint in progress, with the time they waited, in all and at most once.
-    pub held_writes: u64,
-    pub held_write_ns: u64,
-    pub held_write_max_ns: u64,
-    /// Space of deleted file data not yet returned to the device (an estimate: each
-    /// deleted chunk counted whole), the reclaims run and the disk bytes they returned.
-    pub reclaimable_bytes: u64,
-    pub reclaims: u64,
-    pub reclaimed_bytes: u64,
 }
 
 /// A read-only, ordered view of key-value pairs: a whole store, or a point-in-time

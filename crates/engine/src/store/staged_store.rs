@@ -31,9 +31,6 @@ use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::histogram::Histogram;
 use crate::store::SLOW_WRITE_REPORT;
 
-/// Staged key and value bytes at which a write first checkpoints.
-pub const DEFAULT_CHECKPOINT_BYTES: u64 = 4 << 20;
-
 /// How far past the checkpoint bound the active layer may grow while the previous layer is
 /// still being written, before writers wait: at the default bound and ~4 MiB staged per
 /// second of creates, about a second of slack.

@@ -6,7 +6,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
@@ -234,9 +233,8 @@ impl StoreLock {
             .truncate(false)
             .open(&path)
             .map_err(io_error(&path))?;
-        // SAFETY: flock on a file descriptor we own.
-        let locked = unsafe { flock(file.as_raw_fd(), LOCK_EX | LOCK_NB) } == 0;
-        if !locked {
+        // flock(2) on Linux: released by the kernel when the file closes, whatever kills us.
+        if file.try_lock().is_err() {
             let mut owner = String::new();
             let _ = file.read_to_string(&mut owner);
             let owner = owner.trim();
@@ -265,9 +263,7 @@ impl SharedStoreLock {
         let Ok(mut file) = File::open(&path) else {
             return Ok(SharedStoreLock { _file: None });
         };
-        // SAFETY: flock on a file descriptor we own.
-        let locked = unsafe { flock(file.as_raw_fd(), LOCK_SH | LOCK_NB) } == 0;
-        if !locked {
+        if file.try_lock_shared().is_err() {
             let mut owner = String::new();
             let _ = file.read_to_string(&mut owner);
             let owner = owner.trim();
@@ -285,10 +281,31 @@ impl Drop for StoreLock {
     }
 }
 
-const LOCK_SH: i32 = 1;
-const LOCK_EX: i32 = 2;
-const LOCK_NB: i32 = 4;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-extern "C" {
-    fn flock(fd: i32, operation: i32) -> i32;
+    #[test]
+    fn the_store_lock_excludes_writers_and_readers_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StoreLock::acquire(dir.path()).unwrap();
+        let pid = std::process::id().to_string();
+        match StoreLock::acquire(dir.path()) {
+            Err(StoreDirError::Locked(_, owner)) => assert_eq!(owner, pid),
+            other => panic!("a second writer got {other:?}"),
+        }
+        assert!(matches!(
+            SharedStoreLock::acquire(dir.path()),
+            Err(StoreDirError::Locked(..))
+        ));
+        drop(held);
+        let first = SharedStoreLock::acquire(dir.path()).unwrap();
+        let second = SharedStoreLock::acquire(dir.path()).unwrap();
+        assert!(matches!(
+            StoreLock::acquire(dir.path()),
+            Err(StoreDirError::Locked(..))
+        ));
+        drop((first, second));
+        StoreLock::acquire(dir.path()).unwrap();
+    }
 }
