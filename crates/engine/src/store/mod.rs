@@ -9,6 +9,7 @@ mod fjall_store;
 pub mod journal_check;
 mod journal_sync;
 mod memory_store;
+mod seqno_recovery;
 mod staged_store;
 
 use std::collections::BTreeMap;
