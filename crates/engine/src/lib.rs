@@ -27,14 +27,12 @@
 
 mod acl;
 pub mod backup;
-mod counters_check;
 mod data;
 mod engine;
 mod error;
 pub mod error_seq;
 mod fallocate;
 pub mod fsck;
-pub mod fsck_progress;
 mod handles;
 pub mod histogram;
 mod inode;
@@ -55,15 +53,14 @@ pub mod store_shadow;
 pub mod store_state;
 mod tmpfile;
 mod tree_usage;
-mod tree_usage_check;
 mod unlinked;
 mod xattr;
 
-pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
 pub use fallocate::Fallocate;
+pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
 };
