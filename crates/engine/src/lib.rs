@@ -49,6 +49,7 @@ pub mod store_access;
 pub mod store_dir;
 pub mod store_identity;
 pub mod store_open;
+pub mod store_seal;
 pub mod store_shadow;
 pub mod store_state;
 mod tmpfile;

@@ -126,8 +126,8 @@ pub fn fsck_store_dir_observed(
             report
         }
     };
-    for problem in findings.problems {
-        report.problem(problem);
+    for problem in findings.all_problems() {
+        report.problem(problem.clone());
     }
     report.notes.extend(findings.notes);
     drop(store);
@@ -167,6 +167,7 @@ pub(crate) fn open_for_check(dir: &Path) -> Result<(StoreLock, FjallStore), Open
         ..FjallTuning::default()
     };
     let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
+    crate::store_open::record_open(dir, &store);
     Ok((lock, store))
 }
 

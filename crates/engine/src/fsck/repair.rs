@@ -47,6 +47,11 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     for dropped in cut {
         report.notes.push(format!("dropped: {dropped}"));
     }
+    for changed in &findings.changed_files {
+        report
+            .notes
+            .push(format!("recorded as it is now: {changed}"));
+    }
     match repaired {
         Ok(notes) => report.notes.extend(notes),
         Err(error) => report.problem(format!("the repair stopped: {error}")),
