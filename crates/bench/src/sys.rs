@@ -108,6 +108,8 @@ pub struct FreeSpace {
     pub free_bytes: u64,
     /// The allocation unit: a small file takes at least this much.
     pub block_bytes: u64,
+    /// What `df` shows as used: all blocks but the free ones.
+    pub used_bytes: u64,
 }
 
 pub fn free_space(path: &Path) -> io::Result<FreeSpace> {
@@ -121,5 +123,7 @@ pub fn free_space(path: &Path) -> io::Result<FreeSpace> {
     Ok(FreeSpace {
         free_bytes: stat.f_bavail as u64 * stat.f_frsize as u64,
         block_bytes: (stat.f_frsize as u64).max(1),
+        used_bytes: (stat.f_blocks as u64).saturating_sub(stat.f_bfree as u64)
+            * stat.f_frsize as u64,
     })
 }

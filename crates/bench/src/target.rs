@@ -150,6 +150,12 @@ impl Target {
             .map(|_| teardown.base.as_path())
     }
 
+    /// For a shoal target made here: its store directory.
+    pub fn shoal_store(&self) -> Option<PathBuf> {
+        let teardown = self.teardown.as_ref()?;
+        (teardown.kind == MakeKind::Shoal).then(|| teardown.base.join("store"))
+    }
+
     pub fn is_shoal(&self) -> bool {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }
