@@ -60,8 +60,15 @@ fn object_path(root: &Path, index: u64) -> PathBuf {
     root.join(format!("{:03x}/{index:08x}.data", index % FANOUT))
 }
 
-/// Writes `bytes` bytes as a temp file and renames it over the object (Swift's PUT).
-fn put(root: &Path, thread: usize, index: u64, bytes: u64, fsync: bool) -> Result<()> {
+/// Writes `bytes` random bytes (incompressible, as stored objects mostly are) as a temp
+/// file and renames it over the object (Swift's PUT).
+fn put(
+    root: &Path,
+    rng: &mut SplitMix64,
+    (thread, index): (usize, u64),
+    bytes: u64,
+    fsync: bool,
+) -> Result<()> {
     let temp = root.join(format!("tmp/{thread}.tmp"));
     let mut file = OpenOptions::new()
         .write(true)
@@ -69,7 +76,8 @@ fn put(root: &Path, thread: usize, index: u64, bytes: u64, fsync: bool) -> Resul
         .truncate(true)
         .open(&temp)
         .context(|| format!("create {}", temp.display()))?;
-    let payload = vec![(index as u8) | 1; bytes as usize];
+    let mut payload = vec![0u8; bytes as usize];
+    rng.fill_bytes(&mut payload);
     file.write_all(&payload)
         .context(|| format!("write {}", temp.display()))?;
     if fsync {
@@ -181,7 +189,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                     for (slot, &index) in mine.iter().enumerate() {
                         interrupt::check()?;
                         let bytes = object_size(&mut rng);
-                        put(&root, thread, index, bytes, params.fsync)?;
+                        put(&root, &mut rng, (thread, index), bytes, params.fsync)?;
                         sizes[slot] = bytes;
                         live_bytes.fetch_add(bytes, Ordering::Relaxed);
                         operations.fetch_add(1, Ordering::Relaxed);
@@ -202,7 +210,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                             live_bytes.fetch_sub(old, Ordering::Relaxed);
                         } else {
                             let bytes = object_size(&mut rng);
-                            put(&root, thread, index, bytes, params.fsync)?;
+                            put(&root, &mut rng, (thread, index), bytes, params.fsync)?;
                             sizes[slot] = bytes;
                             live_bytes.fetch_add(bytes, Ordering::Relaxed);
                             live_bytes.fetch_sub(old, Ordering::Relaxed);
