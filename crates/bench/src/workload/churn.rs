@@ -5,9 +5,10 @@
 //! sum of the objects' sizes) and the bytes the filesystem uses for them, so the report
 //! shows whether deleted and overwritten space comes back.
 //!
-//! Used bytes: for a shoal store made here, the store directory's allocated blocks (as
-//! `du` counts them: journals, tables and blob files); for any other target, `df`'s used
-//! bytes minus those at the start of the workload (a fresh filesystem's own metadata).
+//! Used bytes: for a shoal mount with a store (made here, or as its daemon names it), the
+//! store directory's allocated blocks (as `du` counts them: journals, tables and blob
+//! files); for any other target, `df`'s used bytes minus those at the start of the
+//! workload (a fresh filesystem's own metadata).
 
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -197,7 +198,13 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                     while !churning.load(Ordering::Acquire) {
                         std::thread::sleep(Duration::from_millis(10));
                     }
-                    while !done.load(Ordering::Acquire) && !mine.is_empty() {
+                    // Each worker keeps its own time: a sampler slow to wake (a loaded
+                    // machine) does not stretch the run.
+                    let until = Instant::now() + churn_for;
+                    while !done.load(Ordering::Acquire)
+                        && Instant::now() < until
+                        && !mine.is_empty()
+                    {
                         interrupt::check()?;
                         let slot = rng.below(mine.len() as u64) as usize;
                         let index = mine[slot];
@@ -232,9 +239,6 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
                 if filled && churn_started.is_none() {
                     churn_started = Some(Instant::now());
                     churning.store(true, Ordering::Release);
-                }
-                if churn_started.is_some_and(|at| at.elapsed() >= churn_for) {
-                    done.store(true, Ordering::Release);
                 }
                 let due = curve.last().is_none_or(|p: &SpacePoint| {
                     started.elapsed().as_secs_f64() * 1e3 - p.elapsed_ms
