@@ -273,6 +273,7 @@ pub fn markdown(report: &Report, charts: &[ChartFile]) -> String {
                 );
             }
         }
+        space_curves(&mut page, report, workload);
         let mut notes: Vec<&String> = report
             .samples
             .iter()
@@ -287,6 +288,34 @@ pub fn markdown(report: &Report, charts: &[ChartFile]) -> String {
         let _ = writeln!(page);
     }
     page
+}
+
+/// churn: each run's space-amplification curve as a table (elapsed, live, used, used/live).
+fn space_curves(page: &mut String, report: &Report, workload: Workload) {
+    for sample in report
+        .samples
+        .iter()
+        .filter(|s| s.workload == workload && !s.outcome.space_curve.is_empty())
+    {
+        let _ = writeln!(
+            page,
+            "Space amplification on {}, run {}:\n\n| s | phase | live MB | used MB | used / live | operations |\n|---:|---|---:|---:|---:|---:|",
+            sample.target, sample.run
+        );
+        for point in &sample.outcome.space_curve {
+            let _ = writeln!(
+                page,
+                "| {:.0} | {} | {:.1} | {:.1} | {:.2} | {} |",
+                point.elapsed_ms / 1e3,
+                point.phase,
+                point.live_bytes as f64 / 1e6,
+                point.used_bytes as f64 / 1e6,
+                point.amplification,
+                point.operations
+            );
+        }
+        let _ = writeln!(page);
+    }
 }
 
 fn tools_line(env: &Environment) -> String {

@@ -159,6 +159,23 @@ impl Target {
             .map(|_| teardown.base.as_path())
     }
 
+    /// For a shoal target: its store directory (made here, or as its daemon says with
+    /// `shoal info --json`); `None` for other filesystems and in-memory shoal mounts.
+    pub fn shoal_store(&self) -> Option<PathBuf> {
+        if let Some(teardown) = &self.teardown {
+            return (teardown.kind == MakeKind::Shoal).then(|| teardown.base.join("store"));
+        }
+        let mount = self.mount.as_ref().filter(|mount| mount.is_shoal())?;
+        let output = Command::new(self.shoal_bin.as_ref()?)
+            .args(["info", "--json"])
+            .arg(&mount.mountpoint)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())?;
+        let info: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        info["store_dir"].as_str().map(PathBuf::from)
+    }
+
     pub fn is_shoal(&self) -> bool {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }

@@ -16,8 +16,8 @@ use shoal_bench::workload::{Params, Size, TimeLimit, Workload};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck
-    /// (default: all).
+    /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck,
+    /// churn (default: all but churn).
     #[arg(value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
@@ -75,6 +75,12 @@ pub struct BenchArgs {
     /// time allows": MINUTES for every target, or TARGET=MINUTES,... (e.g. xfs=25).
     #[arg(long, value_name = "LIST")]
     objects_minutes: Option<String>,
+    /// Objects in the live set of the churn workload.
+    #[arg(long, value_name = "N")]
+    churn_objects: Option<u64>,
+    /// Seconds the churn workload overwrites and deletes after filling its live set.
+    #[arg(long, value_name = "SECONDS")]
+    churn_seconds: Option<u64>,
     /// Seed of the generated tree and of random choices: the same seed, the same work
     /// (default: the size preset's).
     #[arg(long)]
@@ -106,6 +112,8 @@ fn params(args: &BenchArgs, size: Size) -> Result<Params> {
     params.tree_files = args.tree_files.unwrap_or(params.tree_files);
     params.objects_count = args.objects_count.unwrap_or(params.objects_count);
     params.seed = args.seed.unwrap_or(params.seed);
+    params.churn_objects = args.churn_objects.unwrap_or(params.churn_objects);
+    params.churn_seconds = args.churn_seconds.unwrap_or(params.churn_seconds);
     params.fsync = args.fsync;
     params.external = args.external;
     Ok(params)
@@ -113,7 +121,10 @@ fn params(args: &BenchArgs, size: Size) -> Result<Params> {
 
 fn workloads(names: &[String]) -> Result<Vec<Workload>> {
     if names.is_empty() {
-        return Ok(Workload::ALL.to_vec());
+        return Ok(Workload::ALL
+            .into_iter()
+            .filter(|workload| workload.in_default())
+            .collect());
     }
     let mut list = Vec::new();
     for name in names {

@@ -13,7 +13,7 @@ pub fn run(store_dir: &Path, repair: bool) -> Result<ExitCode> {
     } else {
         let bar = crate::progress_bar::count("fsck", "pairs");
         let checked =
-            shoal_engine::fsck_progress::fsck_store_dir_with_progress(store_dir, &|pairs| {
+            shoal_engine::fsck::progress::fsck_store_dir_with_progress(store_dir, &|pairs| {
                 bar.set_position(pairs)
             });
         bar.finish_and_clear();

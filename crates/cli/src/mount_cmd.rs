@@ -385,11 +385,8 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     shoal_fuse::run(session).context("serving FUSE requests")?;
     final_sync(&engine)?;
     drop(engine);
-    if let Some(store) = request
-        .store
-        .as_ref()
-        .filter(|_| !request.options.read_only)
-    {
+    // Read-only too: fjall may have flushed or compacted what it recovered.
+    if let Some(store) = request.store.as_ref() {
         shoal_engine::store_dir::open::record_clean_close(store);
     }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());

@@ -241,7 +241,9 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     );
     let _ = writeln!(
         out,
-        "space   on disk {}  reclaimable {}  reclaims {} (returned {})",
+        "space   live {} in {} inodes  on disk {}  reclaimable {}  reclaims {} (returned {})",
+        bytes(current.engine.live_bytes),
+        current.engine.live_inodes,
         bytes(store.disk_bytes),
         bytes(store.reclaimable_bytes),
         store.reclaims,

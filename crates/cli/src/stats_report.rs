@@ -88,6 +88,12 @@ pub struct EngineReport {
     pub reclaim_trees: u64,
     pub reclaim_entries: u64,
     pub reclaim_bytes: u64,
+    /// What the files hold (the usage counters' total): bytes stored and inodes, against
+    /// which the store's bytes on disk are the overhead.
+    #[serde(default)]
+    pub live_bytes: u64,
+    #[serde(default)]
+    pub live_inodes: u64,
 }
 
 /// The daemon's memory. Each number is described once, in `MEMORY_METRICS`.
@@ -374,6 +380,7 @@ impl StatsSource {
         let errors = live.write_errors();
         let (engine, store) = live.stats_snapshot();
         let reclaim = live.reclaim_backlog().unwrap_or_default();
+        let used = live.fs_stats().map(|stats| stats.used).unwrap_or_default();
         drop(live);
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
@@ -405,6 +412,8 @@ impl StatsSource {
                 reclaim_trees: reclaim.trees,
                 reclaim_entries: reclaim.entries,
                 reclaim_bytes: reclaim.bytes,
+                live_bytes: used.bytes,
+                live_inodes: used.inodes,
             },
             store,
             memory: MemoryReport {

@@ -321,3 +321,72 @@ fn bad_input_is_refused_with_a_message() {
         "nothing left behind"
     );
 }
+
+/// `churn` (run by name only) fills a live set, overwrites and deletes for a fixed time,
+/// and reports a space-amplification curve: live bytes against used bytes, sampled over
+/// the run, in the JSON and as a table on the Markdown page. Used bytes of a shoal mount,
+/// given or made, are its store's allocated blocks. (Not on tmpfs: /dev/shm is shared,
+/// and others' files come and go in its `df`.)
+#[test]
+fn churn_reports_a_space_amplification_curve() {
+    let mounted = Mounted::new();
+    let scratch = common::test_dir();
+    let report_dir = ram_dir("shoal-bench-churn-report.");
+    let mut cmd = Command::new(SHOAL);
+    cmd.arg("bench")
+        .arg("--target")
+        .arg(&mounted.mnt)
+        .args(["--make", "shoal", "--scratch"])
+        .arg(scratch.path())
+        .args(["--runs", "1", "--threads", "2"])
+        .args(["--churn-objects", "80", "--churn-seconds", "3"])
+        .arg("--report")
+        .arg(report_dir.path())
+        .arg("churn");
+    let out = run_ok(&mut cmd, BENCH_TIMEOUT);
+    let text = fs::read_to_string(report_dir.path().join("bench.json")).unwrap();
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let samples = report["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "{}", out.describe());
+    for sample in samples {
+        assert!(sample.get("error").is_none(), "{sample}");
+        let curve = sample["space_curve"].as_array().expect("a space curve");
+        let last = curve.last().expect("a point");
+        assert_eq!(last["phase"], "churn", "{sample}");
+        assert!(
+            last["elapsed_ms"].as_f64().unwrap() >= 3000.0,
+            "it churned for the time given: {sample}"
+        );
+        for point in curve {
+            let live = point["live_bytes"].as_u64().unwrap();
+            let used = point["used_bytes"].as_u64().unwrap();
+            let amplification = point["amplification"].as_f64().unwrap();
+            assert!(live > 0 && used > 0, "{point}");
+            assert!(
+                (amplification - used as f64 / live as f64).abs() < 1e-6,
+                "{point}"
+            );
+        }
+        assert!(sample["counts"]["churn_operations"].as_u64().unwrap() > 0);
+    }
+    let notes = samples
+        .iter()
+        .flat_map(|sample| sample["notes"].as_array().unwrap())
+        .map(|note| note.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        notes.matches("allocated blocks under").count(),
+        2,
+        "{notes}"
+    );
+    let page = fs::read_to_string(report_dir.path().join("BENCHMARKS.md")).unwrap();
+    assert!(
+        page.contains("## churn") && page.matches("Space amplification on").count() == 2,
+        "{page}"
+    );
+    // Not in the default set: it runs for a fixed time.
+    let help = run_ok(Command::new(SHOAL).args(["bench", "--help"]), BENCH_TIMEOUT);
+    assert!(help.stdout.contains("all but churn"), "{}", help.describe());
+    mounted.finish();
+}

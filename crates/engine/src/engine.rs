@@ -241,7 +241,7 @@ impl Engine {
         };
         let fjall = crate::store_dir::open::open_verified(dir, &config.tuning, space.as_ref())?;
         if version < FORMAT_VERSION {
-            crate::tree_usage_check::upgrade_store_dir(dir, &fjall, config.read_only)?;
+            crate::fsck::tree_usage::upgrade_store_dir(dir, &fjall, config.read_only)?;
         }
         let mut store: Box<dyn Store> = Box::new(fjall);
         if config.checkpoint_bytes > 0 {

@@ -34,12 +34,10 @@
 
 pub mod backup;
 mod counters;
-mod counters_check;
 pub mod defaults;
 mod engine;
 mod error;
 pub mod fsck;
-pub mod fsck_progress;
 mod keys;
 pub mod metric;
 mod namespace;
@@ -47,14 +45,13 @@ mod reclaim;
 pub mod stats;
 mod store;
 pub mod store_dir;
-mod tree_usage_check;
 
 pub use counters::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use counters::quota_ops::ProjectQuota;
 pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
-pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
+pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
 pub use keys::FORMAT_VERSION;

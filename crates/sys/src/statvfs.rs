@@ -26,21 +26,25 @@ pub struct DeviceSpace {
     pub available_bytes: u64,
     /// The allocation unit (`f_frsize`, at least 1): a small file takes at least this much.
     pub block_bytes: u64,
+    /// What `df` shows as used: every block but the free ones (`f_blocks - f_bfree`).
+    pub used_bytes: u64,
 }
 
 pub fn device_space(path: &Path) -> io::Result<DeviceSpace> {
     let stat = statvfs(path)?;
     // The field types differ between targets (u32 or u64); `as` widens on every one.
     #[allow(clippy::unnecessary_cast)]
-    let (fragment, blocks, available) = (
+    let (fragment, blocks, available, free) = (
         (stat.f_frsize as u64).max(1),
         stat.f_blocks as u64,
         stat.f_bavail as u64,
+        stat.f_bfree as u64,
     );
     Ok(DeviceSpace {
         total_bytes: blocks * fragment,
         available_bytes: available * fragment,
         block_bytes: fragment,
+        used_bytes: blocks.saturating_sub(free) * fragment,
     })
 }
 
@@ -53,6 +57,7 @@ mod tests {
         let root = device_space(Path::new("/")).unwrap();
         assert!(root.total_bytes > 0 && root.block_bytes > 0);
         assert!(root.available_bytes <= root.total_bytes);
+        assert!(root.used_bytes <= root.total_bytes);
         let missing = statvfs(Path::new("/no/such/dir")).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
         let nul = statvfs(Path::new("a\0b")).unwrap_err();

@@ -2,6 +2,7 @@
 //! metrics; setup and cleanup outside the timed part are not measured.
 
 pub mod bonnie;
+pub mod churn;
 pub mod create;
 pub mod objects;
 pub mod quotacheck;
@@ -29,10 +30,11 @@ pub enum Workload {
     Objects,
     Bonnie,
     Quotacheck,
+    Churn,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::Create,
         Workload::Stat,
         Workload::Unlink,
@@ -41,6 +43,7 @@ impl Workload {
         Workload::Objects,
         Workload::Bonnie,
         Workload::Quotacheck,
+        Workload::Churn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,7 +56,14 @@ impl Workload {
             Workload::Objects => "objects",
             Workload::Bonnie => "bonnie",
             Workload::Quotacheck => "quotacheck",
+            Workload::Churn => "churn",
         }
+    }
+
+    /// Whether a session that names no workloads runs it: churn runs for a fixed time
+    /// and is run by name.
+    pub fn in_default(self) -> bool {
+        self != Workload::Churn
     }
 
     pub fn parse(name: &str) -> Result<Self> {
@@ -120,6 +130,20 @@ pub struct Params {
     pub objects_minutes: Vec<TimeLimit>,
     /// Also run fs_mark and bonnie++ with matching parameters, where installed.
     pub external: bool,
+    /// churn: objects in the live set.
+    #[serde(default = "default_churn_objects")]
+    pub churn_objects: u64,
+    /// churn: how long the churn runs after the fill.
+    #[serde(default = "default_churn_seconds")]
+    pub churn_seconds: u64,
+}
+
+fn default_churn_objects() -> u64 {
+    Params::for_size(Size::Small).churn_objects
+}
+
+fn default_churn_seconds() -> u64 {
+    Params::for_size(Size::Small).churn_seconds
 }
 
 impl Params {
@@ -128,6 +152,12 @@ impl Params {
             Size::Small => (10_000, 9_000, 50_000),
             Size::Medium => (100_000, 90_000, 1_000_000),
             Size::Large => (1_000_000, 1_000_000, 2_000_000),
+        };
+        // About 44 KB per object: 220 MB, 2.2 GB and 22 GB live.
+        let (churn_objects, churn_seconds) = match size {
+            Size::Small => (5_000, 60),
+            Size::Medium => (50_000, 600),
+            Size::Large => (500_000, 1_800),
         };
         Params {
             threads: 2,
@@ -141,6 +171,8 @@ impl Params {
             objects_size_bytes: 1024,
             objects_minutes: Vec::new(),
             external: false,
+            churn_objects,
+            churn_seconds,
         }
     }
 
@@ -151,6 +183,8 @@ impl Params {
             ("--dirs", self.dirs_per_thread as u64),
             ("--tree-files", self.tree_files as u64),
             ("--objects-count", self.objects_count),
+            ("--churn-objects", self.churn_objects),
+            ("--churn-seconds", self.churn_seconds),
         ];
         for (flag, value) in positive {
             if value == 0 {
@@ -244,6 +278,9 @@ pub struct Outcome {
     pub notes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub curve: Vec<CurvePoint>,
+    /// churn: live and used bytes over time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub space_curve: Vec<churn::SpacePoint>,
 }
 
 impl Outcome {
@@ -389,6 +426,7 @@ pub fn run(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
         Workload::Objects => objects::run(ctx),
         Workload::Bonnie => bonnie::run(ctx),
         Workload::Quotacheck => quotacheck::run(ctx),
+        Workload::Churn => churn::run(ctx),
     }
 }
 

@@ -57,7 +57,7 @@ pub struct SpaceReserve {
     sample: Mutex<Option<Sample>>,
 }
 
-pub use shoal_sys::statvfs::{device_space, DeviceSpace};
+pub use shoal_sys::statvfs::device_space;
 
 /// The floor kept free on a device of `total_bytes`.
 pub fn floor_bytes(total_bytes: u64) -> u64 {

@@ -162,6 +162,7 @@ impl From<fjall::Error> for StoreError {
 
 impl FjallStore {
     pub fn open(path: &Path, tuning: &FjallTuning) -> Result<Self, StoreError> {
+        super::seqno_recovery::ensure_a_journal(path)?;
         let db = Database::builder(path)
             .cache_size(tuning.cache_bytes)
             .worker_threads(tuning.worker_threads.max(1))

@@ -13,6 +13,7 @@ use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
 pub mod access;
 pub mod identity;
 pub mod open;
+pub mod seal;
 pub mod shadow;
 pub mod state;
 

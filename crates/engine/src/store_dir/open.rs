@@ -33,8 +33,9 @@ pub fn open_verified(
 ) -> Result<FjallStore, OpenError> {
     let kv = store_dir::kv_path(dir);
     let findings = state::check_store_journals(dir, &kv).map_err(io_error(dir))?;
-    if !findings.problems.is_empty() {
-        return Err(damaged(dir, &findings.problems));
+    let problems: Vec<String> = findings.all_problems().cloned().collect();
+    if !problems.is_empty() {
+        return Err(damaged(dir, &problems));
     }
     for note in &findings.notes {
         tracing::info!("{note}");
@@ -49,8 +50,10 @@ pub fn open_verified(
         // Recovery only read the journals into memtables; their flush is what needs
         // the space, exactly what the memtables now hold.
         check_replay_space(dir, store.pending_bytes(), reserve.floor_bytes())?;
-        record_open(dir, &store);
     }
+    // A read-only mount too: fjall flushes and compacts what recovery found whatever the
+    // mount's mode, changing files the clean state sealed.
+    record_open(dir, &store);
     Ok(store)
 }
 
@@ -74,9 +77,10 @@ fn check_replay_space(dir: &Path, replayed_bytes: u64, floor_bytes: u64) -> Resu
     Ok(())
 }
 
-/// Records that the store is open (its journals may change from now on). Best effort
-/// (a full device may refuse the small write).
-fn record_open(dir: &Path, store: &FjallStore) {
+/// Records that the store is open (its journals and files may change from now on). Best
+/// effort (a full or read-only device may refuse the small write; on a read-only one
+/// nothing changes the files either).
+pub(crate) fn record_open(dir: &Path, store: &FjallStore) {
     let recorded = store
         .sync()
         .map_err(|error| error.to_string())

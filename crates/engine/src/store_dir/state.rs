@@ -2,9 +2,10 @@
 //! and fsck make before trusting the store.
 //!
 //! `STATE` says whether the store was cleanly closed, and then which journal files it
-//! had and how many readable bytes each held. Nothing changes a closed store's journals,
-//! so one missing or holding fewer readable bytes at the next open was deleted, cut short
-//! or damaged, and fjall's recovery would drop its batches without a word. While a store
+//! had and how many readable bytes each held, and a seal of each other key-value file
+//! (`store_seal`). Nothing changes a closed store's files, so a journal missing or holding
+//! fewer readable bytes at the next open was deleted, cut short or damaged (fjall's
+//! recovery would drop its batches without a word), and so was a file whose seal breaks. While a store
 //! is open (`STATE` says so), fjall deletes journals it has flushed, and a crash may tear
 //! the newest one's tail: then only damage inside the journals is found
 //! (`journal_check`). fjall's sequence numbers cannot serve: a compaction resets them.
@@ -14,6 +15,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::store::journal_check::{check_journals, JournalDamage, JournalFile};
+use crate::store_dir::seal::{check_seals, seal_files, FileSeal};
 
 const STATE_FILE: &str = "STATE";
 
@@ -21,9 +23,16 @@ const STATE_FILE: &str = "STATE";
 pub enum StoreState {
     /// Opened read-write and not (yet) closed cleanly.
     Open,
-    /// Closed cleanly with these journals: file name and readable bytes.
-    Clean(Vec<(String, u64)>),
+    /// Closed cleanly with these journals (file name and readable bytes) and these other
+    /// key-value files (`store_seal`).
+    Clean {
+        journals: Vec<(String, u64)>,
+        files: Vec<FileSeal>,
+    },
 }
+
+/// The line prefix of a sealed file in `STATE`.
+const FILE_LINE: &str = "file ";
 
 /// The recorded state; `None` for a store that has none (made before it existed).
 pub fn read_state(dir: &Path) -> io::Result<Option<StoreState>> {
@@ -38,12 +47,17 @@ pub fn read_state(dir: &Path) -> io::Result<Option<StoreState>> {
         Some("open") => Ok(Some(StoreState::Open)),
         Some("clean") => {
             let mut journals = Vec::new();
+            let mut files = Vec::new();
             for line in lines {
+                if let Some(seal) = line.strip_prefix(FILE_LINE) {
+                    files.push(FileSeal::parse(seal).ok_or_else(unreadable)?);
+                    continue;
+                }
                 let (name, bytes) = line.split_once(' ').ok_or_else(unreadable)?;
                 let bytes = bytes.parse().map_err(|_| unreadable())?;
                 journals.push((name.to_string(), bytes));
             }
-            Ok(Some(StoreState::Clean(journals)))
+            Ok(Some(StoreState::Clean { journals, files }))
         }
         _ => Err(unreadable()),
     }
@@ -55,10 +69,13 @@ pub fn write_state(dir: &Path, state: &StoreState) -> io::Result<()> {
     let mut text = String::new();
     match state {
         StoreState::Open => text.push_str("open\n"),
-        StoreState::Clean(journals) => {
+        StoreState::Clean { journals, files } => {
             text.push_str("clean\n");
             for (name, bytes) in journals {
                 text.push_str(&format!("{name} {bytes}\n"));
+            }
+            for seal in files {
+                text.push_str(&format!("{FILE_LINE}{seal}\n"));
             }
         }
     }
@@ -70,13 +87,14 @@ pub fn write_state(dir: &Path, state: &StoreState) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
-/// The clean state of the journals in `kv_dir` as they are now.
+/// The clean state of the journals and other files in `kv_dir` as they are now.
 pub fn clean_state(kv_dir: &Path) -> io::Result<StoreState> {
     let journals = check_journals(kv_dir)?
         .into_iter()
         .map(|file| (file_name(&file), file.valid_bytes))
         .collect();
-    Ok(StoreState::Clean(journals))
+    let files = seal_files(kv_dir)?;
+    Ok(StoreState::Clean { journals, files })
 }
 
 fn file_name(file: &JournalFile) -> String {
@@ -86,17 +104,27 @@ fn file_name(file: &JournalFile) -> String {
         .unwrap_or_default()
 }
 
+impl Findings {
+    /// Everything that is damage.
+    pub fn all_problems(&self) -> impl Iterator<Item = &String> {
+        self.problems.iter().chain(&self.changed_files)
+    }
+}
+
 /// What a look at a store before opening it found.
 #[derive(Debug, Default)]
 pub struct Findings {
-    /// Damage: a mount refuses the store, fsck exits 1.
+    /// Damage in the journals: a mount refuses the store, fsck exits 1.
     pub problems: Vec<String>,
+    /// Other key-value files gone or changed since the clean close (`store_seal`): damage
+    /// too, kept apart because a repair cannot undo it, only record what is there now.
+    pub changed_files: Vec<String>,
     /// Normal after a crash, reported but not damage (a torn tail).
     pub notes: Vec<String>,
 }
 
-/// Reads the journals of the store in `dir` without changing them, and compares them
-/// with what `STATE` recorded at a clean close.
+/// Reads the journals of the store in `dir` without changing them, and compares them and
+/// the other key-value files with what `STATE` recorded at a clean close.
 pub fn check_store_journals(dir: &Path, kv_dir: &Path) -> io::Result<Findings> {
     let mut findings = Findings::default();
     let files = check_journals(kv_dir)?;
@@ -114,8 +142,13 @@ pub fn check_store_journals(dir: &Path, kv_dir: &Path) -> io::Result<Findings> {
             None
         }
     };
-    if let Some(StoreState::Clean(recorded)) = state {
-        for (name, bytes) in recorded {
+    if let Some(StoreState::Clean {
+        journals,
+        files: sealed,
+    }) = state
+    {
+        findings.changed_files = check_seals(kv_dir, &sealed)?;
+        for (name, bytes) in journals {
             let found = files.iter().find(|file| file_name(file) == name);
             match found {
                 None => findings.problems.push(format!(
@@ -169,8 +202,18 @@ mod tests {
         assert_eq!(read_state(dir.path()).unwrap(), None);
         for state in [
             StoreState::Open,
-            StoreState::Clean(vec![("0.jnl".into(), 42), ("1.jnl".into(), 7)]),
-            StoreState::Clean(Vec::new()),
+            StoreState::Clean {
+                journals: vec![("0.jnl".into(), 42), ("1.jnl".into(), 7)],
+                files: vec![FileSeal {
+                    path: "keyspaces/0/current".into(),
+                    bytes: 25,
+                    hash: 0xfeed,
+                }],
+            },
+            StoreState::Clean {
+                journals: Vec::new(),
+                files: Vec::new(),
+            },
         ] {
             write_state(dir.path(), &state).unwrap();
             assert_eq!(read_state(dir.path()).unwrap(), Some(state));

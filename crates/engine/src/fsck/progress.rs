@@ -3,19 +3,19 @@
 
 use std::path::Path;
 
+use super::FsckReport;
 use crate::engine::OpenError;
-use crate::fsck::FsckReport;
 use crate::store::{Batch, Scan, Space, Store, StoreError, StoreView};
 
 /// How often (in visited pairs) `progress` hears of the count.
 const REPORT_EVERY_PAIRS: u64 = 16_384;
 
-/// [`crate::fsck::fsck_store_dir`], telling `progress` the pairs read so far as it goes.
+/// [`super::fsck_store_dir`], telling `progress` the pairs read so far as it goes.
 pub fn fsck_store_dir_with_progress(
     dir: &Path,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FsckReport, OpenError> {
-    crate::fsck::fsck_store_dir_observed(dir, progress)
+    super::fsck_store_dir_observed(dir, progress)
 }
 
 /// A read-through view of a store that counts the pairs its scans visit.

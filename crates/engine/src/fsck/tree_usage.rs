@@ -322,3 +322,75 @@ pub(crate) fn upgrade_store_dir(
     store_dir::write_format(dir)?;
     Ok(())
 }
+
+/// `fsck --repair`: rewrites recursive usage and link parents from the inodes and entries
+/// there are, deleting records of what is gone. (The parent field of each inode is
+/// repair's `fix_inodes`'s.)
+pub(super) fn rewrite(repairs: &mut super::repair::Repairs) -> FsResult<()> {
+    let expected = compute(repairs.store)?;
+    let mut stored_usage = HashMap::new();
+    scan(repairs.store, keys::all_tree_usage_range(), |key, value| {
+        stored_usage.insert(
+            keys::decode_tree_usage_key(key)?,
+            keys::decode_tree_usage(key, value)?,
+        );
+        Ok(())
+    })?;
+    let mut dirs: Vec<_> = expected.usage.iter().collect();
+    dirs.sort_by_key(|(ino, _)| **ino);
+    for (&dir, want) in dirs {
+        let have = stored_usage.remove(&dir);
+        let same = have.is_some_and(|have| {
+            (have.entries, have.files, have.bytes) == (want.entries, want.files, want.bytes)
+                && have.rctime >= want.rctime
+        });
+        if !same {
+            repairs.note(format!(
+                "fixed: tree usage of directory {dir}: {} entries / {} files / {} bytes",
+                want.entries, want.files, want.bytes
+            ));
+            repairs.put(
+                Space::Meta,
+                keys::tree_usage_key(dir),
+                keys::encode_tree_usage(want),
+            )?;
+        }
+    }
+    for dir in stored_usage.into_keys() {
+        repairs.note(format!(
+            "dropped: the tree usage record of {dir}, not a directory"
+        ));
+        repairs.delete(Space::Meta, keys::tree_usage_key(dir))?;
+    }
+    let mut stored_links = BTreeMap::new();
+    scan(
+        repairs.store,
+        keys::all_link_parents_range(),
+        |key, value| {
+            stored_links.insert(
+                keys::decode_link_parent_key(key)?,
+                keys::decode_link_count(key, value)?,
+            );
+            Ok(())
+        },
+    )?;
+    for (&(ino, dir), &count) in &expected.link_parents {
+        if stored_links.remove(&(ino, dir)) != Some(count) {
+            repairs.note(format!(
+                "fixed: inode {ino} has {count} names in directory {dir}"
+            ));
+            repairs.put(
+                Space::Meta,
+                keys::link_parent_key(ino, dir),
+                keys::encode_link_count(count),
+            )?;
+        }
+    }
+    for (ino, dir) in stored_links.into_keys() {
+        repairs.note(format!(
+            "dropped: the link parent record of inode {ino} in {dir}"
+        ));
+        repairs.delete(Space::Meta, keys::link_parent_key(ino, dir))?;
+    }
+    repairs.flush()
+}

@@ -1,0 +1,194 @@
+//! Offline consistency check and repair: every invariant the engine keeps, proven from a
+//! full scan (`check`, one pass per kind of record), and `fsck --repair`, which salvages
+//! what is readable and rebuilds what can be derived (`repair`).
+
+mod check;
+pub(crate) mod counters;
+mod lost_found;
+pub mod progress;
+mod repair;
+pub(crate) mod tree_usage;
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::engine::OpenError;
+use crate::error::FsResult;
+use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
+use crate::store_dir::{self, SharedStoreLock, StoreLock};
+use crate::store_dir::shadow::StoreShadow;
+use crate::store_dir::state as store_state;
+
+pub use check::check;
+pub use repair::repair_store_dir;
+
+/// Stop listing problems past this many; the count stays exact.
+const MAX_LISTED_PROBLEMS: usize = 100;
+
+#[derive(Debug, Default)]
+pub struct FsckReport {
+    pub inodes: u64,
+    pub directories: u64,
+    pub entries: u64,
+    pub chunks: u64,
+    pub xattrs: u64,
+    pub orphans: u64,
+    /// Trees detached by rmtree, still being deleted.
+    pub reclaims: u64,
+    pub data_bytes: u64,
+    pub problem_count: u64,
+    pub problems: Vec<String>,
+    /// Worth saying but not damage: a torn journal tail after a crash, what a repair did.
+    pub notes: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problem_count == 0
+    }
+
+    pub(super) fn problem(&mut self, text: String) {
+        self.problem_count += 1;
+        if self.problems.len() < MAX_LISTED_PROBLEMS {
+            self.problems.push(text);
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        let seconds = self.elapsed.as_secs_f64().max(1e-9);
+        let mut text = format!(
+            "{} inodes ({} directories), {} entries, {} chunks ({} data bytes), {} xattrs, {} orphans, {} detached trees; \
+             checked in {:.3} s ({:.0} inodes/s)\n",
+            self.inodes,
+            self.directories,
+            self.entries,
+            self.chunks,
+            self.data_bytes,
+            self.xattrs,
+            self.orphans,
+            self.reclaims,
+            seconds,
+            self.inodes as f64 / seconds,
+        );
+        for note in &self.notes {
+            let _ = writeln!(text, "note: {note}");
+        }
+        if self.is_clean() {
+            text.push_str("clean\n");
+        } else {
+            let _ = writeln!(text, "{} problem(s):", self.problem_count);
+            for problem in &self.problems {
+                let _ = writeln!(text, "  - {problem}");
+            }
+            if self.problem_count as usize > self.problems.len() {
+                let _ = writeln!(
+                    text,
+                    "  ... and {} more",
+                    self.problem_count as usize - self.problems.len()
+                );
+            }
+        }
+        text
+    }
+}
+
+/// Checks the store in `dir`, which must not be mounted, without changing it: the
+/// journals are read as they are (`journal_check`), and the key-value store is opened
+/// from a private copy (`store_shadow`), since fjall's recovery writes. Works on a
+/// read-only or full device. Damage of any kind is a problem in the report (exit 1);
+/// only what is not a store at all (or is in use) is an error.
+pub fn fsck_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
+    fsck_store_dir_observed(dir, &|_| {})
+}
+
+/// [`fsck_store_dir`], telling `progress` how many pairs the check has read so far.
+pub fn fsck_store_dir_observed(
+    dir: &Path,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<FsckReport, OpenError> {
+    store_dir::read_format(dir)?;
+    let _lock = SharedStoreLock::acquire(dir)?;
+    let kv = store_dir::kv_path(dir);
+    let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
+    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
+    let shadow = StoreShadow::of(&kv).map_err(io)?;
+    let store = FjallStore::open(shadow.path(), &check_tuning());
+    let mut report = match &store {
+        Ok(store) => checked(&progress::Counting::new(store, progress)),
+        Err(error) => {
+            let mut report = FsckReport::default();
+            report.problem(format!(
+                "the key-value store cannot be opened: {error} (a damaged or missing table, \
+                 blob, manifest or `current` file)"
+            ));
+            report
+        }
+    };
+    for problem in findings.all_problems() {
+        report.problem(problem.clone());
+    }
+    report.notes.extend(findings.notes);
+    drop(store);
+    drop(shadow);
+    Ok(report)
+}
+
+fn check_tuning() -> FjallTuning {
+    FjallTuning {
+        worker_threads: 1,
+        ..FjallTuning::default()
+    }
+}
+
+/// `check`, with a store that fails to read (a checksum, an I/O error, an undecodable
+/// record) as a problem of the report rather than an error.
+fn checked(store: &dyn Store) -> FsckReport {
+    match check(store) {
+        Ok(report) => report,
+        Err(error) => {
+            let mut report = FsckReport::default();
+            report.problem(format!(
+                "reading the store failed: {error} (damage in a table or blob file: \
+                 checksum, truncation or a deleted file)"
+            ));
+            report
+        }
+    }
+}
+
+/// Opens an unmounted store for an offline check, locked against a mount meanwhile.
+pub(crate) fn open_for_check(dir: &Path) -> Result<(StoreLock, FjallStore), OpenError> {
+    store_dir::read_format(dir)?;
+    let lock = StoreLock::acquire(dir)?;
+    let tuning = FjallTuning {
+        worker_threads: 1,
+        ..FjallTuning::default()
+    };
+    let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
+    crate::store_dir::open::record_open(dir, &store);
+    Ok((lock, store))
+}
+
+fn scan_all(
+    store: &dyn Store,
+    space: Space,
+    range: (Vec<u8>, Vec<u8>),
+    mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,
+) -> FsResult<()> {
+    let mut failure = None;
+    store.scan(
+        space,
+        &range.0,
+        &range.1,
+        &mut |key, value| match visit(key, value) {
+            Ok(()) => Scan::Continue,
+            Err(error) => {
+                failure = Some(error);
+                Scan::Stop
+            }
+        },
+    )?;
+    failure.map_or(Ok(()), Err)
+}
