@@ -11,8 +11,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::{shoal, Mounted};
-use shoal_engine::store::{Batch, FjallStore, FjallTuning, Space, Store};
-use shoal_engine::{keys, Engine, EngineConfig, ROOT_INO};
+use shoal_engine::internals::keys;
+use shoal_engine::internals::store::{Batch, FjallStore, Space, Store};
+use shoal_engine::FjallTuning;
+use shoal_engine::{Engine, EngineConfig, ROOT_INO};
 
 /// Inode numbers of `names` (paths below the root), read through the engine.
 fn inos(store: &Path, names: &[&str]) -> Vec<u64> {

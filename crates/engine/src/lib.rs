@@ -51,9 +51,9 @@ pub use counters::quota_ops::ProjectQuota;
 pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
-pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
 pub use error::{FsError, FsResult};
+pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use keys::FORMAT_VERSION;
 pub use namespace::data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use namespace::fallocate::Fallocate;
@@ -67,7 +67,8 @@ pub use namespace::NewInode;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use store::error_seq::WriteErrors;
 pub use store::{
-    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES, STORE_METRICS,
+    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES,
+    STORE_METRICS,
 };
 
 /// The key layout and the key-value store, for tests that write or damage a store

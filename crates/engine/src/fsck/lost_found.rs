@@ -9,8 +9,8 @@ use super::check;
 use super::repair::Repairs;
 use super::scan_all;
 use crate::error::FsResult;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, ROOT_INO};
 use crate::keys;
+use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, ROOT_INO};
 use crate::store::Space;
 
 pub(super) const LOST_FOUND: &[u8] = b"lost+found";

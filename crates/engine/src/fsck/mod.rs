@@ -16,9 +16,9 @@ use std::time::Duration;
 use crate::engine::OpenError;
 use crate::error::FsResult;
 use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
-use crate::store_dir::{self, SharedStoreLock, StoreLock};
 use crate::store_dir::shadow::StoreShadow;
 use crate::store_dir::state as store_state;
+use crate::store_dir::{self, SharedStoreLock, StoreLock};
 
 pub use check::check;
 pub use repair::repair_store_dir;

@@ -13,11 +13,11 @@ use super::check::{self, InodeFacts};
 use super::{check_tuning, checked, scan_all, FsckReport};
 use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
-use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::keys;
+use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::store::{Batch, FjallStore, Space, Store};
-use crate::store_dir::{self, StoreLock};
 use crate::store_dir::state as store_state;
+use crate::store_dir::{self, StoreLock};
 
 /// Changes per batch written.
 const BATCH_ITEMS: usize = 4096;
