@@ -27,6 +27,7 @@
 
 mod acl;
 pub mod backup;
+mod bulk;
 mod counters_check;
 mod data;
 mod engine;
@@ -59,6 +60,7 @@ mod tree_usage_check;
 mod unlinked;
 mod xattr;
 
+pub use bulk::{BulkAttrs, BulkFailure, BulkOp, NodeRef};
 pub use counters_check::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use data::{SetAttr, SetTime, MAX_FILE_BYTES};
 pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
