@@ -278,7 +278,12 @@ impl Txn<'_> {
         }
     }
 
-    pub(crate) fn write_chunks(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> FsResult<()> {
+    pub(crate) fn write_chunks(
+        &mut self,
+        inode: &mut Inode,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
         let chunk_bytes = self.engine.chunk_bytes();
         let mut written = 0usize;
         while written < data.len() {
