@@ -37,7 +37,7 @@ pub enum ImportError {
     Exists(String),
     #[error("{path}: {error}")]
     Target { path: String, error: FsError },
-    #[error("reading the archive: {0} (bad or truncated archive?)")]
+    #[error("reading the archive: {} (bad or truncated archive?)", readable(.0))]
     Archive(io::Error),
     #[error("archive member {path:?}: {problem}")]
     Member { path: String, problem: String },
@@ -45,6 +45,22 @@ pub enum ImportError {
     Apply { path: String, error: FsError },
     #[error("{0}")]
     Engine(FsError),
+}
+
+/// An archive error's text fit for a terminal: the tar parser quotes the bytes it could
+/// not read, which for garbage are anything.
+fn readable(error: &io::Error) -> String {
+    const LIMIT: usize = 160;
+    let text = error.to_string();
+    let mut shown: String = text
+        .chars()
+        .take(LIMIT)
+        .map(|c| if c.is_control() || c == char::REPLACEMENT_CHARACTER { '?' } else { c })
+        .collect();
+    if text.chars().count() > LIMIT {
+        shown.push_str("...");
+    }
+    shown
 }
 
 /// What an import brought in.
