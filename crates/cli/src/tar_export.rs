@@ -4,7 +4,7 @@
 //! before any member that has xattrs or a time with nanoseconds, so GNU tar and `shoal
 //! import` restore them (`SCHILY.xattr.*`, `mtime=secs.nanos`). Owners are numeric (no
 //! user or group names), hard links are links to the first name met, sockets are skipped
-//! (tar cannot store them). Names are `./` and `./path`, as `tar cf - -C DIR .` writes them.
+//! (tar cannot store them). Names are `./` for DIR itself and `path` below it.
 //!
 //! Memory: one directory page per level of depth, plus the first name of every multiply
 //! linked file met so far (to write the later names as links).
@@ -82,7 +82,7 @@ struct Writer<'a, W: Write> {
     summary: Exported,
 }
 
-/// A directory being listed: its inode, member path prefix (`./a/b/`) and where its
+/// A directory being listed: its inode, member path prefix (`a/b/`) and where its
 /// listing stopped.
 struct Level {
     dir: u64,
@@ -107,7 +107,10 @@ impl Level {
 impl<W: Write> Writer<'_, W> {
     /// Every member below `root`, depth first, each directory before what it holds.
     fn tree(&mut self, root: u64, progress: &mut dyn FnMut(u64)) -> Result<(), ExportError> {
-        let mut stack = vec![self.level(root, b"./".to_vec())?];
+        // Below the root, names without `./`: the tar crate drops it from short names but
+        // not from GNU long ones, and GNU tar, which matches names as strings, would then
+        // not restore the times of a directory written under both spellings.
+        let mut stack = vec![self.level(root, Vec::new())?];
         while let Some(level) = stack.last_mut() {
             let Some((entry, inode)) = level.page.next() else {
                 if !level.more {

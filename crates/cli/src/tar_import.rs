@@ -55,7 +55,13 @@ fn readable(error: &io::Error) -> String {
     let mut shown: String = text
         .chars()
         .take(LIMIT)
-        .map(|c| if c.is_control() || c == char::REPLACEMENT_CHARACTER { '?' } else { c })
+        .map(|c| {
+            if c.is_control() || c == char::REPLACEMENT_CHARACTER {
+                '?'
+            } else {
+                c
+            }
+        })
         .collect();
     if text.chars().count() > LIMIT {
         shown.push_str("...");
