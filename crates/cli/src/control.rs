@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use crate::quota_protocol::QuotaRequest;
 
 /// Threads answering connections: requests are short, and a stuck client only holds one.
-const SERVER_THREADS: usize = 2;
+/// An import or export holds one for its whole stream, so `stats` still gets through
+/// beside two of them.
+const SERVER_THREADS: usize = 4;
 /// A client that sends nothing (or reads nothing) for this long is dropped.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on waiting for requests that walk the whole filesystem.

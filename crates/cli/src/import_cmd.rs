@@ -58,7 +58,7 @@ pub fn run_import(args: &ImportArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     println!(
         "imported {}: {} members ({} files, {} bytes){}",
-        args.dir.display(),
+        shown(&args.dir, args.inside.as_deref()),
         imported.members,
         imported.files,
         imported.bytes,
@@ -103,7 +103,7 @@ pub fn run_export(args: &ExportArgs) -> Result<ExitCode> {
     };
     eprintln!(
         "exported {}: {} members ({} files, {} bytes){}",
-        args.dir.display(),
+        shown(&args.dir, args.inside.as_deref()),
         exported.members,
         exported.files,
         exported.bytes,
@@ -150,6 +150,14 @@ impl Write for CountingWriter<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// The directory as the user named it: a path, or a store and the path inside it.
+fn shown(dir: &Path, inside: Option<&str>) -> String {
+    match inside {
+        Some(inside) => format!("{}:{inside}", dir.display()),
+        None => dir.display().to_string(),
     }
 }
 
