@@ -133,7 +133,6 @@ struct Loader<'a> {
     dirs: HashMap<Vec<u8>, Dir>,
     /// Directories made in the current batch, resolved to inodes once it is applied.
     new_dirs: Vec<Vec<u8>>,
-    /// The file whose data is being read, if made in the current batch.
     ops: Vec<BulkOp>,
     /// The archive member each operation comes from, for error messages.
     op_members: Vec<Arc<str>>,
@@ -349,7 +348,7 @@ impl<'a> Loader<'a> {
         Ok(NodeRef::New(index))
     }
 
-    /// A directory `directory` made (or found) earlier.
+    /// The directory at `path`, made (or found) earlier.
     fn known_dir(&self, path: &[u8], member: &Arc<str>) -> Result<NodeRef, ImportError> {
         self.dirs
             .get(path)
