@@ -6,6 +6,11 @@
 //! carries one exchange: a JSON request line (`{"op": "stats"}`), then a JSON response line,
 //! `{"ok": ...}` or `{"error": "..."}`. New requests are new `ControlRequest` variants.
 //!
+//! Streaming requests (`import`, `export`) carry bytes too: after the request line the
+//! client sends its input (an archive) until it shuts down its side; the daemon answers
+//! with frames (a little-endian u32 length, then that many bytes) ended by an empty frame,
+//! then the response line, so an error met mid-stream still reaches the client as one.
+//!
 //! The peer's credentials (SO_PEERCRED) come with every request, so requests that change
 //! something can be limited to root and the daemon's own user; reading is open to all.
 
@@ -21,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use crate::quota_protocol::QuotaRequest;
 
 /// Threads answering connections: requests are short, and a stuck client only holds one.
-const SERVER_THREADS: usize = 2;
+/// An import or export holds one for its whole stream, so `stats` still gets through
+/// beside two of them.
+const SERVER_THREADS: usize = 4;
 /// A client that sends nothing (or reads nothing) for this long is dropped.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on waiting for requests that walk the whole filesystem.
@@ -49,6 +56,10 @@ pub enum ControlRequest {
     Rmtree { path: String },
     /// What detached trees are still being deleted (read-only).
     ReclaimStatus,
+    /// Apply the tar archive that follows as the new directory `path` (`shoal import`).
+    Import { path: String },
+    /// Send the tree at `path` as a tar archive in frames (`shoal export`).
+    Export { path: String },
 }
 
 impl ControlRequest {
@@ -61,8 +72,19 @@ impl ControlRequest {
             | ControlRequest::ReclaimStatus => false,
             ControlRequest::Backup { .. } => true,
             ControlRequest::Quota(quota) => quota.mutates(),
-            ControlRequest::Rmtree { .. } => true,
+            ControlRequest::Rmtree { .. } | ControlRequest::Import { .. } => true,
+            // It reads every file whatever its permissions: as privileged as a change.
+            ControlRequest::Export { .. } => true,
         }
+    }
+
+    /// Whether bytes follow the request line and precede the answer (see the module
+    /// comment).
+    pub fn streams(&self) -> bool {
+        matches!(
+            self,
+            ControlRequest::Import { .. } | ControlRequest::Export { .. }
+        )
     }
 
     /// How long the client waits for the answer: tagging a big tree or scanning millions
@@ -73,6 +95,8 @@ impl ControlRequest {
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
             )
             | ControlRequest::Backup { .. }
+            | ControlRequest::Import { .. }
+            | ControlRequest::Export { .. }
             // One batch, but it may wait behind a checkpoint held up in the store.
             | ControlRequest::Rmtree { .. } => LONG_ANSWER_TIMEOUT,
             _ => IO_TIMEOUT,
@@ -114,6 +138,18 @@ pub trait ControlHandler: Send + Sync {
         request: &ControlRequest,
         context: &RequestContext,
     ) -> Result<serde_json::Value, String>;
+
+    /// A streaming request: `input` is what the client sends after the request line,
+    /// `output` goes back to it in frames.
+    fn handle_stream(
+        &self,
+        request: &ControlRequest,
+        context: &RequestContext,
+        _input: &mut dyn Read,
+        _output: &mut dyn Write,
+    ) -> Result<serde_json::Value, String> {
+        self.handle(request, context)
+    }
 }
 
 pub fn socket_name(daemon_pid: u32) -> String {
@@ -173,9 +209,12 @@ fn answer(stream: UnixStream, handler: &dyn ControlHandler, daemon_uid: u32) -> 
         peer: peer_credentials(&stream)?,
         daemon_uid,
     };
+    let mut reader = BufReader::new(&stream);
     let mut line = String::new();
-    BufReader::new((&stream).take(MAX_REQUEST_BYTES)).read_line(&mut line)?;
-    let response = match serde_json::from_str::<ControlRequest>(&line) {
+    (&mut reader).take(MAX_REQUEST_BYTES).read_line(&mut line)?;
+    let request = serde_json::from_str::<ControlRequest>(&line);
+    let streams = request.as_ref().is_ok_and(ControlRequest::streams);
+    let response = match request {
         Err(error) => ControlResponse::Error(format!("bad request: {error}")),
         Ok(request) if request.mutates() && !context.may_mutate() => {
             ControlResponse::Error(format!(
@@ -183,14 +222,53 @@ fn answer(stream: UnixStream, handler: &dyn ControlHandler, daemon_uid: u32) -> 
                 context.peer.uid
             ))
         }
+        Ok(request) if streams => {
+            // A client streams as fast as its source: a pipe from a slow tar, a slow disk.
+            stream.set_read_timeout(Some(LONG_ANSWER_TIMEOUT))?;
+            stream.set_write_timeout(Some(LONG_ANSWER_TIMEOUT))?;
+            let mut output = io::BufWriter::with_capacity(FRAME_BYTES, FrameWriter(&stream));
+            let answered = handler.handle_stream(&request, &context, &mut reader, &mut output);
+            output.flush()?;
+            match answered {
+                Ok(value) => ControlResponse::Ok(value),
+                Err(message) => ControlResponse::Error(message),
+            }
+        }
         Ok(request) => match handler.handle(&request, &context) {
             Ok(value) => ControlResponse::Ok(value),
             Err(message) => ControlResponse::Error(message),
         },
     };
+    if streams {
+        // The empty frame: the stream is over, the response line follows.
+        (&stream).write_all(&0u32.to_le_bytes())?;
+    }
     let mut text = serde_json::to_string(&response).map_err(io::Error::other)?;
     text.push('\n');
     (&stream).write_all(text.as_bytes())
+}
+
+/// Bytes per frame of a streaming answer (the buffer before the frame writer).
+const FRAME_BYTES: usize = 256 * 1024;
+
+/// Writes each buffer it is given as one frame.
+struct FrameWriter<'a>(&'a UnixStream);
+
+impl Write for FrameWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let length = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let mut stream = self.0;
+        stream.write_all(&length.to_le_bytes())?;
+        stream.write_all(&buf[..length as usize])?;
+        Ok(length as usize)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
@@ -250,6 +328,101 @@ pub fn request(pid: u32, request: &ControlRequest) -> Result<serde_json::Value, 
             pid,
             detail: format!("{error} in {answer:?}"),
         }),
+    }
+}
+
+/// Sends a streaming request: `input` (if any) after the request line, then copies the
+/// daemon's frames to `output`; returns the value of its `ok` answer. `sent` hears the
+/// input bytes sent so far.
+pub fn stream_request(
+    pid: u32,
+    request: &ControlRequest,
+    input: Option<&mut dyn Read>,
+    output: &mut dyn Write,
+    sent: &mut dyn FnMut(u64),
+) -> Result<serde_json::Value, ControlError> {
+    let address = SocketAddr::from_abstract_name(socket_name(pid))
+        .map_err(|source| ControlError::Unreachable { pid, source })?;
+    let stream = UnixStream::connect_addr(&address)
+        .map_err(|source| ControlError::Unreachable { pid, source })?;
+    let exchange = |source| ControlError::Exchange { pid, source };
+    stream
+        .set_read_timeout(Some(LONG_ANSWER_TIMEOUT))
+        .map_err(exchange)?;
+    stream
+        .set_write_timeout(Some(LONG_ANSWER_TIMEOUT))
+        .map_err(exchange)?;
+    let mut line = serde_json::to_string(request).map_err(|error| ControlError::Protocol {
+        pid,
+        detail: error.to_string(),
+    })?;
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).map_err(exchange)?;
+    // The daemon stops reading at an error and says why: its answer explains a failed
+    // send better than the broken pipe does.
+    let send_error = match input {
+        Some(input) => send_input(&stream, input, sent).err(),
+        None => None,
+    };
+    // Ignored: the daemon may already have closed the connection.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut reader = BufReader::with_capacity(FRAME_BYTES, &stream);
+    let answer = receive_frames(&mut reader, output).and_then(|()| {
+        let mut answer = String::new();
+        reader.read_line(&mut answer)?;
+        Ok(answer)
+    });
+    let answer = match (answer, send_error) {
+        (Ok(answer), _) if !answer.is_empty() => answer,
+        (_, Some(error)) | (Err(error), None) => return Err(exchange(error)),
+        (Ok(_), None) => {
+            return Err(exchange(io::Error::from(io::ErrorKind::UnexpectedEof)));
+        }
+    };
+    match serde_json::from_str::<ControlResponse>(&answer) {
+        Ok(ControlResponse::Ok(value)) => Ok(value),
+        Ok(ControlResponse::Error(message)) => Err(ControlError::Refused { pid, message }),
+        Err(error) => Err(ControlError::Protocol {
+            pid,
+            detail: format!("{error} in {answer:?}"),
+        }),
+    }
+}
+
+fn send_input(
+    stream: &UnixStream,
+    input: &mut dyn Read,
+    sent: &mut dyn FnMut(u64),
+) -> io::Result<()> {
+    let mut buffer = vec![0u8; FRAME_BYTES];
+    let mut total = 0u64;
+    loop {
+        let read = match input.read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        let mut stream = stream;
+        stream.write_all(&buffer[..read])?;
+        total += read as u64;
+        sent(total);
+    }
+}
+
+/// Copies frames to `output` up to the empty one.
+fn receive_frames(reader: &mut impl Read, output: &mut dyn Write) -> io::Result<()> {
+    let mut buffer = Vec::new();
+    loop {
+        let mut length = [0u8; 4];
+        reader.read_exact(&mut length)?;
+        let length = u32::from_le_bytes(length) as usize;
+        if length == 0 {
+            return Ok(());
+        }
+        buffer.resize(length, 0);
+        reader.read_exact(&mut buffer)?;
+        output.write_all(&buffer)?;
     }
 }
 

@@ -9,6 +9,7 @@ mod exit_report;
 mod fsck_cmd;
 mod fuse_access;
 mod gen_tree_cmd;
+mod import_cmd;
 mod info_cmd;
 mod log_file;
 mod metrics_http;
@@ -25,6 +26,8 @@ mod quota_protocol;
 mod rmtree_cmd;
 mod stats_cmd;
 mod stats_report;
+mod tar_export;
+mod tar_import;
 mod umount_cmd;
 mod units;
 mod version;
@@ -195,6 +198,33 @@ enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Create the directory DIR from a tar archive (ustar, pax or GNU, as GNU tar writes
+    /// them), applied inside the engine in large batches; DIR appears only once the whole
+    /// archive is in. DIR is on a mount (root or the daemon's user only), or a store
+    /// directory (unmounted) with --path.
+    Import {
+        /// The directory to create: on a mount, or an unmounted store directory (with --path).
+        dir: PathBuf,
+        /// The archive (default: standard input).
+        #[arg(long, value_name = "FILE|-")]
+        from: Option<PathBuf>,
+        /// With a store directory: the directory to create inside the store.
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+    },
+    /// Write the tree at DIR as a tar archive (GNU headers, pax records for xattrs and
+    /// nanosecond times), read inside the engine. DIR is on a mount (root or the daemon's
+    /// user only), or a store directory (unmounted) with --path.
+    Export {
+        /// The directory to archive: on a mount, or an unmounted store directory (with --path).
+        dir: PathBuf,
+        /// Where the archive goes (default: standard output).
+        #[arg(long, value_name = "FILE|-")]
+        to: Option<PathBuf>,
+        /// With a store directory: the directory inside the store.
+        #[arg(long = "path", value_name = "PATH_IN_STORE")]
+        inside: Option<String>,
+    },
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         /// Where to create the tree (created if missing).
@@ -279,6 +309,12 @@ fn main() -> ExitCode {
         }),
         Command::Rmtree { path, inside, wait } => {
             rmtree_cmd::run(&rmtree_cmd::RmtreeArgs { path, inside, wait })
+        }
+        Command::Import { dir, from, inside } => {
+            import_cmd::run_import(&import_cmd::ImportArgs { dir, from, inside })
+        }
+        Command::Export { dir, to, inside } => {
+            import_cmd::run_export(&import_cmd::ExportArgs { dir, to, inside })
         }
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
         Command::Bench(args) => bench_cmd::run(&args),

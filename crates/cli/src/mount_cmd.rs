@@ -270,6 +270,34 @@ impl ControlHandler for DaemonControl {
                 Some(engine) => crate::rmtree_cmd::serve_status(&engine),
                 None => Err("the filesystem is unmounting".into()),
             },
+            ControlRequest::Import { .. } | ControlRequest::Export { .. } => {
+                Err("a streaming request needs its stream".into())
+            }
+        }
+    }
+
+    fn handle_stream(
+        &self,
+        request: &ControlRequest,
+        context: &RequestContext,
+        input: &mut dyn std::io::Read,
+        output: &mut dyn std::io::Write,
+    ) -> Result<serde_json::Value, String> {
+        let Some(engine) = self.stats.engine.upgrade() else {
+            return Err("the filesystem is unmounting".into());
+        };
+        match request {
+            ControlRequest::Import { path } => crate::import_cmd::serve_import(
+                &engine,
+                self.invalidator.as_ref(),
+                path,
+                context.peer,
+                input,
+            ),
+            ControlRequest::Export { path } => {
+                crate::import_cmd::serve_export(&engine, path, output)
+            }
+            other => self.handle(other, context),
         }
     }
 }

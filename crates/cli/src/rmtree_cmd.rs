@@ -93,7 +93,7 @@ pub fn run(args: &RmtreeArgs) -> Result<ExitCode> {
 
 /// The shoal mount holding `path` and the path inside it. The last component is not
 /// followed (a symlink is removed, not its target), the ones before it are.
-fn locate_in_mount(path: &Path) -> Result<(PathBuf, String)> {
+pub(crate) fn locate_in_mount(path: &Path) -> Result<(PathBuf, String)> {
     let name = path
         .file_name()
         .ok_or_else(|| anyhow!("{}: give a directory to remove", path.display()))?;
@@ -178,11 +178,11 @@ pub fn serve_status(engine: &Engine) -> Result<serde_json::Value, String> {
 }
 
 /// The directory holding the last component of `path`, and that component.
-fn resolve_parent<'a>(engine: &Engine, path: &'a str) -> Result<(u64, &'a str)> {
+pub(crate) fn resolve_parent<'a>(engine: &Engine, path: &'a str) -> Result<(u64, &'a str)> {
     let trimmed = path.trim_end_matches('/');
     let (parent_path, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
     if name.is_empty() || name == "." || name == ".." {
-        bail!("{path}: give a directory to remove");
+        bail!("{path}: give a directory name");
     }
     let mut parent = ROOT_INO;
     for component in parent_path.split('/').filter(|part| !part.is_empty()) {

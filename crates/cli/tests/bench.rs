@@ -159,6 +159,13 @@ fn every_workload_on_tmpfs_and_shoal_with_a_report() {
                 let entries = sample["counts"]["entries"].as_u64().unwrap();
                 assert!(entries > 150, "tree has {entries} entries");
                 assert_eq!(sample["counts"]["entries_copied"].as_u64(), Some(entries));
+                // On shoal the same tarball also goes in through `shoal import`.
+                let imported = sample["counts"]["entries_imported"].as_u64();
+                if sample["target"] == targets[1].as_str() {
+                    assert_eq!(imported, Some(entries), "{sample}");
+                } else {
+                    assert_eq!(imported, None);
+                }
             }
             "quotacheck" => {
                 assert!(sample["counts"]["inodes"].as_u64().unwrap() > 150);

@@ -4,6 +4,7 @@
 //! inodes that outlive their last name while the kernel holds them.
 
 pub(crate) mod acl;
+pub(crate) mod bulk;
 pub(crate) mod data;
 pub(crate) mod fallocate;
 pub(crate) mod handles;

@@ -11,6 +11,7 @@
 //! the directory it works in. The reclaim keys are the persistent work list: after a
 //! crash the next read-write open resumes.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -60,6 +61,10 @@ pub struct ReclaimBacklog {
 pub(crate) struct ReclaimSignal {
     state: Mutex<ReclaimState>,
     wake: Condvar,
+    /// Trees with a reclaim key that are being built, not deleted (see `bulk`): the
+    /// reclaimer leaves them alone while this process holds them; after a crash nobody
+    /// does, and they are deleted like any detached tree.
+    held: Mutex<HashSet<u64>>,
 }
 
 #[derive(Default)]
@@ -73,6 +78,14 @@ impl ReclaimSignal {
     pub(crate) fn stop(&self) {
         self.state.lock().stopped = true;
         self.wake.notify_all();
+    }
+
+    pub(crate) fn hold(&self, root: u64) {
+        self.held.lock().insert(root);
+    }
+
+    pub(crate) fn release(&self, root: u64) {
+        self.held.lock().remove(&root);
     }
 }
 
@@ -111,14 +124,16 @@ impl Engine {
         Ok(DetachedTree { ino, usage })
     }
 
-    /// Detached trees still being deleted.
+    /// Detached trees still being deleted (not those being built by a bulk load).
     pub fn reclaim_roots(&self) -> FsResult<Vec<u64>> {
         let (start, end) = keys::all_reclaims_range();
+        let held = self.reclaim_signal().held.lock().clone();
         let mut roots = Vec::new();
         let mut decode_error = None;
         self.store()
             .scan(Space::Meta, &start, &end, &mut |key, _| {
                 match keys::decode_reclaim_key(key) {
+                    Ok(dir) if held.contains(&dir) => {}
                     Ok(dir) => roots.push(dir),
                     Err(error) => {
                         decode_error = Some(error);

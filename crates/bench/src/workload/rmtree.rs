@@ -83,7 +83,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
 }
 
 /// The shoal binary and mountpoint of a shoal target.
-fn shoal_of(target: &Target) -> Option<(&Path, &Path)> {
+pub(super) fn shoal_of(target: &Target) -> Option<(&Path, &Path)> {
     if !target.is_shoal() {
         return None;
     }

@@ -1,10 +1,14 @@
-//! A generated source-like tree through the everyday tools: `tar x`, `cp -a`, `find`,
-//! `find -ls` (cold and warm), `du -s`, `rm -rf`. Cold means sync + drop_caches first
-//! (root only; a FUSE daemon's own caches stay, the kernel's go).
+//! A generated source-like tree through the everyday tools: `tar x`, `tar c` (cold),
+//! `cp -a`, `find`, `find -ls` (cold and warm), `du -s`, `rm -rf`. On shoal also the same
+//! archive applied inside the engine (`shoal import`, durable when it returns, so it
+//! compares with `tar x + sync`) and the tree read back inside it (`shoal export`, compared
+//! with `tar c cold`). Cold means sync + drop_caches first (root only; a FUSE daemon's own
+//! caches stay, the kernel's go).
 
 use std::path::Path;
 use std::process::Command;
 
+use super::rmtree::shoal_of;
 use super::{count_tree, Better, Ctx, Outcome, Timed};
 use crate::error::{BenchError, Result};
 use crate::tools::{drop_caches, run_silent};
@@ -78,6 +82,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     outcome.count("entries", entries);
 
     outcome.requests_per("sync after tar x", entries, &synced);
+    archive_rows(ctx, &mut outcome, tarball, &root, entries)?;
     let timed = tool(
         ctx,
         &mut outcome,
@@ -124,4 +129,59 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     )?;
     outcome.rate_and_cpu("rm -rf", "entry", entries, &timed);
     Ok(outcome)
+}
+
+/// A shell pipeline into `cat > /dev/null`: GNU tar skips reading file data when its own
+/// output is /dev/null, so both archivers write into a pipe.
+fn into_pipe(command: &str, args: &[&Path]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{command} | cat > /dev/null"))
+        .arg("sh")
+        .args(args);
+    cmd
+}
+
+/// `tar c` of the extracted tree, cold; on shoal, `shoal export` of it (cold) and `shoal
+/// import` of the tarball into a second tree, removed again untimed.
+fn archive_rows(
+    ctx: &Ctx,
+    outcome: &mut Outcome,
+    tarball: &Path,
+    root: &Path,
+    entries: u64,
+) -> Result<()> {
+    cold("tar");
+    let timed = tool(
+        ctx,
+        outcome,
+        "tar c cold",
+        &mut into_pipe(r#"tar -cf - -C "$1" ."#, &[root]),
+    )?;
+    outcome.rate_and_cpu("tar c cold", "entry", entries, &timed);
+    let Some((shoal, _)) = shoal_of(ctx.target) else {
+        return Ok(());
+    };
+    cold("tar");
+    let timed = tool(
+        ctx,
+        outcome,
+        "shoal export cold",
+        &mut into_pipe(r#""$1" export "$2""#, &[shoal, root]),
+    )?;
+    outcome.rate_and_cpu("shoal export cold", "entry", entries, &timed);
+    let imported = ctx.dir.join("imported");
+    let timed = tool(
+        ctx,
+        outcome,
+        "shoal import",
+        Command::new(shoal)
+            .arg("import")
+            .arg("--from")
+            .arg(tarball)
+            .arg(&imported),
+    )?;
+    outcome.rate_and_cpu("shoal import", "entry", entries, &timed);
+    outcome.count("entries_imported", count_tree(&imported)?);
+    run_silent(Command::new(shoal).arg("rmtree").arg(&imported))
 }

@@ -240,7 +240,7 @@ pub(crate) fn resolve(time: SetTime, now: Timestamp) -> Timestamp {
     }
 }
 
-fn write_inline(inode: &mut Inode, offset: u64, data: &[u8]) {
+pub(crate) fn write_inline(inode: &mut Inode, offset: u64, data: &[u8]) {
     let Content::Inline(bytes) = &mut inode.content else {
         unreachable!("write_inline on a chunked inode")
     };
@@ -269,7 +269,7 @@ impl Txn<'_> {
     }
 
     /// Moves an inline file's bytes into chunk 0 before it grows past the threshold.
-    fn make_chunked(&mut self, inode: &mut Inode) {
+    pub(crate) fn make_chunked(&mut self, inode: &mut Inode) {
         if let Content::Inline(bytes) = std::mem::replace(&mut inode.content, Content::Chunked) {
             assert!(bytes.len() as u64 <= self.engine.chunk_bytes());
             if !bytes.is_empty() {
@@ -278,7 +278,12 @@ impl Txn<'_> {
         }
     }
 
-    fn write_chunks(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> FsResult<()> {
+    pub(crate) fn write_chunks(
+        &mut self,
+        inode: &mut Inode,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
         let chunk_bytes = self.engine.chunk_bytes();
         let mut written = 0usize;
         while written < data.len() {

@@ -19,7 +19,7 @@ pub enum XattrMode {
     ReplaceOnly,
 }
 
-fn check_xattr_name(name: &[u8]) -> FsResult<()> {
+pub(crate) fn check_xattr_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() {
         return Err(FsError::Invalid("empty xattr name"));
     }

@@ -1,0 +1,141 @@
+//! Bulk loading in the engine (what `shoal import` runs on): a tree built in batches under
+//! a directory with no name is invisible and left alone by the reclaimer, appears with all
+//! its usage in one batch, and an abandoned one is deleted like a detached tree.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shoal_engine::{BulkAttrs, BulkOp, NodeRef, Timestamp};
+
+fn attrs(perm: u16, uid: u32) -> BulkAttrs {
+    let at = Timestamp {
+        secs: 1_600_000_000,
+        nanos: 123_456_789,
+    };
+    BulkAttrs {
+        perm,
+        uid,
+        gid: uid,
+        atime: at,
+        mtime: at,
+    }
+}
+
+fn make(parent: NodeRef, name: &[u8], kind: FileKind, perm: u16) -> BulkOp {
+    BulkOp::Make {
+        parent,
+        name: name.to_vec(),
+        kind,
+        rdev: 0,
+        target: Vec::new(),
+        attrs: attrs(perm, 1000),
+    }
+}
+
+/// `dir/` with `file` (100 KiB, written in two pieces, one per batch), a hard link to it
+/// from the root, and an xattr; returns the staged root.
+fn stage(fs: &Engine) -> u64 {
+    let root = fs.stage_tree(ROOT_INO, &attrs(0o750, 0)).unwrap();
+    let first = vec![
+        make(NodeRef::Ino(root), b"dir", FileKind::Directory, 0o700),
+        make(NodeRef::New(0), b"file", FileKind::Regular, 0o4755),
+        BulkOp::Write {
+            file: NodeRef::New(1),
+            offset: 0,
+            data: vec![1u8; 60_000],
+        },
+    ];
+    let made = fs.apply(&first).unwrap();
+    let (dir, file) = (made[0], made[1]);
+    let second = vec![
+        BulkOp::Write {
+            file: NodeRef::Ino(file),
+            offset: 60_000,
+            data: vec![2u8; 42_400],
+        },
+        BulkOp::Link {
+            parent: NodeRef::Ino(root),
+            name: b"link".to_vec(),
+            target_dir: NodeRef::Ino(dir),
+            target_name: b"file".to_vec(),
+        },
+        BulkOp::Xattr {
+            node: NodeRef::Ino(file),
+            name: b"user.k".to_vec(),
+            value: b"v".to_vec(),
+        },
+        BulkOp::Attrs {
+            node: NodeRef::Ino(dir),
+            attrs: attrs(0o711, 1000),
+        },
+    ];
+    fs.apply(&second).unwrap();
+    root
+}
+
+#[test]
+fn a_staged_tree_is_invisible_until_attached_with_its_usage() {
+    let fs = memory();
+    let before = fs.tree_usage(ROOT_INO).unwrap();
+    let root = stage(&fs);
+    // Invisible, not counted by the root, and not reclaimed while held.
+    assert_eq!(fs.readdir(ROOT_INO, None, 10).unwrap(), vec![]);
+    assert_eq!(fs.tree_usage(ROOT_INO).unwrap().entries, before.entries);
+    assert_eq!(fs.reclaim_backlog().unwrap().trees, 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(fs.getattr(root).is_ok());
+
+    fs.attach_tree(root, ROOT_INO, b"imported").unwrap();
+    let imported = fs.lookup(ROOT_INO, b"imported").unwrap();
+    assert_eq!(
+        (imported.ino, imported.perm, imported.parent),
+        (root, 0o750, ROOT_INO)
+    );
+    let dir = fs.lookup(root, b"dir").unwrap();
+    assert_eq!(
+        (dir.perm, dir.uid, dir.mtime.nanos),
+        (0o711, 1000, 123_456_789)
+    );
+    let file = fs.lookup(dir.ino, b"file").unwrap();
+    assert_eq!((file.perm, file.nlink, file.size), (0o4755, 2, 102_400));
+    assert_eq!(file.mtime.secs, 1_600_000_000);
+    assert_eq!(fs.lookup(root, b"link").unwrap().ino, file.ino);
+    assert_eq!(fs.getxattr(file.ino, b"user.k").unwrap(), b"v");
+    let data = read_all(&fs, file.ino);
+    assert_eq!(&data[59_999..60_001], &[1, 2]);
+    let usage = fs.tree_usage(ROOT_INO).unwrap();
+    // imported, dir, file, link.
+    assert_eq!(usage.entries, before.entries + 4);
+    assert_eq!(usage.bytes, before.bytes + 2 * 102_400);
+    // The name is taken: attaching again fails.
+    assert_err!(
+        fs.attach_tree(root, ROOT_INO, b"other"),
+        FsError::Invalid(_)
+    );
+    assert_consistent(&fs, &[]);
+}
+
+#[test]
+fn an_abandoned_tree_is_deleted_by_the_reclaimer() {
+    let fs = memory();
+    let inodes = fs.usage(UsageOwner::Total).unwrap().inodes;
+    let root = stage(&fs);
+    assert!(fs.usage(UsageOwner::Total).unwrap().inodes > inodes);
+    // A failed operation fails its whole batch, saying which one.
+    let bad = vec![
+        make(NodeRef::Ino(root), b"fine", FileKind::Regular, 0o644),
+        make(NodeRef::Ino(root), b"a/b", FileKind::Regular, 0o644),
+    ];
+    let failure = fs.apply(&bad).unwrap_err();
+    assert_eq!(failure.op, 1);
+    fs.engine.abandon_tree(root);
+    let done = (0..6000).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        fs.getattr(root).is_err() && fs.reclaim_backlog().unwrap().trees == 0
+    });
+    assert!(done, "the abandoned tree was not deleted");
+    assert_eq!(fs.usage(UsageOwner::Total).unwrap().inodes, inodes);
+    assert_consistent(&fs, &[]);
+}
