@@ -2,6 +2,8 @@
 //! and `shoal stats` shows the live bytes, the reclaimable bytes and the reclaims that
 //! return deleted data to the device.
 
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
 mod common;
 
 use std::ffi::OsStr;

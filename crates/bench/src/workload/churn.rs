@@ -183,7 +183,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         std::thread::scope(|scope| {
             let workers = scope.spawn(|| {
                 let result = in_threads(threads, |thread| {
-                    let mut rng = SplitMix64::new(params.seed ^ (thread as u64 + 1) * 0x9e37);
+                    let mut rng = SplitMix64::new(params.seed ^ ((thread as u64 + 1) * 0x9e37));
                     // Each thread owns the objects with index % threads == thread.
                     let mine: Vec<u64> = (thread as u64..objects).step_by(threads).collect();
                     let mut sizes = vec![0u64; mine.len()];

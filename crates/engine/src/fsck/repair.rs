@@ -144,7 +144,9 @@ impl<'a> Repairs<'a> {
 /// A record that does not decode tells nothing that can be trusted: it goes.
 fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
     type Decoder = fn(&[u8], &[u8]) -> FsResult<()>;
-    let ranges: [(&str, Space, (Vec<u8>, Vec<u8>), Decoder); 10] = [
+    /// What a range holds, where, and how each of its records decodes.
+    type RecordRange = (&'static str, Space, (Vec<u8>, Vec<u8>), Decoder);
+    let ranges: [RecordRange; 10] = [
         ("inode", Space::Meta, keys::all_inodes_range(), |k, v| {
             keys::decode_inode(keys::decode_inode_key(k)?, v).map(drop)
         }),
