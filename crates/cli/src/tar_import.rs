@@ -207,7 +207,7 @@ impl<'a> Loader<'a> {
         if matches!(kind, EntryType::XGlobalHeader) {
             return Ok(());
         }
-        let path = normalize(&raw_path).map_err(|message| problem(message))?;
+        let path = normalize(&raw_path).map_err(&problem)?;
         let meta = Meta::read(entry).map_err(ImportError::Archive)?;
         if meta.sparse {
             return Err(problem(
