@@ -217,6 +217,22 @@ pub const ENGINE_METRICS: &[Metric<EngineReport>] = &[
         "File bytes left to delete in the trees shoal rmtree took out.",
         |e| e.reclaim_bytes,
     ),
+    exposed(
+        "live_bytes",
+        "shoal_live_bytes",
+        Gauge,
+        Bytes,
+        "Bytes the files hold (the usage counters' total); the store's bytes on disk are these plus overhead.",
+        |e| e.live_bytes,
+    ),
+    exposed(
+        "live_inodes",
+        "shoal_live_inodes",
+        Gauge,
+        Count,
+        "Inodes in the filesystem (the usage counters' total).",
+        |e| e.live_inodes,
+    ),
 ];
 
 /// A latency histogram of `EngineReport`, exposed as a Prometheus histogram.
