@@ -3,6 +3,8 @@
 # produced by the command at its own top (they are not rerun here):
 #   docs/bench/everyday.md   shoal bench of the everyday tools and creates (commands at its
 #                            bottom; tables rendered by scripts/everyday-page.py)
+#   docs/bench/whole-trees/rmtree-1m/  shoal bench --make xfs,ext4,shoal --runs 1 --threads 2 --files 500000 rmtree
+#   docs/bench/churn/        shoal bench --make xfs,shoal --runs 1 --churn-seconds 150 churn
 #   docs/bench/small/        shoal bench --make xfs,ext4,shoal,shoal-memory --size small --runs 3 ...
 #   docs/bench/crosscheck/   shoal bench --make ... --runs 5 --external create (+ notes.md)
 #   docs/bench/objects-0aa6cdf/  the 20M-object run, shoal then XFS, joined by
@@ -39,6 +41,8 @@ compare within a table). `scripts/benchmarks-page.sh` assembles this page from t
 under `docs/bench/`; earlier headline figures are in the [history](#history) at the end.
 
 - [everyday tools against XFS: time, requests per entry, daemon CPU](#everyday): `docs/bench/everyday.md`, `docs/bench/everyday/`
+- [whole trees: `shoal rmtree` and `shoal du` of a 1M-entry tree, with XFS](#whole-trees): `docs/bench/whole-trees/` (`shoal import`/`export` rows: in the everyday tree run)
+- [space amplification under churn, with XFS](#churn): `docs/bench/churn/`
 - [shoal bench, all workloads (small size)](#all-workloads): `docs/bench/small/`
 - [cross-check of create against fs_mark](#cross-check) (bonnie++ against bonnie: in the section before): `docs/bench/crosscheck/`
 - [objects: 20 million Swift-pattern objects, with XFS](#objects): `docs/bench/objects-0aa6cdf/`
@@ -52,6 +56,14 @@ under `docs/bench/`; earlier headline figures are in the [history](#history) at 
 
 EOF
 section everyday docs/bench/everyday.md
+echo '<a id="whole-trees"></a>'
+echo
+embed docs/bench/whole-trees/rmtree-1m "shoal bench: whole trees of 1M entries (rm -rf against shoal rmtree; du -s cold against shoal du)"
+echo
+echo '<a id="churn"></a>'
+echo
+embed docs/bench/churn "shoal bench: space amplification under churn"
+echo
 echo '<a id="all-workloads"></a>'
 echo
 echo '> The `fs_mark create rate` rows of this run come from `fs_mark -t 2 -d DIR` (two threads'
