@@ -193,18 +193,8 @@ fn open_input(from: Option<&Path>) -> Result<(Box<dyn Read>, Option<u64>)> {
 /// root).
 fn locate_existing(path: &Path) -> Result<(PathBuf, String)> {
     let absolute = std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))?;
-    let mount = mounts::mount_table()
-        .into_iter()
-        .filter(|entry| entry.is_shoal() && absolute.starts_with(&entry.mountpoint))
-        .max_by_key(|entry| entry.mountpoint.as_os_str().len())
-        .ok_or_else(|| anyhow!("{} is not on a shoal mount", path.display()))?;
-    let inside = absolute
-        .strip_prefix(&mount.mountpoint)
-        .map_err(|_| anyhow!("{} is not on a shoal mount", path.display()))?;
-    let inside = inside
-        .to_str()
-        .ok_or_else(|| anyhow!("{}: the path is not UTF-8", path.display()))?;
-    Ok((mount.mountpoint, format!("/{inside}")))
+    let (mountpoint, inside) = mounts::shoal_mount_holding(&absolute, path)?;
+    Ok((mountpoint, format!("/{inside}")))
 }
 
 /// The new directory's attributes when the archive has no `./` member: as `mkdir` by

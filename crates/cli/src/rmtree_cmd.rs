@@ -103,21 +103,11 @@ pub(crate) fn locate_in_mount(path: &Path) -> Result<(PathBuf, String)> {
     };
     let parent = std::fs::canonicalize(&parent).with_context(|| format!("{}", parent.display()))?;
     let absolute = parent.join(name);
-    let mount = mounts::mount_table()
-        .into_iter()
-        .filter(|entry| entry.is_shoal() && absolute.starts_with(&entry.mountpoint))
-        .max_by_key(|entry| entry.mountpoint.as_os_str().len())
-        .ok_or_else(|| anyhow!("{} is not on a shoal mount", path.display()))?;
-    let inside = absolute
-        .strip_prefix(&mount.mountpoint)
-        .map_err(|_| anyhow!("{} is not on a shoal mount", path.display()))?;
-    let inside = inside
-        .to_str()
-        .ok_or_else(|| anyhow!("{}: the path is not UTF-8", path.display()))?;
+    let (mountpoint, inside) = mounts::shoal_mount_holding(&absolute, path)?;
     if inside.is_empty() {
         bail!("{}: the root of a mount cannot be removed", path.display());
     }
-    Ok((mount.mountpoint, format!("/{inside}")))
+    Ok((mountpoint, format!("/{inside}")))
 }
 
 /// Polls the daemon until no detached tree is left, with a progress bar on a terminal.
