@@ -298,18 +298,23 @@ fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
     })
 }
 
-/// Sends one request to the daemon `pid` and returns the value of its `ok` answer.
-pub fn request(pid: u32, request: &ControlRequest) -> Result<serde_json::Value, ControlError> {
+/// Connects to the daemon `pid` with these timeouts and sends the request line.
+fn send_request_line(
+    pid: u32,
+    request: &ControlRequest,
+    read_timeout: Duration,
+    write_timeout: Duration,
+) -> Result<UnixStream, ControlError> {
     let address = SocketAddr::from_abstract_name(socket_name(pid))
         .map_err(|source| ControlError::Unreachable { pid, source })?;
     let stream = UnixStream::connect_addr(&address)
         .map_err(|source| ControlError::Unreachable { pid, source })?;
     let exchange = |source| ControlError::Exchange { pid, source };
     stream
-        .set_read_timeout(Some(request.answer_timeout()))
+        .set_read_timeout(Some(read_timeout))
         .map_err(exchange)?;
     stream
-        .set_write_timeout(Some(IO_TIMEOUT))
+        .set_write_timeout(Some(write_timeout))
         .map_err(exchange)?;
     let mut line = serde_json::to_string(request).map_err(|error| ControlError::Protocol {
         pid,
@@ -317,6 +322,13 @@ pub fn request(pid: u32, request: &ControlRequest) -> Result<serde_json::Value, 
     })?;
     line.push('\n');
     (&stream).write_all(line.as_bytes()).map_err(exchange)?;
+    Ok(stream)
+}
+
+/// Sends one request to the daemon `pid` and returns the value of its `ok` answer.
+pub fn request(pid: u32, request: &ControlRequest) -> Result<serde_json::Value, ControlError> {
+    let stream = send_request_line(pid, request, request.answer_timeout(), IO_TIMEOUT)?;
+    let exchange = |source| ControlError::Exchange { pid, source };
     let mut answer = String::new();
     BufReader::new(&stream)
         .read_line(&mut answer)
@@ -341,23 +353,8 @@ pub fn stream_request(
     output: &mut dyn Write,
     sent: &mut dyn FnMut(u64),
 ) -> Result<serde_json::Value, ControlError> {
-    let address = SocketAddr::from_abstract_name(socket_name(pid))
-        .map_err(|source| ControlError::Unreachable { pid, source })?;
-    let stream = UnixStream::connect_addr(&address)
-        .map_err(|source| ControlError::Unreachable { pid, source })?;
+    let stream = send_request_line(pid, request, LONG_ANSWER_TIMEOUT, LONG_ANSWER_TIMEOUT)?;
     let exchange = |source| ControlError::Exchange { pid, source };
-    stream
-        .set_read_timeout(Some(LONG_ANSWER_TIMEOUT))
-        .map_err(exchange)?;
-    stream
-        .set_write_timeout(Some(LONG_ANSWER_TIMEOUT))
-        .map_err(exchange)?;
-    let mut line = serde_json::to_string(request).map_err(|error| ControlError::Protocol {
-        pid,
-        detail: error.to_string(),
-    })?;
-    line.push('\n');
-    (&stream).write_all(line.as_bytes()).map_err(exchange)?;
     // The daemon stops reading at an error and says why: its answer explains a failed
     // send better than the broken pipe does.
     let send_error = match input {
