@@ -640,6 +640,99 @@ fn fallocate_modes_behave_as_on_tmpfs() {
 }
 
 // ---------------------------------------------------------------------------------------
+// copy_file_range, answered inside the daemon, checked against tmpfs.
+
+fn copy_file_range(
+    from: &File,
+    from_at: u64,
+    to: &File,
+    to_at: u64,
+    len: usize,
+) -> Result<usize, i32> {
+    let (mut from_at, mut to_at) = (from_at as i64, to_at as i64);
+    // SAFETY: two open fds and offsets owned by this frame.
+    let rc = unsafe {
+        libc::copy_file_range(
+            from.as_raw_fd(),
+            &mut from_at,
+            to.as_raw_fd(),
+            &mut to_at,
+            len,
+            0,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// Copies between two files (`src` starting as `source`, `dst` as `target`) by each
+/// (from, to, len) and returns, after each step, the result and the target's bytes.
+fn copy_range_story(
+    dir: &Path,
+    source: &[u8],
+    target: &[u8],
+    steps: &[(u64, u64, usize)],
+) -> Vec<(Result<usize, i32>, Vec<u8>)> {
+    fs::write(dir.join("src"), source).unwrap();
+    fs::write(dir.join("dst"), target).unwrap();
+    let src = File::open(dir.join("src")).unwrap();
+    let dst = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("dst"))
+        .unwrap();
+    steps
+        .iter()
+        .map(|&(from_at, to_at, len)| {
+            let result = copy_file_range(&src, from_at, &dst, to_at, len);
+            (result, fs::read(dir.join("dst")).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn copy_file_range_copies_inside_the_daemon_as_on_tmpfs() {
+    let _forks = no_forks_meanwhile();
+    let tmpfs = Tmpfs::new();
+    let m = Mounted::new();
+    let chunk = 64 * 1024;
+    let source: Vec<u8> = (0..3 * chunk + 777).map(|i| (i % 251) as u8 + 1).collect();
+    let target: Vec<u8> = vec![9; 1000];
+    let steps = [
+        (0, 0, 10),                          // overwrite the start
+        (100, 900, 500),                     // overwrite the end and extend
+        (chunk as u64 - 3, 5000, chunk + 6), // across chunk boundaries, past the end
+        (0, 0, source.len() + 4096),         // all of it: stops at the source's end
+        (source.len() as u64, 0, 100),       // at the source's end: nothing
+        (source.len() as u64 + 50, 10, 100), // past it: nothing
+        (10, 4 * chunk as u64, 20),          // leaves a hole in the target
+    ];
+    let expected = copy_range_story(&tmpfs.path(""), &source, &target, &steps);
+    let actual = copy_range_story(&m.path(""), &source, &target, &steps);
+    for (step, (want, got)) in expected.iter().zip(&actual).enumerate() {
+        assert_eq!(got.0, want.0, "step {step} {:?}: result", steps[step]);
+        assert!(
+            got.1 == want.1,
+            "step {step} {:?}: bytes differ",
+            steps[step]
+        );
+    }
+    // Not through the page cache: reopened after dropping the kernel's pages, same bytes.
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert!(fs::read(m.path("dst")).unwrap() == expected.last().unwrap().1);
+    // `cp` uses it and gets the same file.
+    run_ok(
+        Command::new("cp").arg(m.path("src")).arg(m.path("copy")),
+        TOOL_TIMEOUT,
+    );
+    assert!(fs::read(m.path("copy")).unwrap() == source);
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
 // POSIX ACLs: stored by shoal, enforced by the kernel.
 
 const USER_A: u32 = 60_011;

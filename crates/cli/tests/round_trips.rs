@@ -287,3 +287,31 @@ fn an_idle_mount_uses_no_measurable_cpu() {
     assert!(used <= 8, "an idle mount used {used} clock ticks in 4 s");
     m.finish();
 }
+
+/// `cp` within the mount copies inside the daemon: one COPY_FILE_RANGE per file and no
+/// file bytes through READ or WRITE, even with the source's pages dropped.
+#[test]
+fn cp_within_the_mount_copies_inside_the_daemon() {
+    let m = Mounted::new();
+    let body: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+    for i in 0..10 {
+        fs::write(m.path(format!("src-{i}")), &body).unwrap();
+    }
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let names = ["copy_file_range", "read", "write"];
+    let sent = requests_during(m.path("").as_path(), &names, || {
+        for i in 0..10 {
+            common::run_ok(
+                std::process::Command::new("cp")
+                    .arg(m.path(format!("src-{i}")))
+                    .arg(m.path(format!("copy-{i}"))),
+                std::time::Duration::from_secs(60),
+            );
+        }
+    });
+    assert_eq!(sent, vec![10, 0, 0], "requests {names:?} for 10 copies");
+    for i in 0..10 {
+        assert!(fs::read(m.path(format!("copy-{i}"))).unwrap() == body);
+    }
+    m.finish();
+}

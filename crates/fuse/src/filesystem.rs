@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -955,6 +955,33 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.begin(FuseOp::Tmpfile);
         self.create_tmpfile(req, parent.0, mode, umask_bits(umask), reply);
+    }
+
+    /// Served inside the engine, so `cp` within the mount moves no bytes through the kernel
+    /// and sends one request per file instead of a READ and a WRITE (and the source's atime
+    /// invalidation that makes `cp -a` re-read its attributes).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _timer = self.begin(FuseOp::CopyFileRange);
+        match self
+            .engine
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            // At most COPY_RANGE_MAX_BYTES, well inside the reply's u32.
+            Ok(copied) => reply.written(copied as u32),
+            Err(error) => reply.error(errno(&error)),
+        }
     }
 
     fn fallocate(

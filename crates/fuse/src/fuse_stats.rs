@@ -45,9 +45,10 @@ pub enum FuseOp {
     Create,
     Fallocate,
     Tmpfile,
+    CopyFileRange,
 }
 
-pub const FUSE_OPS: [FuseOp; 32] = [
+pub const FUSE_OPS: [FuseOp; 33] = [
     FuseOp::Lookup,
     FuseOp::Forget,
     FuseOp::Getattr,
@@ -80,6 +81,7 @@ pub const FUSE_OPS: [FuseOp; 32] = [
     FuseOp::Create,
     FuseOp::Fallocate,
     FuseOp::Tmpfile,
+    FuseOp::CopyFileRange,
 ];
 
 impl FuseOp {
@@ -119,6 +121,7 @@ impl FuseOp {
             FuseOp::Create => "create",
             FuseOp::Fallocate => "fallocate",
             FuseOp::Tmpfile => "tmpfile",
+            FuseOp::CopyFileRange => "copy_file_range",
         }
     }
 }
