@@ -49,8 +49,12 @@ pub fn spawn(
             let mut retry_clock = stats.lookups.clock();
             let mut warned = false;
             let mut last_purge: Option<Instant> = None;
+            let mut quiet = Quiet::default();
             loop {
                 std::thread::sleep(CHECK_INTERVAL);
+                if quiet.skip_round(stats.requests_total()) {
+                    continue;
+                }
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
@@ -85,9 +89,37 @@ pub fn spawn(
                     &stats,
                     &notifier,
                 );
+                quiet.within_target = (store_bytes + uncounted_bytes + table_bytes) * 100
+                    <= budget_bytes * TARGET_PERCENT;
             }
         })?;
     Ok(())
+}
+
+/// Rounds skipped while nothing happens: with no request since the last round and the
+/// daemon within the target, the table cannot have grown, so an idle mount does no work
+/// (the full round reads /proc and locks every shard). Work the kernel does not see
+/// (imports, reclaim, flushes) is caught by a full round at least every `QUIET_ROUNDS`.
+#[derive(Default)]
+struct Quiet {
+    last_requests: u64,
+    within_target: bool,
+    skipped: u64,
+}
+
+const QUIET_ROUNDS: u64 = 50;
+
+impl Quiet {
+    fn skip_round(&mut self, requests: u64) -> bool {
+        let unchanged = requests == self.last_requests;
+        self.last_requests = requests;
+        if unchanged && self.within_target && self.skipped + 1 < QUIET_ROUNDS {
+            self.skipped += 1;
+            return true;
+        }
+        self.skipped = 0;
+        false
+    }
 }
 
 /// Resident memory that neither the lookup table nor the store accounts for: the program,
@@ -189,6 +221,18 @@ mod tests {
         // The cache alone over budget: everything goes, and no more.
         assert_eq!(references_to_drop(1000, 2000, 800, 10), 10);
         assert_eq!(references_to_drop(1000, 2000, 0, 0), 0);
+    }
+
+    #[test]
+    fn quiet_rounds_are_skipped_only_without_requests_and_within_target() {
+        let mut quiet = Quiet::default();
+        assert!(!quiet.skip_round(0), "no round done yet: nothing known");
+        quiet.within_target = true;
+        let skipped = (0..QUIET_ROUNDS).filter(|_| quiet.skip_round(0)).count() as u64;
+        assert_eq!(skipped, QUIET_ROUNDS - 1, "a full round every QUIET_ROUNDS");
+        assert!(!quiet.skip_round(1), "a request: a full round");
+        quiet.within_target = false;
+        assert!(!quiet.skip_round(1), "near the budget: every round");
     }
 
     #[test]
