@@ -315,3 +315,22 @@ fn cp_within_the_mount_copies_inside_the_daemon() {
     }
     m.finish();
 }
+
+/// An ioctl shoal does not know (every `isatty` on an open file asks one) is ENOTTY, as on
+/// any file without that command, and is counted like every request.
+#[test]
+fn unknown_ioctls_answer_enotty() {
+    use std::os::fd::AsRawFd;
+    let m = Mounted::new();
+    fs::write(m.path("file"), b"x").unwrap();
+    let file = File::open(m.path("file")).unwrap();
+    let sent = requests_during(m.path("").as_path(), &["ioctl"], || {
+        // SAFETY: isatty on an open fd.
+        let tty = unsafe { libc::isatty(file.as_raw_fd()) };
+        let error = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((tty, error), (0, Some(libc::ENOTTY)));
+    });
+    assert_eq!(sent, vec![1]);
+    drop(file);
+    m.finish();
+}

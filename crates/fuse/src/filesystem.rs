@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use shoal_engine::{
     Caller, DirEntry, Engine, FileKind, FsError, FsResult, Inode, NewInode, RenameMode, SetAttr,
@@ -955,6 +955,24 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.begin(FuseOp::Tmpfile);
         self.create_tmpfile(req, parent.0, mode, umask_bits(umask), reply);
+    }
+
+    /// shoal has no file flags or other ioctls: ENOTTY, as for any file that does not know
+    /// the command. Answered quietly, since every `isatty` check on an open file asks
+    /// (Python's `open` does).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _timer = self.begin(FuseOp::Ioctl);
+        reply.error(Errno::ENOTTY);
     }
 
     /// Served inside the engine, so `cp` within the mount moves no bytes through the kernel

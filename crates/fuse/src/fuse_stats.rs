@@ -46,9 +46,10 @@ pub enum FuseOp {
     Fallocate,
     Tmpfile,
     CopyFileRange,
+    Ioctl,
 }
 
-pub const FUSE_OPS: [FuseOp; 33] = [
+pub const FUSE_OPS: [FuseOp; 34] = [
     FuseOp::Lookup,
     FuseOp::Forget,
     FuseOp::Getattr,
@@ -82,6 +83,7 @@ pub const FUSE_OPS: [FuseOp; 33] = [
     FuseOp::Fallocate,
     FuseOp::Tmpfile,
     FuseOp::CopyFileRange,
+    FuseOp::Ioctl,
 ];
 
 impl FuseOp {
@@ -122,6 +124,7 @@ impl FuseOp {
             FuseOp::Fallocate => "fallocate",
             FuseOp::Tmpfile => "tmpfile",
             FuseOp::CopyFileRange => "copy_file_range",
+            FuseOp::Ioctl => "ioctl",
         }
     }
 }
