@@ -67,19 +67,24 @@ fn run_shell(mut shell: (Child, BufReader<ChildStdout>)) -> (String, bool) {
     (output.trim_end().to_owned(), status.success())
 }
 
+/// `dirs` directories of `files` one-byte files each, made through the mount, so the
+/// kernel caches a dentry and an inode for every name.
+fn make_cached_tree(root: &Path, dirs: u32, files: u32) {
+    for dir in 0..dirs {
+        let dir = root.join(format!("d{dir:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for file in 0..files {
+            fs::write(dir.join(format!("f{file:02}")), b"x").unwrap();
+        }
+    }
+}
+
 #[test]
 fn after_rmtree_returns_the_name_is_gone_and_the_kernel_forgets_the_tree_in_the_background() {
     let m = Mounted::new();
     let baseline = referenced_inodes(&m.mnt);
     let src = m.path("src");
-    // Made through the mount, so the kernel caches a dentry and an inode for every name.
-    for dir in 0..40 {
-        let dir = src.join(format!("d{dir:02}"));
-        fs::create_dir_all(&dir).unwrap();
-        for file in 0..50 {
-            fs::write(dir.join(format!("f{file:02}")), b"x").unwrap();
-        }
-    }
+    make_cached_tree(&src, 40, 50);
     let deep = src.join("d07/f33");
     let mut open = OpenOptions::new()
         .read(true)
@@ -142,6 +147,36 @@ fn after_rmtree_returns_the_name_is_gone_and_the_kernel_forgets_the_tree_in_the_
     assert!(success, "readlink of the new directory's cwd failed");
     assert_eq!(Path::new(&output), src, "a cwd in the new directory");
     assert_eq!(fs::read(src.join("new")).unwrap(), b"fresh");
+    assert!(
+        poll(Duration::from_secs(60), || reclaim_trees(&m.mnt) == 0),
+        "the reclaim did not finish"
+    );
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}
+
+#[test]
+fn rmtrees_in_a_row_and_an_unmount_while_the_kernel_drops_its_cache_are_clean() {
+    let mut m = Mounted::new();
+    let trees = [m.path("a"), m.path("b"), m.path("a2")];
+    for tree in &trees {
+        make_cached_tree(tree, 20, 50);
+    }
+    // No pause: each rmtree queues the kernel's cache of its tree behind the one before,
+    // and the unmount comes while the daemon may still be dropping them.
+    for tree in &trees {
+        shoal_ok(&[OsStr::new("rmtree"), tree.as_os_str()]);
+        assert_errno(
+            fs::symlink_metadata(tree),
+            libc::ENOENT,
+            "stat after rmtree",
+        );
+    }
+    m.umount();
+    let report = m.fsck_clean();
+    assert!(report.contains("clean"), "{report}");
+    m.mount();
+    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 0);
     assert!(
         poll(Duration::from_secs(60), || reclaim_trees(&m.mnt) == 0),
         "the reclaim did not finish"
