@@ -3,11 +3,12 @@
 //! inodes and attributes.
 //!
 //! Dropping a name the kernel cached a big tree under is slow: the kernel evicts every
-//! dentry and inode below it inside the notification (about 2.8 µs each, one FORGET each)
-//! while holding the parent directory's lock. So a removed tree's name is only expired
-//! at once (`FUSE_EXPIRE_ONLY`, the same cost whatever is below it: the next lookup asks
-//! us, gets ENOENT and drops the dentry), and the full invalidation that frees the
-//! kernel's cache runs on a thread of its own afterwards.
+//! dentry and inode below it inside the notification (about 2.8 µs each, with a FORGET
+//! each), holding the lock of the directory the name is in. So a removed tree's name is
+//! only expired before `rmtree` answers (`FUSE_EXPIRE_ONLY`: the same cost whatever is
+//! below it; the next lookup of the name asks us, gets ENOENT and drops the dentry), and
+//! what the kernel cached below it is dropped afterwards by a thread of its own. A lookup
+//! of the removed name made while that thread works pays for what it has not dropped yet.
 
 use std::ffi::OsStr;
 use std::io;
