@@ -1,5 +1,6 @@
-//! `shoal rmtree` through the kernel: the tree's name is gone at once (the kernel's cached
-//! dentries too), its usage leaves every ancestor at once, a file open inside keeps working,
+//! `shoal rmtree` through the kernel: the tree's name is gone at once for every path walk
+//! (the kernel's cached dentries below it are dropped in the background), its usage leaves
+//! every ancestor at once, a file open inside keeps working,
 //! the rest is deleted in the background (`shoal stats` shows it), and a kill -9 during the
 //! deletion leaves a clean store whose next mount finishes the work.
 
