@@ -395,7 +395,8 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         stats,
         metrics,
         request.store.clone(),
-        shoal_fuse::EntryInvalidator::new(&session),
+        shoal_fuse::EntryInvalidator::new(&session, &engine)
+            .context("cannot start the kernel cache invalidator")?,
     )?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(

@@ -136,7 +136,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 /// The daemon's side: detach the tree at `path` (from the mount's root), then tell the
-/// kernel to forget the name.
+/// kernel the name is gone (what it cached below the name is dropped in the background).
 pub fn serve(
     engine: &Arc<Engine>,
     invalidator: Option<&shoal_fuse::EntryInvalidator>,
@@ -147,7 +147,7 @@ pub fn serve(
         .detach_tree(parent, name.as_bytes())
         .map_err(|error| format!("{path}: {error}"))?;
     if let Some(invalidator) = invalidator {
-        if let Err(error) = invalidator.forget_name(parent, name.as_bytes()) {
+        if let Err(error) = invalidator.forget_tree(parent, name.as_bytes(), detached.ino) {
             tracing::warn!("rmtree {path}: the kernel kept its cached name: {error}");
         }
     }

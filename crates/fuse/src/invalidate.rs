@@ -1,36 +1,106 @@
 //! Telling the kernel that names changed behind its back (a whole tree removed by the
 //! control socket's `rmtree`, or made by `import`), so it drops its cached dentries,
 //! inodes and attributes.
+//!
+//! Dropping a name the kernel cached a big tree under is slow: the kernel evicts every
+//! dentry and inode below it inside the notification (about 2.8 µs each, with a FORGET
+//! each), holding the lock of the directory the name is in. So a removed tree's name is
+//! only expired before `rmtree` answers (`FUSE_EXPIRE_ONLY`: the same cost whatever is
+//! below it; the next lookup of the name asks us, gets ENOENT and drops the dentry), and
+//! what the kernel cached below it is dropped afterwards by a thread of its own. A lookup
+//! of the removed name made while that thread works pays for what it has not dropped yet.
 
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Weak};
 
-use fuser::{INodeNo, Notifier};
+use fuser::{INodeNo, InitFlags, Notifier};
+use shoal_engine::Engine;
 
 use crate::ShoalFs;
+
+/// Bound on the removed trees whose cached dentries wait for the background thread; past
+/// it the caller drops them itself (slow, still right).
+const PENDING_TREES: usize = 64;
+
+/// A removed tree whose name the kernel may still hold dentries under.
+struct RemovedName {
+    parent: u64,
+    name: Vec<u8>,
+    /// The tree's root: if the name leads elsewhere by the time the thread gets to it, the
+    /// kernel has already replaced the expired dentry and the new one must be left alone
+    /// (dropping it would make a cwd inside it read as deleted, and detach a mount on it).
+    ino: u64,
+}
 
 /// Sends FUSE_NOTIFY_INVAL_ENTRY for names the kernel may have cached.
 pub struct EntryInvalidator {
     notifier: Notifier,
+    /// None when the kernel cannot expire a name only (before Linux 6.2): a removed tree's
+    /// name is then dropped in full before `forget_tree` returns.
+    background: Option<SyncSender<RemovedName>>,
 }
 
 impl EntryInvalidator {
-    pub fn new(session: &fuser::Session<ShoalFs>) -> Self {
-        EntryInvalidator {
-            notifier: session.notifier(),
-        }
+    /// Notifications are written by the caller's thread (and the background thread), never
+    /// by a thread serving FUSE requests: the kernel may wait inside the notification on a
+    /// request only those threads can answer (a directory lock held by a caller whose
+    /// request is queued, the writeback of an evicted inode).
+    pub fn new(session: &fuser::Session<ShoalFs>, engine: &Arc<Engine>) -> io::Result<Self> {
+        let notifier = session.notifier();
+        let background = if session
+            .kernel_capabilities()
+            .contains(InitFlags::FUSE_HAS_EXPIRE_ONLY)
+        {
+            let (sender, receiver) = mpsc::sync_channel(PENDING_TREES);
+            let thread_notifier = notifier.clone();
+            let engine = Arc::downgrade(engine);
+            std::thread::Builder::new()
+                .name("shoal-dcache-drop".into())
+                .spawn(move || drop_removed_names(&thread_notifier, &engine, &receiver))?;
+            Some(sender)
+        } else {
+            tracing::info!("the kernel cannot expire names only: rmtree waits for its dcache");
+            None
+        };
+        Ok(EntryInvalidator {
+            notifier,
+            background,
+        })
     }
 
     /// The kernel forgets `parent/name` (and, for a directory, every dentry below it).
     /// A name it had not cached is no error.
     pub fn forget_name(&self, parent: u64, name: &[u8]) -> io::Result<()> {
-        match self
-            .notifier
-            .inval_entry(INodeNo(parent), OsStr::from_bytes(name))
-        {
-            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            other => other,
+        ignore_uncached(
+            self.notifier
+                .inval_entry(INodeNo(parent), OsStr::from_bytes(name)),
+        )
+    }
+
+    /// The tree `ino`, named `parent/name`, left the namespace: when this returns no
+    /// lookup of the name is answered from the kernel's cache any more (the next one asks
+    /// us); what the kernel cached below it is dropped later, by the background thread.
+    pub fn forget_tree(&self, parent: u64, name: &[u8], ino: u64) -> io::Result<()> {
+        let Some(background) = &self.background else {
+            return self.forget_name(parent, name);
+        };
+        ignore_uncached(
+            self.notifier
+                .expire_entry(INodeNo(parent), OsStr::from_bytes(name)),
+        )?;
+        let removed = RemovedName {
+            parent,
+            name: name.to_vec(),
+            ino,
+        };
+        match background.try_send(removed) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(removed) | TrySendError::Disconnected(removed)) => {
+                self.forget_name(removed.parent, &removed.name)
+            }
         }
     }
 
@@ -39,9 +109,67 @@ impl EntryInvalidator {
     /// hold is no error.
     pub fn forget_attrs(&self, ino: u64) -> io::Result<()> {
         // A negative offset invalidates the attributes only, not cached data.
-        match self.notifier.inval_inode(INodeNo(ino), -1, 0) {
-            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            other => other,
+        ignore_uncached(self.notifier.inval_inode(INodeNo(ino), -1, 0))
+    }
+}
+
+fn ignore_uncached(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
+/// The background thread, one removed tree after another. The kernel evicts what it
+/// cached below a name inside the notification, holding the lock of the directory the
+/// name is in; so first each name directly in the removed tree is dropped (the lock held
+/// is the removed directory's, which nobody reaches by name any more), and only then the
+/// tree's own name, whose eviction under the live parent's lock is then short. An unmount
+/// waits for the notification in progress (the kernel's `killsb` lock); later ones fail
+/// harmlessly.
+fn drop_removed_names(notifier: &Notifier, engine: &Weak<Engine>, pending: &Receiver<RemovedName>) {
+    for removed in pending {
+        drop_children(notifier, engine, removed.ino);
+        let Some(live) = engine.upgrade() else {
+            return; // unmounting: the kernel drops its whole cache anyway
+        };
+        let replaced = live
+            .lookup_child(removed.parent, &removed.name)
+            .is_ok_and(|inode| inode.ino != removed.ino);
+        drop(live);
+        if !replaced {
+            report(notifier.inval_entry(INodeNo(removed.parent), OsStr::from_bytes(&removed.name)));
         }
+    }
+}
+
+/// Names listed per engine read while dropping a removed directory's children.
+const CHILDREN_PAGE: usize = 1024;
+
+/// Drops the kernel's dentries for every name still in the removed directory `dir` (the
+/// reclaimer deletes it meanwhile; a name it already took is dropped with `dir` itself).
+fn drop_children(notifier: &Notifier, engine: &Weak<Engine>, dir: u64) {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        // The engine is held for one page at a time, so an unmount is not kept waiting.
+        let page = match engine.upgrade() {
+            Some(live) => live.readdir(dir, after.as_deref(), CHILDREN_PAGE),
+            None => return,
+        };
+        // Not a directory (rmtree of a file), or reclaimed already.
+        let Ok(page) = page else { return };
+        for entry in &page {
+            report(notifier.inval_entry(INodeNo(dir), OsStr::from_bytes(&entry.name)));
+        }
+        match page.last() {
+            Some(last) if page.len() == CHILDREN_PAGE => after = Some(last.name.clone()),
+            _ => return,
+        }
+    }
+}
+
+fn report(result: io::Result<()>) {
+    if let Err(error) = ignore_uncached(result) {
+        tracing::debug!("dropping the kernel's cache of a removed tree: {error}");
     }
 }

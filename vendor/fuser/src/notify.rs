@@ -6,6 +6,7 @@ use std::io;
 
 use crate::INodeNo;
 use crate::channel::ChannelSender;
+use crate::ll::fuse_abi as abi;
 use crate::ll::fuse_abi::fuse_notify_code as notify_code;
 use crate::ll::notify::Notification;
 
@@ -70,7 +71,22 @@ impl Notifier {
     /// Returns an error if the notification data is too large.
     /// Returns an error if the kernel rejects the notification.
     pub fn inval_entry(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
-        let notif = Notification::new_inval_entry(parent, name).map_err(Self::too_big_err)?;
+        let notif = Notification::new_inval_entry(parent, name, 0).map_err(Self::too_big_err)?;
+        self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
+    }
+
+    /// Mark the kernel's cached directory entry expired (`FUSE_EXPIRE_ONLY`, ABI 7.38,
+    /// Linux 6.2+, offered as `InitFlags::FUSE_HAS_EXPIRE_ONLY`): the next lookup of the
+    /// name asks the filesystem again, and the dentry and what is cached below it are
+    /// dropped only then (or under memory pressure). Unlike `inval_entry` this costs the
+    /// same whatever the kernel cached below the name. A kernel without the flag ignores
+    /// it and invalidates the entry fully.
+    /// # Errors
+    /// Returns an error if the notification data is too large.
+    /// Returns an error if the kernel rejects the notification.
+    pub fn expire_entry(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        let notif = Notification::new_inval_entry(parent, name, abi::FUSE_EXPIRE_ONLY)
+            .map_err(Self::too_big_err)?;
         self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
     }
 

@@ -141,6 +141,8 @@ pub struct Session<FS: Filesystem> {
     pub(crate) config: Config,
     /// Payload buffer size of each io_uring entry, when INIT agreed on FUSE_OVER_IO_URING.
     pub(crate) ring_payload_size: Option<usize>,
+    /// What the kernel offered in INIT (empty until then).
+    kernel_capabilities: InitFlags,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -189,6 +191,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             ring_payload_size: None,
+            kernel_capabilities: InitFlags::empty(),
         };
 
         session.handshake()?;
@@ -218,6 +221,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             ring_payload_size: None,
+            kernel_capabilities: InitFlags::empty(),
         };
 
         session.handshake()?;
@@ -257,6 +261,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             ring_payload_size,
+            kernel_capabilities: _,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -472,6 +477,7 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            self.kernel_capabilities = init.capabilities();
             if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
                 // The kernel refuses ring buffers smaller than its largest request.
                 let pages = usize::from(config.max_pages()) * page_size::get();
@@ -543,6 +549,12 @@ impl<FS: Filesystem> Session<FS> {
     /// Returns an object that can be used to send notifications to the kernel
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
+    }
+
+    /// The capabilities the kernel offered in INIT (whether or not they were requested),
+    /// e.g. `FUSE_HAS_EXPIRE_ONLY` for `Notifier::expire_entry`.
+    pub fn kernel_capabilities(&self) -> InitFlags {
+        self.kernel_capabilities & !InitFlags::FUSE_INIT_EXT
     }
 }
 

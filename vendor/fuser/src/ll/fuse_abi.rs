@@ -691,8 +691,14 @@ pub(crate) struct fuse_notify_inval_inode_out {
 pub(crate) struct fuse_notify_inval_entry_out {
     pub(crate) parent: u64,
     pub(crate) namelen: u32,
-    pub(crate) padding: u32,
+    /// `FUSE_EXPIRE_ONLY` (ABI 7.38); was padding before.
+    pub(crate) flags: u32,
 }
+
+/// In `fuse_notify_inval_entry_out.flags` (ABI 7.38, Linux 6.2+; the kernel offers
+/// `FUSE_HAS_EXPIRE_ONLY` in INIT): only mark the entry expired, so the next lookup asks
+/// again, instead of dropping it and everything cached below it.
+pub(crate) const FUSE_EXPIRE_ONLY: u32 = 1 << 0;
 
 #[repr(C)]
 #[derive(Debug, IntoBytes, KnownLayout, Immutable)]
