@@ -49,7 +49,7 @@ fn stage(fs: &Engine) -> u64 {
             data: vec![1u8; 60_000],
         },
     ];
-    let made = fs.apply(&first).unwrap();
+    let made = fs.apply(first).unwrap();
     let (dir, file) = (made[0], made[1]);
     let second = vec![
         BulkOp::Write {
@@ -73,7 +73,7 @@ fn stage(fs: &Engine) -> u64 {
             attrs: attrs(0o711, 1000),
         },
     ];
-    fs.apply(&second).unwrap();
+    fs.apply(second).unwrap();
     root
 }
 
@@ -130,7 +130,7 @@ fn an_abandoned_tree_is_deleted_by_the_reclaimer() {
         make(NodeRef::Ino(root), b"fine", FileKind::Regular, 0o644),
         make(NodeRef::Ino(root), b"a/b", FileKind::Regular, 0o644),
     ];
-    let failure = fs.apply(&bad).unwrap_err();
+    let failure = fs.apply(bad).unwrap_err();
     assert_eq!(failure.op, 1);
     fs.engine.abandon_tree(root);
     let done = (0..6000).any(|_| {

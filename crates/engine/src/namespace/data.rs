@@ -285,6 +285,30 @@ impl Txn<'_> {
         }
     }
 
+    /// Writes `data` at `offset` of a chunked file; a whole new chunk (at a chunk
+    /// boundary at or past the size, at most a chunk long) is stored as it is.
+    pub(crate) fn append_chunk(
+        &mut self,
+        inode: &mut Inode,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> FsResult<()> {
+        let chunk_bytes = self.engine.chunk_bytes();
+        let whole_new_chunk = offset % chunk_bytes == 0
+            && offset >= inode.size
+            && data.len() as u64 <= chunk_bytes;
+        if !whole_new_chunk {
+            return self.write_chunks(inode, offset, &data);
+        }
+        inode.allocated_bytes += data.len() as u64;
+        self.put(
+            Space::Data,
+            keys::chunk_key(inode.ino, offset / chunk_bytes),
+            data,
+        );
+        Ok(())
+    }
+
     pub(crate) fn write_chunks(
         &mut self,
         inode: &mut Inode,
