@@ -294,8 +294,9 @@ impl Txn<'_> {
         data: Vec<u8>,
     ) -> FsResult<()> {
         let chunk_bytes = self.engine.chunk_bytes();
-        let whole_new_chunk =
-            offset % chunk_bytes == 0 && offset >= inode.size && data.len() as u64 <= chunk_bytes;
+        let whole_new_chunk = offset.is_multiple_of(chunk_bytes)
+            && offset >= inode.size
+            && data.len() as u64 <= chunk_bytes;
         if !whole_new_chunk {
             return self.write_chunks(inode, offset, &data);
         }
