@@ -209,7 +209,9 @@ fn answer(stream: UnixStream, handler: &dyn ControlHandler, daemon_uid: u32) -> 
         peer: peer_credentials(&stream)?,
         daemon_uid,
     };
-    let mut reader = BufReader::new(&stream);
+    // As large as the client's writes: an archive's headers and small files then cost
+    // one read per 256 KiB instead of one per 8 KiB (a tenth of import's daemon CPU).
+    let mut reader = BufReader::with_capacity(FRAME_BYTES, &stream);
     let mut line = String::new();
     (&mut reader).take(MAX_REQUEST_BYTES).read_line(&mut line)?;
     let request = serde_json::from_str::<ControlRequest>(&line);

@@ -233,12 +233,15 @@ pub fn serve_import(
     let (parent, name) =
         rmtree_cmd::resolve_parent(engine, path).map_err(|error| format!("{error:#}"))?;
     let attrs = default_root_attrs(peer.uid, peer.gid);
+    let started = std::time::Instant::now();
     let imported = tar_import::import(engine, parent, name.as_bytes(), attrs, input, &mut |_| {})
         .map_err(|error| format!("{path}: {error}"))?;
+    let applied = started.elapsed();
     // As `tar xf` followed by `sync`: what was imported survives a crash from now on.
     engine
         .sync()
         .map_err(|error| format!("{path}: sync: {error}"))?;
+    let synced = started.elapsed() - applied;
     if let Some(invalidator) = invalidator {
         // The kernel may hold "no such name" for it, and the parent's old attributes.
         let forgotten = invalidator
@@ -252,6 +255,8 @@ pub fn serve_import(
         path,
         members = imported.members,
         bytes = imported.bytes,
+        applied_ms = applied.as_millis() as u64,
+        sync_ms = synced.as_millis() as u64,
         "import: done"
     );
     serde_json::to_value(imported).map_err(|error| error.to_string())

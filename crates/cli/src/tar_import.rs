@@ -28,8 +28,6 @@ use tar::EntryType;
 const BATCH_OPS: usize = 4096;
 /// Bytes (file data mostly) gathered before a batch is applied.
 const BATCH_BYTES: usize = 8 << 20;
-/// File data is read from the archive in pieces of this size.
-const DATA_PIECE: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -394,21 +392,27 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
-    /// Streams a regular file's bytes into the batches, in pieces.
+    /// Streams a regular file's bytes into the batches, in the pieces the engine stores
+    /// without copying them (its chunks).
     fn data<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         mut file: NodeRef,
         member: &Arc<str>,
     ) -> Result<(), ImportError> {
+        let piece_bytes = self.engine.bulk_piece_bytes() as u64;
+        // The header's size: exact, except that a GNU sparse member reads longer.
+        let stored = entry.size();
+        let sparse = entry.header().entry_type() == EntryType::GNUSparse;
         let mut offset = 0u64;
         loop {
-            let mut piece = Vec::with_capacity(DATA_PIECE.min(entry.size() as usize + 1));
-            let read = entry
-                .by_ref()
-                .take(DATA_PIECE as u64)
-                .read_to_end(&mut piece)
-                .map_err(ImportError::Archive)?;
+            let want = match stored.saturating_sub(offset) {
+                0 if !sparse => return Ok(()),
+                0 => piece_bytes,
+                left => left.min(piece_bytes),
+            };
+            let piece = read_piece(entry, want as usize).map_err(ImportError::Archive)?;
+            let read = piece.len();
             if read == 0 {
                 return Ok(());
             }
@@ -483,7 +487,7 @@ impl<'a> Loader<'a> {
         }
         let made = self
             .engine
-            .apply(&self.ops)
+            .apply(std::mem::take(&mut self.ops))
             .map_err(|failure| ImportError::Apply {
                 path: self
                     .op_members
@@ -498,11 +502,31 @@ impl<'a> Loader<'a> {
                 }
             }
         }
-        self.ops.clear();
         self.op_members.clear();
         self.ops_bytes = 0;
         Ok(Some(made))
     }
+}
+
+/// Up to `want` bytes of the member, fewer only at its end: a buffer of exactly what was
+/// read, so it can be stored as it is.
+fn read_piece(entry: &mut impl Read, want: usize) -> io::Result<Vec<u8>> {
+    let mut piece = vec![0u8; want];
+    let mut filled = 0;
+    while filled < want {
+        match entry.read(&mut piece[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    piece.truncate(filled);
+    if filled < want / 2 {
+        // A sparse member's tail, longer than its header said: keep no slack in the batch.
+        piece.shrink_to_fit();
+    }
+    Ok(piece)
 }
 
 /// A member's attributes and xattrs, from its header and pax records.

@@ -579,3 +579,44 @@ fn import_and_export_work_on_an_unmounted_store() {
     let report = m.finish();
     assert!(report.contains("clean"), "{report}");
 }
+
+/// GNU sparse members (`tar -S`) read longer than their header's size, and files of a
+/// whole number of chunks end exactly at a piece: both come back byte for byte.
+#[test]
+fn sparse_members_and_chunk_sized_files_come_back_byte_for_byte() {
+    let m = Mounted::new();
+    let work = m.dir.path().join("work");
+    let src = work.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let holey = fs::File::create(src.join("holey")).unwrap();
+    holey.set_len(1_000_000).unwrap();
+    for (at, bytes) in [(300_000u64, &b"middle"[..]), (999_990, b"the end")] {
+        std::os::unix::fs::FileExt::write_all_at(&holey, bytes, at).unwrap();
+    }
+    drop(holey);
+    fs::File::create(src.join("all-hole"))
+        .unwrap()
+        .set_len(131_072)
+        .unwrap();
+    let chunky: Vec<u8> = (0..2 * 65_536u32).map(|i| (i % 251) as u8).collect();
+    fs::write(src.join("two-chunks"), &chunky).unwrap();
+    fs::write(src.join("one-past"), &chunky[..65_537]).unwrap();
+    fs::write(src.join("empty"), b"").unwrap();
+    let archive = work.join("sparse.tar");
+    sh(Command::new("tar")
+        .args(["--format=gnu", "-S", "-cf"])
+        .arg(&archive)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
+    let out = import(&archive, &m.path("tree"));
+    assert!(out.success(), "{}", out.describe());
+    for name in ["holey", "all-hole", "two-chunks", "one-past", "empty"] {
+        let expected = fs::read(src.join(name)).unwrap();
+        let imported = fs::read(m.path("tree").join(name)).unwrap();
+        assert!(expected == imported, "{name} differs after import");
+    }
+    tar_compare(&archive, &m.path("tree"));
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}

@@ -49,7 +49,7 @@ fn stage(fs: &Engine) -> u64 {
             data: vec![1u8; 60_000],
         },
     ];
-    let made = fs.apply(&first).unwrap();
+    let made = fs.apply(first).unwrap();
     let (dir, file) = (made[0], made[1]);
     let second = vec![
         BulkOp::Write {
@@ -73,7 +73,7 @@ fn stage(fs: &Engine) -> u64 {
             attrs: attrs(0o711, 1000),
         },
     ];
-    fs.apply(&second).unwrap();
+    fs.apply(second).unwrap();
     root
 }
 
@@ -130,7 +130,7 @@ fn an_abandoned_tree_is_deleted_by_the_reclaimer() {
         make(NodeRef::Ino(root), b"fine", FileKind::Regular, 0o644),
         make(NodeRef::Ino(root), b"a/b", FileKind::Regular, 0o644),
     ];
-    let failure = fs.apply(&bad).unwrap_err();
+    let failure = fs.apply(bad).unwrap_err();
     assert_eq!(failure.op, 1);
     fs.engine.abandon_tree(root);
     let done = (0..6000).any(|_| {
@@ -140,4 +140,113 @@ fn an_abandoned_tree_is_deleted_by_the_reclaimer() {
     assert!(done, "the abandoned tree was not deleted");
     assert_eq!(fs.usage(UsageOwner::Total).unwrap().inodes, inodes);
     assert_consistent(&fs, &[]);
+}
+
+fn write(file: NodeRef, offset: u64, data: Vec<u8>) -> BulkOp {
+    BulkOp::Write { file, offset, data }
+}
+
+/// Names made twice replace the first (as `tar xf` does with a repeated member), whether
+/// their directory was made by the same batch (looked up in the batch only), by an
+/// earlier one, or made again by this batch and kept (its names are in the store).
+#[test]
+fn repeated_names_replace_the_first_in_new_and_kept_directories() {
+    let fs = disk();
+    let root = fs.stage_tree(ROOT_INO, &attrs(0o755, 0)).unwrap();
+    let first = vec![
+        make(NodeRef::Ino(root), b"kept", FileKind::Directory, 0o755),
+        make(NodeRef::New(0), b"twice", FileKind::Regular, 0o644),
+        write(NodeRef::New(1), 0, b"old".to_vec()),
+        make(NodeRef::Ino(root), b"fresh", FileKind::Directory, 0o755),
+        make(NodeRef::New(3), b"twice", FileKind::Regular, 0o644),
+        write(NodeRef::New(4), 0, b"first".to_vec()),
+        BulkOp::Make {
+            parent: NodeRef::New(3),
+            name: b"twice".to_vec(),
+            kind: FileKind::Symlink,
+            rdev: 0,
+            target: b"second".to_vec(),
+            attrs: attrs(0o777, 1000),
+        },
+    ];
+    let made = fs.apply(first).unwrap();
+    let (kept, fresh) = (made[0], made[3]);
+    // A new batch: `kept` is made again (and kept), and `twice` in it made again.
+    let second = vec![
+        make(NodeRef::Ino(root), b"kept", FileKind::Directory, 0o700),
+        make(NodeRef::New(0), b"twice", FileKind::Regular, 0o600),
+        write(NodeRef::New(1), 0, b"new".to_vec()),
+        make(NodeRef::Ino(fresh), b"twice", FileKind::Regular, 0o644),
+    ];
+    let made = fs.apply(second).unwrap();
+    assert_eq!(made[0], kept);
+    fs.attach_tree(root, ROOT_INO, b"t").unwrap();
+    assert_eq!(names(&fs, kept), vec![b"twice".to_vec()]);
+    let twice = fs.lookup(kept, b"twice").unwrap();
+    assert_eq!((twice.perm, twice.size), (0o600, 3));
+    assert_eq!(read_all(&fs, twice.ino), b"new");
+    assert_eq!(fs.lookup(kept, b"twice").unwrap().ino, made[1]);
+    // The symlink replaced the first file, and a regular file in a later batch replaced it.
+    assert_eq!(names(&fs, fresh), vec![b"twice".to_vec()]);
+    let last = fs.lookup(fresh, b"twice").unwrap();
+    assert_eq!(
+        (last.ino, last.kind, last.size),
+        (made[3], FileKind::Regular, 0)
+    );
+    assert_eq!(fs.tree_usage(root).unwrap().entries, 4);
+    assert_consistent(&fs, &[]);
+    let closed = fs.close();
+    assert_fsck_clean(&closed.store);
+}
+
+/// File data in pieces of the chunk size lands as whole chunks; other pieces (short,
+/// unaligned, overwriting, past a hole) are merged into chunks as a write would.
+#[test]
+fn file_pieces_of_any_shape_read_back_and_count_their_bytes() {
+    let fs = disk();
+    let piece = fs.bulk_piece_bytes();
+    let root = fs.stage_tree(ROOT_INO, &attrs(0o755, 0)).unwrap();
+    let bytes = |seed: u8, len: usize| -> Vec<u8> {
+        (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+    };
+    let mut expected = bytes(1, 2 * piece + 10);
+    let mut ops = vec![
+        make(NodeRef::Ino(root), b"aligned", FileKind::Regular, 0o644),
+        write(NodeRef::New(0), 0, bytes(1, piece)),
+        write(
+            NodeRef::New(0),
+            piece as u64,
+            bytes(1u8.wrapping_add(piece as u8), piece),
+        ),
+        write(
+            NodeRef::New(0),
+            2 * piece as u64,
+            expected[2 * piece..].to_vec(),
+        ),
+        make(NodeRef::Ino(root), b"small", FileKind::Regular, 0o644),
+        write(NodeRef::New(4), 0, b"tiny".to_vec()),
+        make(NodeRef::Ino(root), b"odd", FileKind::Regular, 0o644),
+        write(NodeRef::New(6), 0, bytes(7, 1000)),
+        write(NodeRef::New(6), 1000, bytes(8, piece)),
+        write(NodeRef::New(6), 500, bytes(9, 100)),
+        write(NodeRef::New(6), 3 * piece as u64, bytes(10, 5)),
+    ];
+    // Overwrite the aligned file's second chunk in part, in the same batch.
+    ops.push(write(NodeRef::New(0), piece as u64 + 3, bytes(11, 4)));
+    expected[piece + 3..piece + 7].copy_from_slice(&bytes(11, 4));
+    let made = fs.apply(ops).unwrap();
+    fs.attach_tree(root, ROOT_INO, b"t").unwrap();
+    assert_eq!(read_all(&fs, made[0]), expected);
+    assert_eq!(read_all(&fs, made[4]), b"tiny");
+    let mut odd = bytes(7, 1000);
+    odd.extend_from_slice(&bytes(8, piece));
+    odd[500..600].copy_from_slice(&bytes(9, 100));
+    odd.resize(3 * piece, 0);
+    odd.extend_from_slice(&bytes(10, 5));
+    assert_eq!(read_all(&fs, made[6]), odd);
+    let usage = fs.tree_usage(root).unwrap();
+    assert_eq!(usage.bytes, (expected.len() + 4 + odd.len()) as u64);
+    assert_consistent(&fs, &[]);
+    let closed = fs.close();
+    assert_fsck_clean(&closed.store);
 }

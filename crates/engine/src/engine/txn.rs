@@ -86,6 +86,20 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// `parent/name` as this batch has it, without asking the store: for a directory the
+    /// batch created, whose every name is in the batch.
+    pub(crate) fn batch_entry(
+        &self,
+        parent: u64,
+        name: &[u8],
+    ) -> FsResult<Option<(u64, FileKind)>> {
+        let key = keys::entry_key(parent, name);
+        match self.batch.lookup(Space::Meta, &key) {
+            Some(Some(value)) => Ok(Some(keys::decode_entry(&key, value)?)),
+            _ => Ok(None),
+        }
+    }
+
     pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], ino: u64, kind: FileKind) {
         self.batch.put(
             Space::Meta,

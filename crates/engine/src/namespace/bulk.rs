@@ -12,8 +12,12 @@
 //! tree is never visible.
 //!
 //! The caller chooses the batch size: the batch is built in memory, and the writer lock
-//! is held while it is applied.
+//! is held while it is applied. File data given in pieces of `bulk_piece_bytes` at
+//! offsets that are multiples of it moves into the store as it is (no copy), and a
+//! name made in a directory made by the same batch is checked against that batch only
+//! (no store read): a bulk load costs little more than building its keys.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::counters::tree_usage::TreeDelta;
@@ -67,7 +71,9 @@ pub enum BulkOp {
         target_dir: NodeRef,
         target_name: Vec<u8>,
     },
-    /// Writes file bytes; the file's times are left as `Make` set them.
+    /// Writes file bytes; the file's times are left as `Make` set them. A piece of
+    /// `Engine::bulk_piece_bytes` (or the end of the file) at a multiple of that offset,
+    /// appended, becomes a chunk without being copied.
     Write {
         file: NodeRef,
         offset: u64,
@@ -140,20 +146,28 @@ impl Engine {
         Ok(inode.ino)
     }
 
-    /// Runs `ops` as one batch; returns the inode each `Make` made (0 for other
-    /// operations), in order.
-    pub fn apply(&self, ops: &[BulkOp]) -> Result<Vec<u64>, BulkFailure> {
+    /// The size of file data pieces that `apply` stores without copying them (see
+    /// `BulkOp::Write`).
+    pub fn bulk_piece_bytes(&self) -> usize {
+        self.chunk_bytes() as usize
+    }
+
+    /// Runs `ops` as one batch (their data moves into it); returns the inode each `Make`
+    /// made (0 for other operations), in order.
+    pub fn apply(&self, ops: Vec<BulkOp>) -> Result<Vec<u64>, BulkFailure> {
         let failed = |op, error| BulkFailure { op, error };
+        let count = ops.len();
         let mut txn = self.begin().map_err(|error| failed(0, error))?;
-        let mut made = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
+        let mut made = Vec::with_capacity(count);
+        let mut fresh = FreshDirs::default();
+        for (index, op) in ops.into_iter().enumerate() {
             let ino = txn
-                .bulk_op(op, &made)
+                .bulk_op(op, &made, &mut fresh)
                 .map_err(|error| failed(index, error))?;
             made.push(ino);
         }
         txn.commit()
-            .map_err(|error| failed(ops.len().saturating_sub(1), error))?;
+            .map_err(|error| failed(count.saturating_sub(1), error))?;
         Ok(made)
     }
 
@@ -195,6 +209,17 @@ impl Engine {
     }
 }
 
+/// Directories this batch created (not ones it found and kept): every name in them is in
+/// the batch, so looking one up needs no store read.
+#[derive(Default)]
+struct FreshDirs(HashSet<u64>);
+
+impl FreshDirs {
+    fn contains(&self, dir: u64) -> bool {
+        self.0.contains(&dir)
+    }
+}
+
 fn set_attrs(inode: &mut Inode, attrs: &BulkAttrs) {
     inode.perm = attrs.perm & 0o7777;
     inode.uid = attrs.uid;
@@ -204,7 +229,7 @@ fn set_attrs(inode: &mut Inode, attrs: &BulkAttrs) {
 }
 
 impl Txn<'_> {
-    fn bulk_op(&mut self, op: &BulkOp, made: &[u64]) -> FsResult<u64> {
+    fn bulk_op(&mut self, op: BulkOp, made: &[u64], fresh: &mut FreshDirs) -> FsResult<u64> {
         let resolve = |node: &NodeRef| -> FsResult<u64> {
             match *node {
                 NodeRef::Ino(ino) => Ok(ino),
@@ -225,12 +250,12 @@ impl Txn<'_> {
                 attrs,
             } => {
                 let new = NewInode {
-                    kind: *kind,
+                    kind,
                     perm: attrs.perm,
-                    rdev: *rdev,
-                    target,
+                    rdev,
+                    target: &target,
                 };
-                self.bulk_make(resolve(parent)?, name, &new, attrs)
+                self.bulk_make(resolve(&parent)?, &name, &new, &attrs, fresh)
             }
             BulkOp::Link {
                 parent,
@@ -238,19 +263,24 @@ impl Txn<'_> {
                 target_dir,
                 target_name,
             } => {
-                self.bulk_link(resolve(parent)?, name, resolve(target_dir)?, target_name)?;
+                self.bulk_link(
+                    resolve(&parent)?,
+                    &name,
+                    resolve(&target_dir)?,
+                    &target_name,
+                )?;
                 Ok(0)
             }
             BulkOp::Write { file, offset, data } => {
-                self.bulk_write(resolve(file)?, *offset, data)?;
+                self.bulk_write(resolve(&file)?, offset, data)?;
                 Ok(0)
             }
             BulkOp::Xattr { node, name, value } => {
-                self.bulk_xattr(resolve(node)?, name, value)?;
+                self.bulk_xattr(resolve(&node)?, &name, value)?;
                 Ok(0)
             }
             BulkOp::Attrs { node, attrs } => {
-                self.bulk_attrs(resolve(node)?, attrs)?;
+                self.bulk_attrs(resolve(&node)?, &attrs)?;
                 Ok(0)
             }
         }
@@ -262,13 +292,19 @@ impl Txn<'_> {
         name: &[u8],
         new: &NewInode<'_>,
         attrs: &BulkAttrs,
+        fresh: &mut FreshDirs,
     ) -> FsResult<u64> {
         check_name(name)?;
         if new.kind == FileKind::Symlink && new.target.len() > SYMLINK_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
         let mut parent_inode = self.directory(parent)?;
-        if let Some((existing, kind)) = self.entry(parent, name)? {
+        let existing = if fresh.contains(parent) {
+            self.batch_entry(parent, name)?
+        } else {
+            self.entry(parent, name)?
+        };
+        if let Some((existing, kind)) = existing {
             if kind == FileKind::Directory && new.kind == FileKind::Directory {
                 self.bulk_attrs(existing, attrs)?;
                 return Ok(existing);
@@ -287,6 +323,9 @@ impl Txn<'_> {
         self.touch_parent(&mut parent_inode, 1, i32::from(is_dir));
         self.name_added(parent, TreeDelta::one_name(&inode));
         self.charge(&inode, 1, 0);
+        if is_dir {
+            fresh.0.insert(inode.ino);
+        }
         Ok(inode.ino)
     }
 
@@ -341,7 +380,7 @@ impl Txn<'_> {
         self.inode_changed(&inode, inode.size)
     }
 
-    fn bulk_write(&mut self, file: u64, offset: u64, data: &[u8]) -> FsResult<()> {
+    fn bulk_write(&mut self, file: u64, offset: u64, data: Vec<u8>) -> FsResult<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -357,12 +396,20 @@ impl Txn<'_> {
         }
         let allocated_before = inode.allocated_bytes;
         let size_before = inode.size;
-        if matches!(inode.content, Content::Inline(_)) && end <= self.engine.inline_max_bytes() {
-            write_inline(&mut inode, offset, data);
-        } else {
-            self.make_chunked(&mut inode);
-            self.write_chunks(&mut inode, offset, data)?;
-            inode.size = inode.size.max(end);
+        let inline_max = self.engine.inline_max_bytes();
+        match &mut inode.content {
+            // A new small file's bytes become its inline content as they are.
+            Content::Inline(bytes) if bytes.is_empty() && offset == 0 && end <= inline_max => {
+                *bytes = data;
+                inode.size = end;
+                inode.allocated_bytes = end;
+            }
+            Content::Inline(_) if end <= inline_max => write_inline(&mut inode, offset, &data),
+            _ => {
+                self.make_chunked(&mut inode);
+                self.append_chunk(&mut inode, offset, data)?;
+                inode.size = inode.size.max(end);
+            }
         }
         self.charge(
             &inode,
@@ -373,16 +420,16 @@ impl Txn<'_> {
         self.inode_changed(&inode, size_before)
     }
 
-    fn bulk_xattr(&mut self, node: u64, name: &[u8], value: &[u8]) -> FsResult<()> {
+    fn bulk_xattr(&mut self, node: u64, name: &[u8], value: Vec<u8>) -> FsResult<()> {
         check_xattr_name(name)?;
         if value.len() > XATTR_VALUE_MAX_BYTES {
             return Err(FsError::Range);
         }
         let mut inode = self.inode(node)?;
         if crate::namespace::acl::is_acl_name(name) {
-            self.set_acl(&mut inode, name, value)?;
+            self.set_acl(&mut inode, name, &value)?;
         } else {
-            self.put(Space::Meta, keys::xattr_key(node, name), value.to_vec());
+            self.put(Space::Meta, keys::xattr_key(node, name), value);
             inode.may_have_xattrs = true;
         }
         self.put_inode(&inode);

@@ -282,13 +282,20 @@ pub(crate) fn write_inline(inode: &mut Inode, offset: u64, data: &[u8]) {
     let Content::Inline(bytes) = &mut inode.content else {
         unreachable!("write_inline on a chunked inode")
     };
-    let end = offset as usize + data.len();
-    if bytes.len() < end {
-        bytes.resize(end, 0);
-    }
-    bytes[offset as usize..end].copy_from_slice(data);
+    overwrite(bytes, offset as usize, data);
     inode.size = bytes.len() as u64;
     inode.allocated_bytes = inode.size;
+}
+
+/// Puts `data` at `at` in `bytes`, zero-filling any gap before it and growing `bytes` as
+/// needed; bytes past the end are appended, not zeroed first and then copied over.
+fn overwrite(bytes: &mut Vec<u8>, at: usize, data: &[u8]) {
+    if bytes.len() < at {
+        bytes.resize(at, 0);
+    }
+    let overlap = (bytes.len() - at).min(data.len());
+    bytes[at..at + overlap].copy_from_slice(&data[..overlap]);
+    bytes.extend_from_slice(&data[overlap..]);
 }
 
 impl Txn<'_> {
@@ -316,6 +323,30 @@ impl Txn<'_> {
         }
     }
 
+    /// Writes `data` at `offset` of a chunked file; a whole new chunk (at a chunk
+    /// boundary at or past the size, at most a chunk long) is stored as it is.
+    pub(crate) fn append_chunk(
+        &mut self,
+        inode: &mut Inode,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> FsResult<()> {
+        let chunk_bytes = self.engine.chunk_bytes();
+        let whole_new_chunk = offset.is_multiple_of(chunk_bytes)
+            && offset >= inode.size
+            && data.len() as u64 <= chunk_bytes;
+        if !whole_new_chunk {
+            return self.write_chunks(inode, offset, &data);
+        }
+        inode.allocated_bytes += data.len() as u64;
+        self.put(
+            Space::Data,
+            keys::chunk_key(inode.ino, offset / chunk_bytes),
+            data,
+        );
+        Ok(())
+    }
+
     pub(crate) fn write_chunks(
         &mut self,
         inode: &mut Inode,
@@ -330,12 +361,15 @@ impl Txn<'_> {
             let within = (position % chunk_bytes) as usize;
             let take = (chunk_bytes as usize - within).min(data.len() - written);
             let key = keys::chunk_key(inode.ino, chunk);
-            let mut bytes = self.get(Space::Data, &key)?.unwrap_or_default();
+            // No chunk reaches past the size (fsck checks it): a chunk starting at or
+            // after it is new, and an appending write (every import) reads nothing.
+            let mut bytes = if chunk * chunk_bytes >= inode.size {
+                Vec::with_capacity(within + take)
+            } else {
+                self.get(Space::Data, &key)?.unwrap_or_default()
+            };
             let old_len = bytes.len() as u64;
-            if bytes.len() < within + take {
-                bytes.resize(within + take, 0);
-            }
-            bytes[within..within + take].copy_from_slice(&data[written..written + take]);
+            overwrite(&mut bytes, within, &data[written..written + take]);
             inode.allocated_bytes = inode.allocated_bytes - old_len + bytes.len() as u64;
             self.put(Space::Data, key, bytes);
             written += take;
@@ -402,5 +436,25 @@ impl Txn<'_> {
         inode.allocated_bytes = inode.size;
         inode.content = Content::Inline(bytes);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overwrite;
+
+    #[test]
+    fn overwrite_fills_gaps_with_zeros_keeps_the_rest_and_appends() {
+        let mut bytes = Vec::new();
+        overwrite(&mut bytes, 2, b"ab");
+        assert_eq!(bytes, b"\0\0ab");
+        overwrite(&mut bytes, 1, b"xyz");
+        assert_eq!(bytes, b"\0xyz");
+        overwrite(&mut bytes, 0, b"1");
+        assert_eq!(bytes, b"1xyz");
+        overwrite(&mut bytes, 4, b"");
+        assert_eq!(bytes, b"1xyz");
+        overwrite(&mut bytes, 6, b"");
+        assert_eq!(bytes, b"1xyz\0\0");
     }
 }
