@@ -1,6 +1,7 @@
 //! The engine: opening a store, the state the write transaction (`txn`) works on, usage
 //! counters, inode allocation and group commit.
 
+mod purge;
 mod txn;
 
 use std::collections::{HashMap, HashSet};
@@ -111,6 +112,8 @@ pub(crate) struct WriteState {
     pub(crate) quotas: QuotaState,
     /// Directories' recursive usage, as last committed (see `tree_usage`).
     tree_cache: TreeCache,
+    /// Large orphans committed but not yet purged (see `purge`).
+    purges_due: Vec<u64>,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -312,6 +315,7 @@ impl Engine {
                 usage,
                 quotas,
                 tree_cache: TreeCache::default(),
+                purges_due: Vec::new(),
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -455,6 +459,7 @@ impl Engine {
             quota_settings: None,
             new_orphans: Vec::new(),
             removed: Vec::new(),
+            purges_due: Vec::new(),
             tree: TreeChanges::default(),
             now: Timestamp::now(),
         })
@@ -544,6 +549,7 @@ impl Engine {
             }
             txn.purge_inode(ino)?;
             txn.commit()?;
+            self.finish_purges();
         }
         Ok(())
     }
@@ -568,37 +574,6 @@ impl Engine {
         let mut open = self.open_files.lock();
         open.orphans.remove(&ino);
         open.tmpfiles.remove(&ino);
-    }
-
-    /// Removes inodes that were unlinked while open when the previous daemon stopped.
-    fn purge_orphans(&self) -> FsResult<()> {
-        let mut orphans = Vec::new();
-        let (start, end) = keys::all_orphans_range();
-        let mut decode_error = None;
-        self.store.scan(
-            Space::Meta,
-            &start,
-            &end,
-            &mut |key, _| match keys::decode_orphan_key(key) {
-                Ok(ino) => {
-                    orphans.push(ino);
-                    Scan::Continue
-                }
-                Err(error) => {
-                    decode_error = Some(error);
-                    Scan::Stop
-                }
-            },
-        )?;
-        if let Some(error) = decode_error {
-            return Err(error);
-        }
-        for ino in orphans {
-            let mut txn = self.begin()?;
-            txn.purge_inode(ino)?;
-            txn.commit()?;
-        }
-        Ok(())
     }
 
     /// Decides, under the writer lock, whether an inode whose last link went away is

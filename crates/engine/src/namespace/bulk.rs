@@ -154,6 +154,7 @@ impl Engine {
         }
         txn.commit()
             .map_err(|error| failed(ops.len().saturating_sub(1), error))?;
+        self.finish_purges();
         Ok(made)
     }
 
