@@ -17,9 +17,7 @@ use crate::counters::space_reserve::SpaceReserve;
 use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
-use crate::namespace::inode::{
-    Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
-};
+use crate::namespace::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::namespace::unlinked::Unlinked;
 use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot};
@@ -610,24 +608,14 @@ fn initialize(store: &dyn Store, root_owner: Caller) -> Result<(), OpenError> {
         chunk_bytes: DEFAULT_CHUNK_BYTES,
     };
     let now = Timestamp::now();
-    let root = Inode {
-        ino: ROOT_INO,
-        kind: FileKind::Directory,
-        perm: 0o755,
-        uid: root_owner.uid,
-        gid: root_owner.gid,
-        nlink: 2,
-        size: 0,
-        allocated_bytes: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        rdev: 0,
-        parent: ROOT_INO,
-        project: 0,
-        content: Content::Inline(Vec::new()),
-        may_have_xattrs: false,
-    };
+    let root = Inode::empty_directory(
+        ROOT_INO,
+        ROOT_INO,
+        0o755,
+        root_owner.uid,
+        root_owner.gid,
+        now,
+    );
     let one_inode = Usage {
         inodes: 1,
         bytes: 0,
