@@ -110,18 +110,7 @@ fn json_lines(
 
 /// The pid of the daemon serving `mountpoint`, or why there is none.
 pub fn find_daemon(mountpoint: &Path) -> Result<u32> {
-    let mountpoint = mounts::absolute(mountpoint);
-    let Some(entry) = mounts::mount_at(&mountpoint) else {
-        bail!("{} is not a mount point", mountpoint.display());
-    };
-    if !entry.is_shoal() {
-        bail!(
-            "{} is not a shoal mount ({} {})",
-            mountpoint.display(),
-            entry.fstype,
-            entry.source
-        );
-    }
+    let mountpoint = mounts::shoal_mount_at(mountpoint)?;
     match mounts::daemon_pids(&mountpoint).as_slice() {
         [] => bail!(
             "no shoal daemon serves {} (did it die? `shoal umount` it)",
