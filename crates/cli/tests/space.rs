@@ -68,10 +68,11 @@ fn df_and_stats_show_shoals_own_space_and_reclaims() {
         OsStr::new("1"),
     ]);
     for expected in [
-        "live 24.0MiB in 25 inodes",
-        "on disk",
-        "reclaimable",
-        "reclaims",
+        "live_bytes 24.0MiB",
+        "live_inodes 25",
+        "disk_bytes",
+        "reclaimable_bytes",
+        "reclaims/s",
     ] {
         assert!(
             text.stdout.contains(expected),
