@@ -5,7 +5,24 @@ pub use shoal_sys::mounts::{absolute, daemon_pids, mount_at, mount_table};
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
+
+/// `mountpoint` made absolute, if a shoal filesystem is mounted there; else why not.
+pub fn shoal_mount_at(mountpoint: &Path) -> Result<PathBuf> {
+    let mountpoint = absolute(mountpoint);
+    let Some(entry) = mount_at(&mountpoint) else {
+        bail!("{} is not a mount point", mountpoint.display());
+    };
+    if !entry.is_shoal() {
+        bail!(
+            "{} is not a shoal mount ({} {})",
+            mountpoint.display(),
+            entry.fstype,
+            entry.source
+        );
+    }
+    Ok(mountpoint)
+}
 
 /// The innermost shoal mount holding `absolute` (already resolved), and the path inside it
 /// ("" for its root). `shown` is the path as the user gave it, for errors.

@@ -13,7 +13,11 @@ use anyhow::{bail, Context, Result};
 
 use crate::control::{self, ControlRequest};
 use crate::mounts;
-use crate::stats_report::StatsReport;
+use crate::stats_report::{
+    StatsReport, DAEMON_METRICS, ENGINE_HISTOGRAMS, ENGINE_METRICS, MEMORY_METRICS,
+};
+use shoal_engine::metric::{Kind, Metric, Unit};
+use shoal_engine::STORE_METRICS;
 
 pub struct StatsArgs {
     pub json: bool,
@@ -106,18 +110,7 @@ fn json_lines(
 
 /// The pid of the daemon serving `mountpoint`, or why there is none.
 pub fn find_daemon(mountpoint: &Path) -> Result<u32> {
-    let mountpoint = mounts::absolute(mountpoint);
-    let Some(entry) = mounts::mount_at(&mountpoint) else {
-        bail!("{} is not a mount point", mountpoint.display());
-    };
-    if !entry.is_shoal() {
-        bail!(
-            "{} is not a shoal mount ({} {})",
-            mountpoint.display(),
-            entry.fstype,
-            entry.source
-        );
-    }
+    let mountpoint = mounts::shoal_mount_at(mountpoint)?;
     match mounts::daemon_pids(&mountpoint).as_slice() {
         [] => bail!(
             "no shoal daemon serves {} (did it die? `shoal umount` it)",
@@ -133,24 +126,70 @@ fn fetch(daemon: u32, request: &ControlRequest) -> Result<StatsReport> {
     serde_json::from_value(value).context("the daemon's statistics are unreadable")
 }
 
-/// One screen: rates and latencies over the interval between two reports.
+/// One screen: rates and latencies over the interval between two reports. Below the
+/// request table, one section per metric table (`stats_report`), every metric of it by
+/// its JSON name: a counter as its rate over the interval (`name/s`), a gauge as it is,
+/// each in its table's unit made short.
 pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) -> String {
     let restarted =
         current.daemon_pid != previous.daemon_pid || current.uptime_ns < previous.uptime_ns;
     let empty = StatsReport::default();
     let previous = if restarted { &empty } else { previous };
     let interval_s = (current.uptime_ns.saturating_sub(previous.uptime_ns) as f64 / 1e9).max(1e-3);
-    let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / interval_s;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "shoal stats {}  pid {}  up {}  over {}  interval {:.1}s",
+        "shoal stats {}  over {}  interval {:.1}s",
         mountpoint.display(),
-        current.daemon_pid,
-        duration(current.uptime_ns),
         current.fuse_transport,
         interval_s
     );
+    render_ops(&mut out, previous, current, interval_s);
+    let (engine, was) = (&current.engine, &previous.engine);
+    let mut figures = table_figures(ENGINE_METRICS, engine, was, interval_s);
+    for histogram in ENGINE_HISTOGRAMS {
+        let interval = (histogram.read)(engine)
+            .histogram()
+            .since(&(histogram.read)(was).histogram());
+        let p99 = match interval.count {
+            0 => "-".to_string(),
+            _ => duration(interval.quantile(0.99)),
+        };
+        figures.push(format!("{} p99 {p99}", histogram.field));
+    }
+    section(&mut out, "engine", &figures);
+    if let Some(last) = &engine.last_write_error {
+        let _ = writeln!(
+            out,
+            "errors  {} background write failures (the next fsync returns them); last: {last}",
+            engine.write_errors
+        );
+    }
+    let (store, was) = (&current.store, &previous.store);
+    let mut figures = table_figures(STORE_METRICS, store, was, interval_s);
+    let hits = store.block_cache_hits.saturating_sub(was.block_cache_hits);
+    let misses = store
+        .block_cache_misses
+        .saturating_sub(was.block_cache_misses);
+    figures.push(match hits + misses {
+        0 => "cache_hit_rate -".to_string(),
+        loads => format!("cache_hit_rate {:.1}%", hits as f64 * 100.0 / loads as f64),
+    });
+    section(&mut out, "store", &figures);
+    let memory = &current.memory;
+    let mut figures = table_figures(MEMORY_METRICS, memory, &previous.memory, interval_s);
+    if let (Some(used), Some(free)) = (memory.heap_in_use_bytes, memory.heap_free_bytes) {
+        figures.push(format!("heap_in_use_bytes {}", bytes(used)));
+        figures.push(format!("heap_free_bytes {}", bytes(free)));
+    }
+    section(&mut out, "memory", &figures);
+    let figures = table_figures(DAEMON_METRICS, current, previous, interval_s);
+    section(&mut out, "daemon", &figures);
+    out
+}
+
+/// The request table: the requests that arrived in the interval, their rate and latency.
+fn render_ops(out: &mut String, previous: &StatsReport, current: &StatsReport, interval_s: f64) {
     let _ = writeln!(
         out,
         "{:<12}{:>10}{:>12}{:>9}{:>9}{:>9}{:>9}",
@@ -170,7 +209,7 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
             out,
             "{:<12}{:>10.0}{:>12}{:>9}{:>9}{:>9}{:>9}",
             op.op,
-            rate(op.count, then),
+            op.count.saturating_sub(then) as f64 / interval_s,
             op.count,
             duration(interval.quantile(0.5)),
             duration(interval.quantile(0.99)),
@@ -178,97 +217,58 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
             duration(interval.max_ns),
         );
     }
-    let (engine, was) = (&current.engine, &previous.engine);
-    let commit = engine
-        .commit_latency
-        .histogram()
-        .since(&was.commit_latency.histogram());
-    let _ = writeln!(
-        out,
-        "engine  batches/s {:.0}  logged {}/s  syncs/s {:.1}  commits/s {:.1} (p99 {})  slowdowns {} ({})",
-        rate(engine.batches, was.batches),
-        bytes(rate(engine.log_bytes, was.log_bytes) as u64),
-        rate(engine.syncs, was.syncs),
-        rate(engine.commits, was.commits),
-        if commit.count == 0 {
-            "-".to_string()
-        } else {
-            duration(commit.quantile(0.99))
-        },
-        engine.write_slowdowns.saturating_sub(was.write_slowdowns),
-        duration(engine.write_slowdown_ns.saturating_sub(was.write_slowdown_ns)),
-    );
-    if let Some(last) = &engine.last_write_error {
-        let _ = writeln!(
-            out,
-            "errors  {} background write failures (the next fsync returns them); last: {last}",
-            engine.write_errors
-        );
+}
+
+/// Every metric of `table` as `name value`: a counter as its rate over the interval, a
+/// gauge as it is now.
+fn table_figures<T>(table: &[Metric<T>], now: &T, then: &T, interval_s: f64) -> Vec<String> {
+    table
+        .iter()
+        .map(|metric| {
+            let value = (metric.read)(now);
+            match metric.kind {
+                Kind::Counter => {
+                    let rate = value.saturating_sub((metric.read)(then)) as f64 / interval_s;
+                    format!("{}/s {}", metric.field, short(metric.unit, rate))
+                }
+                Kind::Gauge => format!("{} {}", metric.field, short(metric.unit, value as f64)),
+            }
+        })
+        .collect()
+}
+
+/// A value in `unit` as a short human figure.
+fn short(unit: Unit, value: f64) -> String {
+    match unit {
+        Unit::Count if value.fract() == 0.0 || value >= 10.0 => format!("{value:.0}"),
+        Unit::Count => format!("{value:.1}"),
+        Unit::Bytes => bytes(value as u64),
+        Unit::Nanoseconds => duration(value as u64),
+        Unit::Microseconds => duration((value * 1e3) as u64),
     }
-    if engine.reclaim_trees > 0 {
-        let _ = writeln!(
-            out,
-            "reclaim {} detached trees: {} names, {} left to delete",
-            engine.reclaim_trees,
-            engine.reclaim_entries,
-            bytes(engine.reclaim_bytes),
-        );
+}
+
+/// Width a section's lines are wrapped at.
+const SCREEN_COLUMNS: usize = 100;
+
+/// `figures` under a section label, wrapped at `SCREEN_COLUMNS`.
+fn section(out: &mut String, label: &str, figures: &[String]) {
+    let indent = 8;
+    let mut line = format!("{label:<indent$}");
+    let mut empty = true;
+    for figure in figures {
+        if !empty && line.len() + 2 + figure.len() > SCREEN_COLUMNS {
+            let _ = writeln!(out, "{line}");
+            line = " ".repeat(indent);
+            empty = true;
+        }
+        if !empty {
+            line.push_str("  ");
+        }
+        line.push_str(figure);
+        empty = false;
     }
-    let (store, was) = (&current.store, &previous.store);
-    let hits = store.block_cache_hits.saturating_sub(was.block_cache_hits);
-    let misses = store
-        .block_cache_misses
-        .saturating_sub(was.block_cache_misses);
-    let hit_rate = match hits + misses {
-        0 => "-".to_string(),
-        loads => format!("{:.1}%", hits as f64 * 100.0 / loads as f64),
-    };
-    let _ = writeln!(
-        out,
-        "store   staged {} (checkpoints/s {:.1}, held writes {})  memtables {} ({} sealed, {} flushes queued)  journals {} ({})  tables {} (L0 {})  compactions {} running, {} done",
-        bytes(store.staged_bytes),
-        rate(store.checkpoints, was.checkpoints),
-        store.held_writes.saturating_sub(was.held_writes),
-        bytes(store.write_buffer_bytes),
-        store.sealed_memtables,
-        store.pending_flushes,
-        store.journal_count,
-        bytes(store.journal_bytes),
-        store.table_count,
-        store.l0_table_count,
-        store.active_compactions,
-        store.compactions_completed.saturating_sub(was.compactions_completed),
-    );
-    let _ = writeln!(
-        out,
-        "space   live {} in {} inodes  on disk {}  reclaimable {}  reclaims {} (returned {})",
-        bytes(current.engine.live_bytes),
-        current.engine.live_inodes,
-        bytes(store.disk_bytes),
-        bytes(store.reclaimable_bytes),
-        store.reclaims,
-        bytes(store.reclaimed_bytes),
-    );
-    let memory = &current.memory;
-    let _ = writeln!(
-        out,
-        "cache   {} of {}  hits {}    memory  rss {} ({}{} trims up to {})  kernel-referenced inodes {} ({} B each, budget {}, {} evicted)",
-        bytes(store.cache_used_bytes),
-        bytes(store.cache_capacity_bytes),
-        hit_rate,
-        bytes(memory.rss_bytes),
-        match (memory.heap_in_use_bytes, memory.heap_free_bytes) {
-            (Some(used), Some(free)) => format!("heap {} used, {} free, ", bytes(used), bytes(free)),
-            _ => String::new(),
-        },
-        memory.heap_trims.saturating_sub(previous.memory.heap_trims),
-        duration(memory.heap_trim_max_ns),
-        memory.referenced_inodes,
-        memory.lookup_table_bytes_per_inode,
-        bytes(memory.budget_bytes),
-        memory.evictions.saturating_sub(previous.memory.evictions),
-    );
-    out
+    let _ = writeln!(out, "{line}");
 }
 
 /// Nanoseconds as a short human figure: 850ns, 42us, 3.1ms, 2.0s.
@@ -341,6 +341,62 @@ mod tests {
         // The interval held only 3 ms requests (the 10 µs one was before it).
         assert_eq!(columns[3], "3.0ms", "{screen}");
         assert!(!screen.contains("rmdir"));
+    }
+
+    #[test]
+    fn the_screen_shows_every_metric_of_every_table() {
+        let mut report = StatsReport {
+            daemon_pid: 7,
+            uptime_ns: 2_000_000_000,
+            ..StatsReport::default()
+        };
+        report.engine.last_write_error = Some("EIO".into());
+        report.memory.heap_in_use_bytes = Some(1 << 20);
+        report.memory.heap_free_bytes = Some(1 << 10);
+        let screen = render(Path::new("/mnt"), &StatsReport::default(), &report);
+        let words: Vec<&str> = screen
+            .split_whitespace()
+            .map(|word| word.trim_end_matches("/s"))
+            .collect();
+        let mut fields: Vec<&str> = ENGINE_METRICS.iter().map(|m| m.field).collect();
+        fields.extend(ENGINE_HISTOGRAMS.iter().map(|h| h.field));
+        fields.extend(STORE_METRICS.iter().map(|m| m.field));
+        fields.extend(MEMORY_METRICS.iter().map(|m| m.field));
+        fields.extend(DAEMON_METRICS.iter().map(|m| m.field));
+        for field in fields {
+            assert_eq!(
+                words.iter().filter(|word| **word == field).count(),
+                1,
+                "{field} once on the screen:\n{screen}"
+            );
+        }
+        assert!(screen.contains("heap_in_use_bytes 1.0MiB"), "{screen}");
+        assert!(screen.contains("last: EIO"), "{screen}");
+        assert!(
+            screen.lines().all(|line| line.len() <= SCREEN_COLUMNS),
+            "{screen}"
+        );
+    }
+
+    #[test]
+    fn counters_show_as_rates_and_gauges_as_they_are_in_short_units() {
+        let previous = StatsReport {
+            daemon_pid: 7,
+            uptime_ns: 1_000_000_000,
+            ..StatsReport::default()
+        };
+        let mut current = previous.clone();
+        current.uptime_ns = 3_000_000_000;
+        current.engine.log_bytes = 4 << 20;
+        current.engine.commits = 5;
+        current.store.staged_bytes = 3 << 20;
+        current.memory.heap_trim_max_ns = 3_100_000;
+        let screen = render(Path::new("/mnt"), &previous, &current);
+        assert!(screen.contains("log_bytes/s 2.0MiB"), "{screen}");
+        assert!(screen.contains("commits/s 2.5"), "{screen}");
+        assert!(screen.contains("staged_bytes 3.0MiB"), "{screen}");
+        assert!(screen.contains("heap_trim_max_ns 3.1ms"), "{screen}");
+        assert!(screen.contains("uptime_ns 3.0s"), "{screen}");
     }
 
     #[test]

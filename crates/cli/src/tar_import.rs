@@ -21,13 +21,10 @@ use std::io::{self, Read};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use shoal_engine::defaults::{BATCH_BYTES, BATCH_OPS};
 use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, Timestamp};
 use tar::EntryType;
 
-/// Operations per batch: the writer lock is held while one batch is applied.
-const BATCH_OPS: usize = 4096;
-/// Bytes (file data mostly) gathered before a batch is applied.
-const BATCH_BYTES: usize = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {

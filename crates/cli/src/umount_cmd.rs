@@ -13,18 +13,7 @@ use crate::mounts;
 const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(300);
 
 pub fn run(mountpoint: &Path) -> Result<ExitCode> {
-    let mountpoint = mounts::absolute(mountpoint);
-    let Some(entry) = mounts::mount_at(&mountpoint) else {
-        bail!("{} is not mounted", mountpoint.display());
-    };
-    if !entry.is_shoal() {
-        bail!(
-            "{} is not a shoal mount ({} {})",
-            mountpoint.display(),
-            entry.fstype,
-            entry.source
-        );
-    }
+    let mountpoint = mounts::shoal_mount_at(mountpoint)?;
     let daemons = mounts::daemon_pids(&mountpoint);
     let dead = matches!(std::fs::metadata(&mountpoint), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
     unmount(&mountpoint, dead)?;

@@ -11,7 +11,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{shoal, shoal_ok, test_dir, Mounted};
+use common::{incompressible, shoal, shoal_ok, test_dir, Mounted};
 
 fn os(path: &Path) -> &OsStr {
     path.as_os_str()
@@ -228,18 +228,6 @@ fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
 /// A full device is ENOSPC from the operation that needs the space, never EIO, and the
 /// mount lives on: reads, unlink, rename, truncate and rmdir go on working, every fsync'd
 /// file survives, and the store unmounts clean.
@@ -248,13 +236,13 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
     fs::create_dir(m.path("dir")).unwrap();
-    let keep = pattern(1, 300_000);
+    let keep = incompressible(1, 300_000);
     write_file(&m.path("keep"), &keep).unwrap();
     let mut written = Vec::new();
     let mut refused = None;
     for index in 0..400u64 {
         let name = format!("dir/f{index}");
-        match write_file(&m.path(&name), &pattern(index + 10, 1 << 20)) {
+        match write_file(&m.path(&name), &incompressible(index + 10, 1 << 20)) {
             Ok(()) => written.push((name, index + 10)),
             Err(error) => {
                 refused = Some((error, name));
@@ -282,7 +270,10 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     // The mount lives on: reads, renames, truncates, unlinks and rmdir all work.
     assert_eq!(fs::read(m.path("keep")).unwrap(), keep);
     let (first, seed) = written[0].clone();
-    assert_eq!(fs::read(m.path(&first)).unwrap(), pattern(seed, 1 << 20));
+    assert_eq!(
+        fs::read(m.path(&first)).unwrap(),
+        incompressible(seed, 1 << 20)
+    );
     fs::rename(m.path(&first), m.path("moved")).unwrap();
     fs::OpenOptions::new()
         .write(true)
@@ -305,7 +296,7 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     // The deleted files' space comes back: new writes fit again, without a remount.
     let started = std::time::Instant::now();
     let after = common::poll(std::time::Duration::from_secs(60), || {
-        write_file(&m.path("after"), &pattern(99, 1 << 20)).is_ok()
+        write_file(&m.path("after"), &incompressible(99, 1 << 20)).is_ok()
     });
     assert!(after, "no write fit after deleting most files");
     eprintln!(
@@ -346,11 +337,14 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     for (name, seed) in &written[1..] {
         assert_eq!(
             fs::read(m.path(name)).unwrap(),
-            pattern(*seed, 1 << 20),
+            incompressible(*seed, 1 << 20),
             "{name}"
         );
     }
-    assert_eq!(fs::read(m.path("after")).unwrap(), pattern(99, 1 << 20));
+    assert_eq!(
+        fs::read(m.path("after")).unwrap(),
+        incompressible(99, 1 << 20)
+    );
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
 }
@@ -362,7 +356,7 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
 fn a_failed_device_is_reported_by_fsync_stats_and_umount() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
-    let durable = pattern(7, 100_000);
+    let durable = incompressible(7, 100_000);
     write_file(&m.path("durable"), &durable).unwrap();
     fs::write(m.path("unsynced"), b"acknowledged, never synced").unwrap();
     common::run_ok(
@@ -417,7 +411,11 @@ fn template_store(dir: &Path) -> PathBuf {
         mnt: mnt.clone(),
     };
     for round in 0..6u64 {
-        write_file(&mnt.join(format!("big{round}")), &pattern(round, 700_000)).unwrap();
+        write_file(
+            &mnt.join(format!("big{round}")),
+            &incompressible(round, 700_000),
+        )
+        .unwrap();
         fs::create_dir(mnt.join(format!("d{round}"))).unwrap();
         for index in 0..150 {
             fs::write(mnt.join(format!("d{round}/small{index}")), b"small file").unwrap();
@@ -657,7 +655,7 @@ fn writes_after_repair_take_effect(case: &str, store: &Path, mnt: &Path) {
 fn a_replay_the_device_has_no_room_for_is_refused() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
-    let data = pattern(5, 30 << 20);
+    let data = incompressible(5, 30 << 20);
     write_file(&m.path("journaled"), &data).unwrap();
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
@@ -697,7 +695,11 @@ fn fsck_works_on_a_full_and_on_a_read_only_device() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
     for index in 0..20u64 {
-        write_file(&m.path(&format!("f{index}")), &pattern(index, 200_000)).unwrap();
+        write_file(
+            &m.path(&format!("f{index}")),
+            &incompressible(index, 200_000),
+        )
+        .unwrap();
     }
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{shoal_ok, Mounted};
+use common::{incompressible, shoal_ok, Mounted};
 use serde_json::Value;
 
 const FILES: u64 = 24;
@@ -39,25 +39,14 @@ fn df_used(mnt: &Path) -> (u64, u64) {
     (numbers[0], numbers[1])
 }
 
-fn incompressible(seed: u64, len: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
 #[test]
 fn df_and_stats_show_shoals_own_space_and_reclaims() {
     // Small memtables: the data reaches blob files, where deleting it leaves garbage.
     let mut m = Mounted::with_options(&["memtable=1"]);
     for index in 0..FILES {
         let mut file = fs::File::create(m.path(format!("f{index}"))).unwrap();
-        file.write_all(&incompressible(index, FILE_BYTES)).unwrap();
+        file.write_all(&incompressible(index, FILE_BYTES as usize))
+            .unwrap();
         file.sync_all().unwrap();
     }
     let stats = stats_json(&m.mnt);
@@ -79,10 +68,11 @@ fn df_and_stats_show_shoals_own_space_and_reclaims() {
         OsStr::new("1"),
     ]);
     for expected in [
-        "live 24.0MiB in 25 inodes",
-        "on disk",
-        "reclaimable",
-        "reclaims",
+        "live_bytes 24.0MiB",
+        "live_inodes 25",
+        "disk_bytes",
+        "reclaimable_bytes",
+        "reclaims/s",
     ] {
         assert!(
             text.stdout.contains(expected),

@@ -31,9 +31,6 @@ const RECORD_DATA: u8 = 1;
 const RECORD_END: u8 = 0xff;
 /// Bigger than any key tag, so `[]..[END_KEY]` spans a whole space.
 const END_KEY: &[u8] = &[0xff];
-/// A restore writes in batches of about this many bytes: big enough to amortise a batch,
-/// small enough to bound memory.
-const RESTORE_BATCH_BYTES: usize = 8 << 20;
 /// Keys are short; values are at most a chunk or an inode with inline data. Anything
 /// larger is damage, refused before allocating for it.
 const MAX_RECORD_PART_BYTES: u32 = 64 << 20;
@@ -316,7 +313,9 @@ pub fn restore_backup<F: Read + Seek>(
     let mut batch = Batch::default();
     let write = |space, key, value, batch: &mut Batch| -> Result<(), BackupError> {
         batch.put(space, key, value);
-        if batch.bytes() >= RESTORE_BATCH_BYTES {
+        if batch.len() >= crate::defaults::BATCH_OPS
+            || batch.bytes() >= crate::defaults::BATCH_BYTES
+        {
             store.write(std::mem::take(batch))?;
         }
         Ok(())

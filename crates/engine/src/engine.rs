@@ -1,6 +1,7 @@
 //! The engine: opening a store, the state the write transaction (`txn`) works on, usage
 //! counters, inode allocation and group commit.
 
+mod purge;
 mod txn;
 
 use std::collections::{HashMap, HashSet};
@@ -16,9 +17,7 @@ use crate::counters::space_reserve::SpaceReserve;
 use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
-use crate::namespace::inode::{
-    Content, FileKind, Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO,
-};
+use crate::namespace::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::namespace::unlinked::Unlinked;
 use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot};
@@ -111,6 +110,8 @@ pub(crate) struct WriteState {
     pub(crate) quotas: QuotaState,
     /// Directories' recursive usage, as last committed (see `tree_usage`).
     tree_cache: TreeCache,
+    /// Large orphans committed but not yet purged (see `purge`).
+    purges_due: Vec<u64>,
 }
 
 /// Open regular files and unlinked-while-open inodes.
@@ -312,6 +313,7 @@ impl Engine {
                 usage,
                 quotas,
                 tree_cache: TreeCache::default(),
+                purges_due: Vec::new(),
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -455,6 +457,7 @@ impl Engine {
             quota_settings: None,
             new_orphans: Vec::new(),
             removed: Vec::new(),
+            purges_due: Vec::new(),
             tree: TreeChanges::default(),
             now: Timestamp::now(),
         })
@@ -544,6 +547,7 @@ impl Engine {
             }
             txn.purge_inode(ino)?;
             txn.commit()?;
+            self.finish_purges();
         }
         Ok(())
     }
@@ -568,37 +572,6 @@ impl Engine {
         let mut open = self.open_files.lock();
         open.orphans.remove(&ino);
         open.tmpfiles.remove(&ino);
-    }
-
-    /// Removes inodes that were unlinked while open when the previous daemon stopped.
-    fn purge_orphans(&self) -> FsResult<()> {
-        let mut orphans = Vec::new();
-        let (start, end) = keys::all_orphans_range();
-        let mut decode_error = None;
-        self.store.scan(
-            Space::Meta,
-            &start,
-            &end,
-            &mut |key, _| match keys::decode_orphan_key(key) {
-                Ok(ino) => {
-                    orphans.push(ino);
-                    Scan::Continue
-                }
-                Err(error) => {
-                    decode_error = Some(error);
-                    Scan::Stop
-                }
-            },
-        )?;
-        if let Some(error) = decode_error {
-            return Err(error);
-        }
-        for ino in orphans {
-            let mut txn = self.begin()?;
-            txn.purge_inode(ino)?;
-            txn.commit()?;
-        }
-        Ok(())
     }
 
     /// Decides, under the writer lock, whether an inode whose last link went away is
@@ -635,24 +608,14 @@ fn initialize(store: &dyn Store, root_owner: Caller) -> Result<(), OpenError> {
         chunk_bytes: DEFAULT_CHUNK_BYTES,
     };
     let now = Timestamp::now();
-    let root = Inode {
-        ino: ROOT_INO,
-        kind: FileKind::Directory,
-        perm: 0o755,
-        uid: root_owner.uid,
-        gid: root_owner.gid,
-        nlink: 2,
-        size: 0,
-        allocated_bytes: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        rdev: 0,
-        parent: ROOT_INO,
-        project: 0,
-        content: Content::Inline(Vec::new()),
-        may_have_xattrs: false,
-    };
+    let root = Inode::empty_directory(
+        ROOT_INO,
+        ROOT_INO,
+        0o755,
+        root_owner.uid,
+        root_owner.gid,
+        now,
+    );
     let one_inode = Usage {
         inodes: 1,
         bytes: 0,

@@ -341,7 +341,9 @@ impl Engine {
         txn.touch_parent(&mut parent_inode, -1, 0);
         txn.name_removed(parent, TreeDelta::one_name(&inode));
         txn.drop_link(inode, parent)?;
-        txn.commit()
+        txn.commit()?;
+        self.finish_purges();
+        Ok(())
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {

@@ -272,12 +272,14 @@ impl Engine {
                 txn.purge_inode(root)?;
                 txn.delete(Space::Meta, keys::reclaim_key(root));
                 txn.commit()?;
+                self.finish_purges();
                 return Ok(Step::Done);
             }
             // Its parent deletes it in the next step.
             path.pop();
         }
         txn.commit()?;
+        self.finish_purges();
         Ok(Step::Deleted(deleted + u64::from(finished)))
     }
 }

@@ -12,133 +12,34 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use common::stores::FaultyStore;
 use common::*;
 use parking_lot::Mutex;
-use shoal_engine::internals::store::{
-    Batch, MemoryStore, Scan, Space, StagedStore, Store, StoreError, StoreView,
-};
+use shoal_engine::internals::store::{MemoryStore, StagedStore, Store, StoreError};
 
-/// Fails writes and syncs of the store it wraps, as `plan` draws: a failed write
-/// applies nothing (the store contract: batches are atomic).
-struct FaultyStore {
-    inner: Arc<MemoryStore>,
-    rng: Mutex<Lcg>,
-    /// Percent of writes and syncs that fail while faults are on.
-    failing_percent: u64,
+/// Fails 15% of writes and syncs while `faults_on`, ENOSPC or EIO as `rng` draws, counting
+/// them in `injected`.
+fn random_faults(
+    rng: Lcg,
     faults_on: Arc<AtomicBool>,
     injected: Arc<AtomicU64>,
-}
-
-impl FaultyStore {
-    fn fault(&self) -> Result<(), StoreError> {
-        if !self.faults_on.load(Ordering::SeqCst) {
+) -> common::stores::FaultPlan {
+    let rng = Mutex::new(rng);
+    Box::new(move || {
+        if !faults_on.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let mut rng = self.rng.lock();
-        if !rng.chance(self.failing_percent) {
+        let mut rng = rng.lock();
+        if !rng.chance(15) {
             return Ok(());
         }
-        self.injected.fetch_add(1, Ordering::SeqCst);
+        injected.fetch_add(1, Ordering::SeqCst);
         Err(if rng.chance(50) {
             StoreError::NoSpace
         } else {
             StoreError::Io(std::io::Error::from_raw_os_error(5))
         })
-    }
-}
-
-impl StoreView for FaultyStore {
-    fn scan(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
-    ) -> Result<(), StoreError> {
-        self.inner.scan(space, start, end, visit)
-    }
-
-    fn last_key(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.last_key(space, start, end)
-    }
-}
-
-impl Store for FaultyStore {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(space, key)
-    }
-
-    fn write(&self, batch: Batch) -> Result<(), StoreError> {
-        self.fault()?;
-        self.inner.write(batch)
-    }
-
-    fn sync(&self) -> Result<(), StoreError> {
-        self.fault()?;
-        self.inner.sync()
-    }
-
-    fn disk_bytes(&self) -> u64 {
-        0
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        self.inner.memory_bytes()
-    }
-
-    fn snapshot(&self) -> Box<dyn StoreView> {
-        self.inner.snapshot()
-    }
-}
-
-/// The same store without faults, for the engine that checks the outcome.
-struct Plain(Arc<MemoryStore>);
-
-impl StoreView for Plain {
-    fn scan(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
-    ) -> Result<(), StoreError> {
-        self.0.scan(space, start, end, visit)
-    }
-
-    fn last_key(
-        &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.last_key(space, start, end)
-    }
-}
-
-impl Store for Plain {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.get(space, key)
-    }
-    fn write(&self, batch: Batch) -> Result<(), StoreError> {
-        self.0.write(batch)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        self.0.sync()
-    }
-    fn disk_bytes(&self) -> u64 {
-        0
-    }
-    fn memory_bytes(&self) -> u64 {
-        self.0.memory_bytes()
-    }
-    fn snapshot(&self) -> Box<dyn StoreView> {
-        self.0.snapshot()
-    }
+    })
 }
 
 /// One random operation; Ok(label) or the error it returned.
@@ -191,10 +92,7 @@ fn operations_under_injected_faults_fail_whole_or_are_kept() {
         let injected = Arc::new(AtomicU64::new(0));
         let faulty = FaultyStore {
             inner: inner.clone(),
-            rng: Mutex::new(Lcg::new(seed * 7919)),
-            failing_percent: 15,
-            faults_on: faults_on.clone(),
-            injected: injected.clone(),
+            plan: random_faults(Lcg::new(seed * 7919), faults_on.clone(), injected.clone()),
         };
         // Odd seeds stage operations in front (checkpoints fail in the background too).
         let store: Box<dyn Store> = if seed % 2 == 1 {
@@ -239,9 +137,10 @@ fn operations_under_injected_faults_fail_whole_or_are_kept() {
         fs.sync().unwrap();
         assert_consistent(&fs, &[]);
         drop(fs);
-        let report = shoal_engine::fsck::check(&Plain(inner.clone())).unwrap();
+        let report = shoal_engine::fsck::check(&FaultyStore::plain(inner.clone())).unwrap();
         assert!(report.is_clean(), "seed {seed}: {}", report.summary());
-        let reopened = Engine::open_with_store(Box::new(Plain(inner)), no_thread()).unwrap();
+        let reopened =
+            Engine::open_with_store(Box::new(FaultyStore::plain(inner)), no_thread()).unwrap();
         assert_eq!(
             snapshot(&reopened),
             model,

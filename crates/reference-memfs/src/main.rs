@@ -11,6 +11,12 @@
 //! are freed when their link count and the kernel's lookup count are both zero, so an
 //! unlinked file that is still open stays readable.
 //!
+//! It shares no code with shoal on purpose: as the ceiling it must carry none of shoal's
+//! costs (no engine, no stats, no lookup-count table), and it depends on fuser and libc
+//! only. What it has in common with shoal's adapter (`crates/fuse/src/filesystem.rs`) is
+//! fuser's `Filesystem` trait: each method's parameter list is the trait's, spelled out by
+//! every implementation, and nothing else repeats.
+//!
 //! Usage: `reference-memfs MOUNTPOINT [--threads N] [--clone-fd]` (foreground; exits when
 //! the filesystem is unmounted, e.g. with `fusermount3 -u MOUNTPOINT`).
 

@@ -483,6 +483,20 @@ pub fn renamed_path(path: &Path, from: &Path, to: &Path) -> PathBuf {
 }
 
 /// The errno of an I/O error (0 if it has none), for `assert_eq!(errno(&e), libc::EEXIST)`.
+/// `len` bytes of a seeded xorshift stream: different per seed, and incompressible (so
+/// they reach the store's data files as written).
+pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
 pub fn errno(err: &std::io::Error) -> i32 {
     err.raw_os_error().unwrap_or(0)
 }

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::{Engine, WriteState, BLIND_DELETE_MAX_CHUNKS, INO_RUNS_MAX, INO_RUN_LENGTH};
+use super::{Engine, WriteState, INO_RUNS_MAX, INO_RUN_LENGTH};
 use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
 use crate::counters::space_reserve::Need;
 use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::namespace::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
 use crate::store::{Batch, Scan, Space, StoreError, SLOW_WRITE_REPORT};
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
@@ -33,6 +33,8 @@ pub(crate) struct Txn<'a> {
     /// Inodes this operation deletes from the store: kept in `unlinked` once it commits,
     /// while the kernel holds them.
     pub(super) removed: Vec<Inode>,
+    /// Orphans too large to delete in this batch, purged after it commits (see `purge`).
+    pub(super) purges_due: Vec<u64>,
     /// Recursive usage changes, applied to every ancestor at commit.
     pub(crate) tree: TreeChanges,
     pub(crate) now: Timestamp,
@@ -229,52 +231,6 @@ impl<'a> Txn<'a> {
             .map(|_| ())
     }
 
-    /// Deletes an inode with its data and xattrs, crediting its usage.
-    pub(crate) fn purge_inode(&mut self, ino: u64) -> FsResult<()> {
-        let inode = match self.inode(ino) {
-            Ok(inode) => inode,
-            Err(FsError::NotFound) => {
-                self.delete(Space::Meta, keys::orphan_key(ino));
-                return Ok(());
-            }
-            Err(error) => return Err(error),
-        };
-        assert!(
-            inode.nlink == 0 || inode.kind == FileKind::Directory,
-            "purging linked inode {ino}"
-        );
-        if inode.kind == FileKind::Directory {
-            self.dir_removed(ino);
-        }
-        // Range scans cost far more than point writes; most small files have neither.
-        if inode.content == Content::Chunked {
-            let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
-            if chunks <= BLIND_DELETE_MAX_CHUNKS {
-                // Deleting every possible chunk key is cheaper than a range scan; a hole
-                // costs one tombstone.
-                for chunk in 0..chunks {
-                    self.delete(Space::Data, keys::chunk_key(ino, chunk));
-                }
-            } else {
-                let (start, end) = keys::chunk_range(ino);
-                for key in self.scan_keys(Space::Data, &start, &end)? {
-                    self.delete(Space::Data, key);
-                }
-            }
-        }
-        if inode.may_have_xattrs {
-            let (start, end) = keys::xattr_range(ino);
-            for key in self.scan_keys(Space::Meta, &start, &end)? {
-                self.delete(Space::Meta, key);
-            }
-        }
-        self.delete(Space::Meta, keys::inode_key(ino));
-        self.delete(Space::Meta, keys::orphan_key(ino));
-        self.charge(&inode, -1, -(inode.allocated_bytes as i64));
-        self.removed.push(inode);
-        Ok(())
-    }
-
     /// Drops the link of a non-directory inode in `dir`; deletes it (or orphans it while
     /// open) at zero links.
     pub(crate) fn drop_link(&mut self, mut inode: Inode, dir: u64) -> FsResult<()> {
@@ -339,6 +295,7 @@ impl<'a> Txn<'a> {
         self.apply_usage(new_usage);
         self.state.tree_cache.absorb(tree_staged);
         self.apply_removals();
+        self.state.purges_due.append(&mut self.purges_due);
         self.record_write(batch_bytes, started.elapsed(), store_write);
         Ok(())
     }

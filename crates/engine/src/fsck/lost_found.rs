@@ -10,7 +10,7 @@ use super::repair::Repairs;
 use super::scan_all;
 use crate::error::FsResult;
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, ROOT_INO};
+use crate::namespace::inode::{FileKind, Inode, Timestamp, ROOT_INO};
 use crate::store::Space;
 
 pub(super) const LOST_FOUND: &[u8] = b"lost+found";
@@ -126,24 +126,7 @@ fn lost_found_dir(
     }
     let ino = next_free_ino(repairs, inodes)?;
     let now = Timestamp::now();
-    let dir = Inode {
-        ino,
-        kind: FileKind::Directory,
-        perm: 0o700,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        allocated_bytes: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        rdev: 0,
-        parent: ROOT_INO,
-        project: 0,
-        content: Content::Inline(Vec::new()),
-        may_have_xattrs: false,
-    };
+    let dir = Inode::empty_directory(ino, ROOT_INO, 0o700, 0, 0, now);
     // A non-directory named lost+found keeps its name; the new directory takes another.
     let name: Vec<u8> = if repairs.store.get(Space::Meta, &key)?.is_some() {
         format!("lost+found.{ino}").into_bytes()

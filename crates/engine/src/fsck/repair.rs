@@ -19,8 +19,6 @@ use crate::store::{Batch, FjallStore, Space, Store};
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, StoreLock};
 
-/// Changes per batch written.
-const BATCH_ITEMS: usize = 4096;
 /// Notes listed per repair; the count stays exact.
 const MAX_LISTED_NOTES: usize = 200;
 
@@ -117,7 +115,7 @@ impl<'a> Repairs<'a> {
     }
 
     fn flush_if_full(&mut self) -> FsResult<()> {
-        if self.batch.len() >= BATCH_ITEMS {
+        if self.batch.len() >= crate::defaults::BATCH_OPS {
             self.flush()?;
         }
         Ok(())

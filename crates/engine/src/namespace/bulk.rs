@@ -168,6 +168,7 @@ impl Engine {
         }
         txn.commit()
             .map_err(|error| failed(count.saturating_sub(1), error))?;
+        self.finish_purges();
         Ok(made)
     }
 

@@ -130,6 +130,36 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// A new directory with no entries (the root, `lost+found`): two links, its own `.`
+    /// and its parent's entry.
+    pub(crate) fn empty_directory(
+        ino: u64,
+        parent: u64,
+        perm: u16,
+        uid: u32,
+        gid: u32,
+        now: Timestamp,
+    ) -> Inode {
+        Inode {
+            ino,
+            kind: FileKind::Directory,
+            perm,
+            uid,
+            gid,
+            nlink: 2,
+            size: 0,
+            allocated_bytes: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            rdev: 0,
+            parent,
+            project: 0,
+            content: Content::Inline(Vec::new()),
+            may_have_xattrs: false,
+        }
+    }
+
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | u32::from(self.perm)
     }

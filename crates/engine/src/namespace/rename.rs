@@ -109,6 +109,7 @@ impl Engine {
         }
         txn.apply_dir_deltas(parent, from, newparent, to)?;
         txn.commit()?;
+        self.finish_purges();
         Ok(renamed)
     }
 }

@@ -9,6 +9,8 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod stores;
+
 pub use shoal_engine::fsck::{fsck_store_dir, FsckReport};
 pub use shoal_engine::store_dir::StoreDirError;
 pub use shoal_engine::{
