@@ -25,7 +25,6 @@ use shoal_engine::defaults::{BATCH_BYTES, BATCH_OPS};
 use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, Timestamp};
 use tar::EntryType;
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("{0} already exists")]

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use fjall::{
     AbstractTree, CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions,
@@ -300,7 +301,7 @@ impl Store for FjallStore {
 
     fn release_space(&self) -> Result<(), StoreError> {
         for keyspace in [&self.meta, &self.data] {
-            keyspace.rotate_memtable_and_wait()?;
+            write_out_memtables(keyspace)?;
         }
         if let Some(reclaimer) = &self.reclaimer {
             if reclaimer.counters.deleted_bytes.load(Ordering::Relaxed) > 0 {
@@ -312,7 +313,7 @@ impl Store for FjallStore {
 
     fn compact(&self) -> Result<(), StoreError> {
         for keyspace in [&self.meta, &self.data] {
-            keyspace.rotate_memtable_and_wait()?;
+            write_out_memtables(keyspace)?;
             keyspace.major_compact()?;
         }
         Ok(())
@@ -491,6 +492,32 @@ mod tests {
         );
     }
 
+    /// With the store's directory gone every flush fails, and fjall retries it for ever:
+    /// writing out memtables for space (and compacting) gives up with an error instead of
+    /// waiting for ever (an fsync that wanted space hung the daemon).
+    #[test]
+    fn writing_out_memtables_gives_up_when_flushes_keep_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"key".to_vec(), b"value".to_vec());
+        store.write(batch).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let started = std::time::Instant::now();
+        let (done, outcome) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(store.release_space());
+        });
+        let result = outcome
+            .recv_timeout(MEMTABLE_WRITE_OUT_LIMIT * 3)
+            .expect("release_space returned");
+        assert!(
+            result.is_err(),
+            "flushes into a deleted directory succeeded"
+        );
+        assert!(started.elapsed() < MEMTABLE_WRITE_OUT_LIMIT * 3);
+    }
+
     /// `journal_sync` fsyncs the newest `<id>.jnl` in the database folder: that must be the
     /// file fjall writes batches to, before and after fjall rotates the journal (at a
     /// flush, once it holds 64 MB).
@@ -544,4 +571,27 @@ mod tests {
         let second = journal_holding(b"second-value-written-after-a-seal");
         assert_ne!(first, second, "a seal starts a new journal");
     }
+}
+
+/// Longest wait for a keyspace's memtables to be written out as tables. A flush of a full
+/// memtable takes well under a second; one that has not happened by then is failing (the
+/// store's directory gone, the device broken) and is retried by fjall for ever, so waiting
+/// on (as fjall's `rotate_memtable_and_wait` does) would hang the caller: an fsync, a
+/// commit that wants space, a reclaim.
+const MEMTABLE_WRITE_OUT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Seals the active memtable and waits, bounded, until no sealed memtable is left.
+pub(crate) fn write_out_memtables(keyspace: &Keyspace) -> Result<(), StoreError> {
+    keyspace.rotate_memtable()?;
+    let deadline = Instant::now() + MEMTABLE_WRITE_OUT_LIMIT;
+    while keyspace.sealed_memtable_count() > 0 {
+        if Instant::now() >= deadline {
+            return Err(StoreError::Engine(format!(
+                "memtables not written out within {} s: the store's flushes are failing",
+                MEMTABLE_WRITE_OUT_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
