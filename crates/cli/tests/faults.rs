@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -521,6 +522,7 @@ fn damaged_stores_are_never_clean() {
     let template = template_store(dir.path());
     let out = shoal(&[OsStr::new("fsck"), os(&template)]);
     assert!(out.success(), "the undamaged store: {}", out.describe());
+    let reference = reference_contents(dir.path(), &template);
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let mut missed = Vec::new();
@@ -587,23 +589,121 @@ fn damaged_stores_are_never_clean() {
         "manifest-flip-end",
         "current-truncated",
         "current-flip-middle",
+        // Blocks and blobs that fail their checksums: the store is salvaged into a new
+        // one around them.
+        "table-flip-start",
+        "table-flip-middle",
+        "blob-flip-start",
+        "blob-flip-middle",
     ] {
         let store = dir.path().join(case);
         let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
-        let said = if case.starts_with("journal") {
-            "dropped"
-        } else {
-            "recorded as it is now"
+        let said: &[&str] = match case {
+            _ if case.starts_with("journal") => &["dropped"],
+            "table-flip-start" | "table-flip-middle" | "blob-flip-start" | "blob-flip-middle" => {
+                &["salvaged:", "kv.damaged-", "dropped: "]
+            }
+            _ => &["recorded as it is now"],
         };
         assert!(
-            repaired.success() && repaired.stdout.contains(said),
+            repaired.success() && said.iter().all(|text| repaired.stdout.contains(text)),
             "{case}: {}",
             repaired.describe()
         );
         let out = shoal(&[OsStr::new("fsck"), os(&store)]);
         assert!(out.success(), "{case} after --repair: {}", out.describe());
+        if said[0] == "salvaged:" {
+            untouched_files_read_back(case, &store, &mnt, &reference, &repaired.stdout);
+        }
         writes_after_repair_take_effect(case, &store, &mnt);
     }
+}
+
+/// Every regular file under `root`: (inode number, path).
+fn files_under(root: &Path) -> Vec<(u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() {
+                found.push((meta.ino(), path));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The bytes of every file of a copy of `template`, by inode number (a repair keeps
+/// inode numbers, also of files it reconnects into /lost+found).
+fn reference_contents(dir: &Path, template: &Path) -> HashMap<u64, Vec<u8>> {
+    let store = dir.join("reference");
+    let mnt = dir.join("reference-mnt");
+    fs::create_dir(&mnt).unwrap();
+    common::run_ok(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(template)
+            .arg(&store),
+        common::SHOAL_TIMEOUT,
+    );
+    shoal_ok(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+    let _guard = common::MountGuard {
+        store: Some(store.clone()),
+        mnt: mnt.clone(),
+    };
+    let contents = files_under(&mnt)
+        .into_iter()
+        .map(|(ino, path)| (ino, fs::read(path).unwrap()))
+        .collect();
+    shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    contents
+}
+
+/// After a salvage, each file the repair's report does not name reads back as it was
+/// before the damage; and most files are there.
+fn untouched_files_read_back(
+    case: &str,
+    store: &Path,
+    mnt: &Path,
+    reference: &HashMap<u64, Vec<u8>>,
+    report: &str,
+) {
+    shoal_ok(&[OsStr::new("mount"), os(store), os(mnt)]);
+    let _guard = common::MountGuard {
+        store: Some(store.to_path_buf()),
+        mnt: mnt.to_path_buf(),
+    };
+    let mut identical = 0;
+    for (ino, path) in files_under(mnt) {
+        let named = [format!("inode {ino} ("), format!("inode {ino})")]
+            .iter()
+            .any(|text| report.contains(text.as_str()));
+        let Some(before) = reference.get(&ino) else {
+            panic!(
+                "{case}: {} (inode {ino}) was not in the store",
+                path.display()
+            );
+        };
+        let now = fs::read(&path).unwrap();
+        if named {
+            assert_eq!(now.len(), before.len(), "{case}: {} size", path.display());
+        } else {
+            assert!(now == *before, "{case}: {} changed", path.display());
+            identical += 1;
+        }
+    }
+    assert!(
+        identical * 2 > reference.len(),
+        "{case}: only {identical} of {} files kept",
+        reference.len()
+    );
+    shoal_ok(&[OsStr::new("umount"), os(mnt)]);
 }
 
 /// Mounts a repaired store, deletes, overwrites and creates files, and checks after a
@@ -615,11 +715,25 @@ fn writes_after_repair_take_effect(case: &str, store: &Path, mnt: &Path) {
         store: Some(store.to_path_buf()),
         mnt: mnt.to_path_buf(),
     };
-    let kept: Vec<PathBuf> = fs::read_dir(mnt)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .collect();
+    let files_at_root = || -> Vec<PathBuf> {
+        fs::read_dir(mnt)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.is_file())
+            .collect()
+    };
+    let mut kept = files_at_root();
+    if kept.len() < 2 {
+        // The root's entries were lost: take files back from /lost+found (a rename).
+        for (index, (_, file)) in files_under(&mnt.join("lost+found"))
+            .iter()
+            .take(2)
+            .enumerate()
+        {
+            fs::rename(file, mnt.join(format!("reconnected{index}"))).unwrap();
+        }
+        kept = files_at_root();
+    }
     assert!(kept.len() >= 2, "{case}: nothing kept: {kept:?}");
     fs::remove_file(&kept[0]).unwrap();
     write_file(&kept[1], b"overwritten after the repair").unwrap();

@@ -268,8 +268,11 @@ fn name_in(store: &dyn Store, parent: u64, ino: u64) -> Option<String> {
     let (start, end) = keys::entry_range(parent);
     let mut found = None;
     store
-        .scan(Space::Meta, &start, &end, &mut |key, value| {
-            match keys::decode_entry(key, value) {
+        .scan(
+            Space::Meta,
+            &start,
+            &end,
+            &mut |key, value| match keys::decode_entry(key, value) {
                 Ok((child, _)) if child == ino => {
                     found = keys::decode_entry_key(key)
                         .ok()
@@ -277,8 +280,8 @@ fn name_in(store: &dyn Store, parent: u64, ino: u64) -> Option<String> {
                     Scan::Stop
                 }
                 _ => Scan::Continue,
-            }
-        })
+            },
+        )
         .ok()?;
     found
 }
