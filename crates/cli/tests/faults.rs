@@ -804,6 +804,63 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
     assert!(out.success(), "{}", out.describe());
 }
 
+/// Salvaging a store whose blob fails its checksum copies what reads into a new store
+/// beside it: without room for that copy, `fsck --repair` refuses, saying so, and leaves
+/// the store as damaged as it was; with room, it salvages.
+#[test]
+fn a_salvage_the_device_has_no_room_for_is_refused() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "memtable=1,checkpoint=0");
+    for index in 0..3u64 {
+        write_file(&m.path(&format!("file{index}")), &pattern(index, 4 << 20)).unwrap();
+    }
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    let blob = store_files(&m.store)
+        .into_iter()
+        .find(|(kind, _)| *kind == "blob")
+        .unwrap()
+        .1;
+    damage(&blob, "flip-middle");
+    let filler = disk.mountpoint.join("filler");
+    let available = {
+        let out = common::run_ok(
+            std::process::Command::new("df")
+                .args(["-B1", "--output=avail"])
+                .arg(&disk.mountpoint),
+            common::SHOAL_TIMEOUT,
+        );
+        out.stdout
+            .split_whitespace()
+            .find_map(|word| word.parse::<u64>().ok())
+            .unwrap()
+    };
+    write_file(&filler, &vec![1u8; (available - (20 << 20)) as usize]).unwrap();
+    let repair = || shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&m.store)]);
+    let refused = repair();
+    assert!(!refused.success(), "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("salvaging") && refused.stderr.contains("free"),
+        "{}",
+        refused.describe()
+    );
+    let leftovers: Vec<_> = fs::read_dir(&m.store)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("kv."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(m.fsck().code, Some(1), "still damaged");
+    fs::remove_file(&filler).unwrap();
+    let salvaged = repair();
+    assert!(
+        salvaged.success() && salvaged.stdout.contains("salvaged:"),
+        "{}",
+        salvaged.describe()
+    );
+    assert!(m.fsck().success());
+}
+
 /// fsck needs neither write access nor free space: it checks a store on a full device
 /// and on a read-only one, and finds it clean.
 #[test]

@@ -15,7 +15,7 @@ use crate::engine::OpenError;
 use crate::keys;
 use crate::namespace::inode::ROOT_INO;
 use crate::store::salvage::{salvage_keys, ReadFailure, Skipped};
-use crate::store::{Batch, FjallStore, Scan, Space, Store, StoreError};
+use crate::store::{Batch, FjallStore, Scan, Space, Store, StoreError, MIN_JOURNAL_BYTES};
 use crate::store_dir::{self, access, StoreDirError};
 
 /// Records per batch written to the new store.
@@ -26,9 +26,9 @@ const BATCH_BYTES: usize = 16 << 20;
 const SALVAGE_PREFIX: &str = "kv.salvage-";
 /// The damaged store is kept under this name, next to the new `kv`.
 const DAMAGED_PREFIX: &str = "kv.damaged-";
-/// Free space kept beyond the salvaged data's estimate, for the new store's journal
-/// and version files.
-const SLACK_BYTES: u64 = 64 << 20;
+/// Free space kept beyond the salvaged data's estimate, for the new store's version
+/// files and manifests.
+const SLACK_BYTES: u64 = 4 << 20;
 /// Directory levels followed up to the root when naming an inode's path.
 const MAX_PATH_DEPTH: usize = 4096;
 /// Dropped records listed by name; the count stays exact.
@@ -77,16 +77,19 @@ pub(super) fn salvage(dir: &Path, damaged: FjallStore) -> Result<Salvaged, OpenE
 }
 
 /// Refuses a salvage the device has no room for: the copy needs about what the damaged
-/// store's tables and blobs hold.
+/// store holds, once in tables and blobs and, until fjall rotates its journal (at
+/// `journal_bytes`), once more in the journal.
 fn check_free_space(dir: &Path, kv: &Path) -> Result<(), OpenError> {
-    let needed = tree_bytes(kv).map_err(io_error(kv))? + SLACK_BYTES;
+    let data = tree_bytes(kv).map_err(io_error(kv))?;
+    let journal = data.min(check_tuning().journal_bytes.max(MIN_JOURNAL_BYTES));
+    let needed = data + journal + SLACK_BYTES;
     let available = device_space(dir).map_err(io_error(dir))?.available_bytes;
     if available < needed {
         return Err(OpenError::NoSpace(format!(
             "{}: salvaging the damaged key-value store copies what reads back into a new \
              one beside it, which needs about {} MiB free on the store's device, and {} MiB \
              are; free space there (or copy the store to a larger device) and repair again \
-             (nothing was changed)",
+             (the damaged store stays in place)",
             dir.display(),
             needed >> 20,
             available >> 20
