@@ -617,6 +617,46 @@ fn damaged_stores_are_never_clean() {
         }
         writes_after_repair_take_effect(case, &store, &mnt);
     }
+    data_table_damage_is_salvaged(dir.path(), &template, &mnt, &reference);
+}
+
+/// A damaged block of a data table loses the chunks it indexed: the files they belonged
+/// to are named, keep their sizes and read zeros there; every other file reads back.
+fn data_table_damage_is_salvaged(
+    dir: &Path,
+    template: &Path,
+    mnt: &Path,
+    reference: &HashMap<u64, Vec<u8>>,
+) {
+    let case = "data-table-flip-start";
+    let store = dir.join(case);
+    common::run_ok(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(template)
+            .arg(&store),
+        common::SHOAL_TIMEOUT,
+    );
+    // fjall numbers keyspaces in creation order: 1 is meta, 2 is data (`store_files`).
+    let tables = store.join("kv/keyspaces/2/tables");
+    let table = fs::read_dir(&tables)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .max_by_key(|path| fs::metadata(path).unwrap().len())
+        .expect("a data table");
+    damage(&table, "flip-start");
+    let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
+    assert!(
+        repaired.success()
+            && repaired.stdout.contains("salvaged:")
+            && repaired.stdout.contains("chunks of these files"),
+        "{case}: {}",
+        repaired.describe()
+    );
+    let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+    assert!(out.success(), "{case} after --repair: {}", out.describe());
+    untouched_files_read_back(case, &store, mnt, reference, &repaired.stdout);
+    writes_after_repair_take_effect(case, &store, mnt);
 }
 
 /// Every regular file under `root`: (inode number, path).

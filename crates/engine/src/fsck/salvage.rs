@@ -13,7 +13,7 @@ use super::check_tuning;
 use crate::counters::space_reserve::device_space;
 use crate::engine::OpenError;
 use crate::keys;
-use crate::namespace::inode::ROOT_INO;
+use crate::namespace::inode::{FileKind, ROOT_INO};
 use crate::store::salvage::{salvage_keys, ReadFailure, Skipped};
 use crate::store::{Batch, FjallStore, Scan, Space, Store, StoreError, MIN_JOURNAL_BYTES};
 use crate::store_dir::{self, access, StoreDirError};
@@ -33,6 +33,11 @@ const SLACK_BYTES: u64 = 4 << 20;
 const MAX_PATH_DEPTH: usize = 4096;
 /// Dropped records listed by name; the count stays exact.
 const MAX_LISTED: usize = 100;
+/// Files named per stretch of lost chunks.
+const MAX_FILES_PER_STRETCH: usize = 20;
+/// Lengths of a chunk key (tag, inode, index) and an inode key (tag, inode): `keys.rs`.
+const CHUNK_KEY_BYTES: usize = 17;
+const INODE_KEY_BYTES: usize = 9;
 
 /// What a salvage kept and dropped.
 pub(super) struct Salvaged {
@@ -193,6 +198,9 @@ pub(super) fn notes(salvaged: &Salvaged, repaired: &dyn Store) -> Vec<String> {
                 describe_bound(skip.before.as_deref(), "the end", repaired),
                 skip.error
             ));
+            if *space == Space::Data {
+                notes.push(files_with_lost_chunks(skip, repaired));
+            }
         }
         listed += 1;
     }
@@ -223,10 +231,13 @@ fn describe_key(key: &[u8], store: &dyn Store) -> String {
         Some(path) => format!("inode {ino} ({path})"),
         None => format!("inode {ino}"),
     };
-    if let Ok((ino, chunk)) = keys::decode_chunk_key(key) {
+    // A probe key (`store::salvage`) is cut short: read what it starts with.
+    let mut chunk_key = key.to_vec();
+    chunk_key.resize(CHUNK_KEY_BYTES, 0);
+    if let Ok((ino, chunk)) = keys::decode_chunk_key(&chunk_key) {
         return format!("chunk {chunk} of {}", named(ino));
     }
-    if let Ok(ino) = keys::decode_inode_key(key) {
+    if let Ok(ino) = keys::decode_inode_key(&key[..key.len().min(INODE_KEY_BYTES)]) {
         return named(ino);
     }
     if let Ok((parent, name)) = keys::decode_entry_key(key) {
@@ -287,4 +298,41 @@ fn name_in(store: &dyn Store, parent: u64, ino: u64) -> Option<String> {
         )
         .ok()?;
     found
+}
+
+/// The files whose chunks a skipped stretch of the data space may have held: they keep
+/// their sizes and read zeros there.
+fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
+    let ino_of = |key: Option<&[u8]>, none: u64| {
+        key.and_then(|key| key.get(1..INODE_KEY_BYTES))
+            .and_then(|bytes| bytes.try_into().ok())
+            .map_or(none, u64::from_be_bytes)
+    };
+    let first = ino_of(skip.after.as_deref(), 0);
+    let last = ino_of(skip.before.as_deref(), u64::MAX);
+    let mut files = Vec::new();
+    let end = keys::inode_key(last.saturating_add(1));
+    let _ = store.scan(
+        Space::Meta,
+        &keys::inode_key(first),
+        &end,
+        &mut |key, value| {
+            let Ok(ino) = keys::decode_inode_key(key) else {
+                return Scan::Continue;
+            };
+            if keys::decode_inode(ino, value).is_ok_and(|inode| inode.kind == FileKind::Regular) {
+                files.push(describe_key(key, store));
+            }
+            if files.len() >= MAX_FILES_PER_STRETCH {
+                files.push("...".into());
+                return Scan::Stop;
+            }
+            Scan::Continue
+        },
+    );
+    format!(
+        "dropped: chunks of these files may have been among them (they keep their sizes \
+         and read zeros there): {}",
+        files.join(", ")
+    )
 }
