@@ -8,6 +8,11 @@
 //! damaged block costs about the keys it held. Keys are compared as numbers made of their
 //! first `KEY_NUMBER_BYTES` bytes (shoal's keys are a tag byte and big-endian numbers:
 //! `keys.rs`), which is where the steps and the bisection happen.
+//!
+//! The bisection finds one boundary between a failing and a reading start: with two
+//! damaged stretches close together in key order it may land past the good keys between
+//! them. Damage fjall meets when it opens the store (a table's index or metadata, a file
+//! gone or cut short) fails the open; there is nothing to read around then.
 
 use fjall::Keyspace;
 
