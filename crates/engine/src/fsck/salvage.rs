@@ -35,9 +35,6 @@ const MAX_PATH_DEPTH: usize = 4096;
 const MAX_LISTED: usize = 100;
 /// Files named per stretch of lost chunks.
 const MAX_FILES_PER_STRETCH: usize = 20;
-/// Lengths of a chunk key (tag, inode, index) and an inode key (tag, inode): `keys.rs`.
-const CHUNK_KEY_BYTES: usize = 17;
-const INODE_KEY_BYTES: usize = 9;
 
 /// What a salvage kept and dropped.
 pub(super) struct Salvaged {
@@ -63,22 +60,37 @@ pub(super) fn salvage(dir: &Path, damaged: FjallStore) -> Result<Salvaged, OpenE
     if fresh_path.exists() {
         fs::remove_dir_all(&fresh_path).map_err(io_error(&fresh_path))?;
     }
-    let fresh = FjallStore::open(&fresh_path, &check_tuning())?;
     let mut salvaged = Salvaged {
         kept: 0,
         damaged_copy: dir.join(format!("{DAMAGED_PREFIX}{stamp}")),
         skipped: Vec::new(),
         lost_values: Vec::new(),
     };
+    let copied = copy_all(&damaged, &fresh_path, &mut salvaged);
+    drop(damaged);
+    if let Err(error) = copied {
+        // The damaged store stays as it was; a half-made copy is of no use.
+        let _ = fs::remove_dir_all(&fresh_path);
+        return Err(error);
+    }
+    swap_in(dir, &kv, &fresh_path, &salvaged.damaged_copy)?;
+    Ok(salvaged)
+}
+
+/// Makes the new store at `fresh_path` with every record of `damaged` that reads, durably
+/// and privately; closed when this returns.
+fn copy_all(
+    damaged: &FjallStore,
+    fresh_path: &Path,
+    salvaged: &mut Salvaged,
+) -> Result<(), OpenError> {
+    let fresh = FjallStore::open(fresh_path, &check_tuning())?;
     for space in [Space::Meta, Space::Data] {
-        copy_space(&damaged, &fresh, space, &mut salvaged)?;
+        copy_space(damaged, &fresh, space, salvaged)?;
     }
     fresh.sync()?;
     drop(fresh);
-    drop(damaged);
-    access::make_private(&fresh_path).map_err(io_error(&fresh_path))?;
-    swap_in(dir, &kv, &fresh_path, &salvaged.damaged_copy)?;
-    Ok(salvaged)
+    access::make_private(fresh_path).map_err(io_error(fresh_path))
 }
 
 /// Refuses a salvage the device has no room for: the copy needs about what the damaged
@@ -231,13 +243,10 @@ fn describe_key(key: &[u8], store: &dyn Store) -> String {
         Some(path) => format!("inode {ino} ({path})"),
         None => format!("inode {ino}"),
     };
-    // A probe key (`store::salvage`) is cut short: read what it starts with.
-    let mut chunk_key = key.to_vec();
-    chunk_key.resize(CHUNK_KEY_BYTES, 0);
-    if let Ok((ino, chunk)) = keys::decode_chunk_key(&chunk_key) {
+    if let Some((ino, chunk)) = chunk_position(key) {
         return format!("chunk {chunk} of {}", named(ino));
     }
-    if let Ok(ino) = keys::decode_inode_key(&key[..key.len().min(INODE_KEY_BYTES)]) {
+    if let Some(ino) = inode_position(key) {
         return named(ino);
     }
     if let Ok((parent, name)) = keys::decode_entry_key(key) {
@@ -251,6 +260,20 @@ fn describe_key(key: &[u8], store: &dyn Store) -> String {
         return format!("an xattr of {}", named(ino));
     }
     format!("key {}", key.escape_ascii())
+}
+
+/// The (inode, chunk) a chunk key names, or a probe key (`store::salvage`, cut short)
+/// starts with.
+fn chunk_position(key: &[u8]) -> Option<(u64, u64)> {
+    let mut chunk_key = key.to_vec();
+    chunk_key.resize(keys::chunk_key(0, 0).len(), 0);
+    keys::decode_chunk_key(&chunk_key).ok()
+}
+
+/// The inode an inode key, or a probe key starting with one, names.
+fn inode_position(key: &[u8]) -> Option<u64> {
+    let length = keys::inode_key(0).len().min(key.len());
+    keys::decode_inode_key(&key[..length]).ok()
 }
 
 fn hole_note(key: &[u8]) -> &'static str {
@@ -303,11 +326,8 @@ fn name_in(store: &dyn Store, parent: u64, ino: u64) -> Option<String> {
 /// The files whose chunks a skipped stretch of the data space may have held: they keep
 /// their sizes and read zeros there.
 fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
-    let ino_of = |key: Option<&[u8]>, none: u64| {
-        key.and_then(|key| key.get(1..INODE_KEY_BYTES))
-            .and_then(|bytes| bytes.try_into().ok())
-            .map_or(none, u64::from_be_bytes)
-    };
+    let ino_of =
+        |key: Option<&[u8]>, none: u64| key.and_then(chunk_position).map_or(none, |(ino, _)| ino);
     let first = ino_of(skip.after.as_deref(), 0);
     let last = ino_of(skip.before.as_deref(), u64::MAX);
     let mut files = Vec::new();
