@@ -9,6 +9,8 @@ use shoal_engine::OpenError;
 /// use). `repair` repairs in place; its exit code is that of the repaired store's check.
 pub fn run(store_dir: &Path, repair: bool) -> Result<ExitCode> {
     let checked = if repair {
+        // A repair writes files into the store (STATE, a salvaged key-value store).
+        crate::mkfs_cmd::set_private_umask();
         shoal_engine::fsck::repair_store_dir(store_dir)
     } else {
         let bar = crate::progress_bar::count("fsck", "pairs");

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -519,6 +520,7 @@ fn damaged_stores_are_never_clean() {
     let template = template_store(dir.path());
     let out = shoal(&[OsStr::new("fsck"), os(&template)]);
     assert!(out.success(), "the undamaged store: {}", out.describe());
+    let reference = reference_contents(dir.path(), &template);
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let mut missed = Vec::new();
@@ -585,23 +587,161 @@ fn damaged_stores_are_never_clean() {
         "manifest-flip-end",
         "current-truncated",
         "current-flip-middle",
+        // Blocks and blobs that fail their checksums: the store is salvaged into a new
+        // one around them.
+        "table-flip-start",
+        "table-flip-middle",
+        "blob-flip-start",
+        "blob-flip-middle",
     ] {
         let store = dir.path().join(case);
         let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
-        let said = if case.starts_with("journal") {
-            "dropped"
-        } else {
-            "recorded as it is now"
+        let said: &[&str] = match case {
+            _ if case.starts_with("journal") => &["dropped"],
+            "table-flip-start" | "table-flip-middle" | "blob-flip-start" | "blob-flip-middle" => {
+                &["salvaged:", "kv.damaged-", "dropped: "]
+            }
+            _ => &["recorded as it is now"],
         };
         assert!(
-            repaired.success() && repaired.stdout.contains(said),
+            repaired.success() && said.iter().all(|text| repaired.stdout.contains(text)),
             "{case}: {}",
             repaired.describe()
         );
         let out = shoal(&[OsStr::new("fsck"), os(&store)]);
         assert!(out.success(), "{case} after --repair: {}", out.describe());
+        if said[0] == "salvaged:" {
+            untouched_files_read_back(case, &store, &mnt, &reference, &repaired.stdout);
+        }
         writes_after_repair_take_effect(case, &store, &mnt);
     }
+    data_table_damage_is_salvaged(dir.path(), &template, &mnt, &reference);
+}
+
+/// A damaged block of a data table loses the chunks it indexed: the files they belonged
+/// to are named, keep their sizes and read zeros there; every other file reads back.
+fn data_table_damage_is_salvaged(
+    dir: &Path,
+    template: &Path,
+    mnt: &Path,
+    reference: &HashMap<u64, Vec<u8>>,
+) {
+    let case = "data-table-flip-start";
+    let store = dir.join(case);
+    common::run_ok(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(template)
+            .arg(&store),
+        common::SHOAL_TIMEOUT,
+    );
+    // fjall numbers keyspaces in creation order: 1 is meta, 2 is data (`store_files`).
+    let tables = store.join("kv/keyspaces/2/tables");
+    let table = fs::read_dir(&tables)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .max_by_key(|path| fs::metadata(path).unwrap().len())
+        .expect("a data table");
+    damage(&table, "flip-start");
+    let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
+    assert!(
+        repaired.success()
+            && repaired.stdout.contains("salvaged:")
+            && repaired.stdout.contains("chunks of these files"),
+        "{case}: {}",
+        repaired.describe()
+    );
+    let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+    assert!(out.success(), "{case} after --repair: {}", out.describe());
+    untouched_files_read_back(case, &store, mnt, reference, &repaired.stdout);
+    writes_after_repair_take_effect(case, &store, mnt);
+}
+
+/// Every regular file under `root`: (inode number, path).
+fn files_under(root: &Path) -> Vec<(u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() {
+                found.push((meta.ino(), path));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The bytes of every file of a copy of `template`, by inode number (a repair keeps
+/// inode numbers, also of files it reconnects into /lost+found).
+fn reference_contents(dir: &Path, template: &Path) -> HashMap<u64, Vec<u8>> {
+    let store = dir.join("reference");
+    let mnt = dir.join("reference-mnt");
+    fs::create_dir(&mnt).unwrap();
+    common::run_ok(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(template)
+            .arg(&store),
+        common::SHOAL_TIMEOUT,
+    );
+    shoal_ok(&[OsStr::new("mount"), os(&store), os(&mnt)]);
+    let _guard = common::MountGuard {
+        store: Some(store.clone()),
+        mnt: mnt.clone(),
+    };
+    let contents = files_under(&mnt)
+        .into_iter()
+        .map(|(ino, path)| (ino, fs::read(path).unwrap()))
+        .collect();
+    shoal_ok(&[OsStr::new("umount"), os(&mnt)]);
+    contents
+}
+
+/// After a salvage, each file the repair's report does not name reads back as it was
+/// before the damage; and most files are there.
+fn untouched_files_read_back(
+    case: &str,
+    store: &Path,
+    mnt: &Path,
+    reference: &HashMap<u64, Vec<u8>>,
+    report: &str,
+) {
+    shoal_ok(&[OsStr::new("mount"), os(store), os(mnt)]);
+    let _guard = common::MountGuard {
+        store: Some(store.to_path_buf()),
+        mnt: mnt.to_path_buf(),
+    };
+    let mut identical = 0;
+    for (ino, path) in files_under(mnt) {
+        let named = [format!("inode {ino} ("), format!("inode {ino})")]
+            .iter()
+            .any(|text| report.contains(text.as_str()));
+        let Some(before) = reference.get(&ino) else {
+            panic!(
+                "{case}: {} (inode {ino}) was not in the store",
+                path.display()
+            );
+        };
+        let now = fs::read(&path).unwrap();
+        if named {
+            assert_eq!(now.len(), before.len(), "{case}: {} size", path.display());
+        } else {
+            assert!(now == *before, "{case}: {} changed", path.display());
+            identical += 1;
+        }
+    }
+    assert!(
+        identical * 2 > reference.len(),
+        "{case}: only {identical} of {} files kept",
+        reference.len()
+    );
+    shoal_ok(&[OsStr::new("umount"), os(mnt)]);
 }
 
 /// Mounts a repaired store, deletes, overwrites and creates files, and checks after a
@@ -613,11 +753,25 @@ fn writes_after_repair_take_effect(case: &str, store: &Path, mnt: &Path) {
         store: Some(store.to_path_buf()),
         mnt: mnt.to_path_buf(),
     };
-    let kept: Vec<PathBuf> = fs::read_dir(mnt)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .collect();
+    let files_at_root = || -> Vec<PathBuf> {
+        fs::read_dir(mnt)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.is_file())
+            .collect()
+    };
+    let mut kept = files_at_root();
+    if kept.len() < 2 {
+        // The root's entries were lost: take files back from /lost+found (a rename).
+        for (index, (_, file)) in files_under(&mnt.join("lost+found"))
+            .iter()
+            .take(2)
+            .enumerate()
+        {
+            fs::rename(file, mnt.join(format!("reconnected{index}"))).unwrap();
+        }
+        kept = files_at_root();
+    }
     assert!(kept.len() >= 2, "{case}: nothing kept: {kept:?}");
     fs::remove_file(&kept[0]).unwrap();
     write_file(&kept[1], b"overwritten after the repair").unwrap();
@@ -686,6 +840,63 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
     assert_eq!(fs::read(m.path("journaled")).unwrap(), data);
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
+}
+
+/// Salvaging a store whose blob fails its checksum copies what reads into a new store
+/// beside it: without room for that copy, `fsck --repair` refuses, saying so, and leaves
+/// the store as damaged as it was; with room, it salvages.
+#[test]
+fn a_salvage_the_device_has_no_room_for_is_refused() {
+    let disk = LoopFs::new(128, "ext4");
+    let m = StoreOn::new(&disk, "memtable=1,checkpoint=0");
+    for index in 0..3u64 {
+        write_file(&m.path(&format!("file{index}")), &pattern(index, 4 << 20)).unwrap();
+    }
+    let out = m.umount();
+    assert!(out.success(), "{}", out.describe());
+    let blob = store_files(&m.store)
+        .into_iter()
+        .find(|(kind, _)| *kind == "blob")
+        .unwrap()
+        .1;
+    damage(&blob, "flip-middle");
+    let filler = disk.mountpoint.join("filler");
+    let available = {
+        let out = common::run_ok(
+            std::process::Command::new("df")
+                .args(["-B1", "--output=avail"])
+                .arg(&disk.mountpoint),
+            common::SHOAL_TIMEOUT,
+        );
+        out.stdout
+            .split_whitespace()
+            .find_map(|word| word.parse::<u64>().ok())
+            .unwrap()
+    };
+    write_file(&filler, &vec![1u8; (available - (20 << 20)) as usize]).unwrap();
+    let repair = || shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&m.store)]);
+    let refused = repair();
+    assert!(!refused.success(), "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("salvaging") && refused.stderr.contains("free"),
+        "{}",
+        refused.describe()
+    );
+    let leftovers: Vec<_> = fs::read_dir(&m.store)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("kv."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(m.fsck().code, Some(1), "still damaged");
+    fs::remove_file(&filler).unwrap();
+    let salvaged = repair();
+    assert!(
+        salvaged.success() && salvaged.stdout.contains("salvaged:"),
+        "{}",
+        salvaged.describe()
+    );
+    assert!(m.fsck().success());
 }
 
 /// fsck needs neither write access nor free space: it checks a store on a full device

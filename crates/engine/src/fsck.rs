@@ -7,6 +7,7 @@ pub(crate) mod counters;
 mod lost_found;
 pub mod progress;
 mod repair;
+mod salvage;
 pub(crate) mod tree_usage;
 
 use std::fmt::Write as _;

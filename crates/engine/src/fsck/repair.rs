@@ -33,8 +33,20 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
     let cut = store_state::cut_at_damage(&kv).map_err(io)?;
     let store = FjallStore::open(&kv, &check_tuning())?;
+    // A table block or blob that fails its checksum stops every pass's scans: the store
+    // is salvaged into a new one first (`salvage`), which the passes then repair.
+    let (store, salvaged) = match store.first_damage()? {
+        None => (store, None),
+        Some(_) => {
+            let salvaged = super::salvage::salvage(dir, store)?;
+            (FjallStore::open(&kv, &check_tuning())?, Some(salvaged))
+        }
+    };
     let repaired = repair(&store);
     let mut report = checked(&store);
+    if let Some(salvaged) = &salvaged {
+        report.notes.extend(super::salvage::notes(salvaged, &store));
+    }
     for problem in findings
         .problems
         .iter()
@@ -45,7 +57,13 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     for dropped in cut {
         report.notes.push(format!("dropped: {dropped}"));
     }
-    for changed in &findings.changed_files {
+    // A salvaged store's files are all new: the damaged ones are named above.
+    let changed_files = if salvaged.is_some() {
+        &[][..]
+    } else {
+        &findings.changed_files[..]
+    };
+    for changed in changed_files {
         report
             .notes
             .push(format!("recorded as it is now: {changed}"));

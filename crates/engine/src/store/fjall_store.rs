@@ -208,7 +208,7 @@ impl FjallStore {
         }
     }
 
-    fn keyspace(&self, space: Space) -> &Keyspace {
+    pub(super) fn keyspace(&self, space: Space) -> &Keyspace {
         match space {
             Space::Meta => &self.meta,
             Space::Data => &self.data,
