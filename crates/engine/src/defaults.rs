@@ -32,13 +32,14 @@ pub const BLOB_FILE_BYTES: u64 = 16 << 20;
 /// rewritten with its live values at the next compaction that sees it, every such file
 /// at once (fjall's default rewrote only the oldest quarter of them per compaction, and
 /// blob files stayed ~1.8x the live data). Lower: less garbage kept, but each reclaimed
-/// byte costs more copying: (1 - ratio) / ratio bytes, 3 at 0.25. Stored at creation too.
-pub const BLOB_STALE_RATIO: f32 = 0.25;
+/// byte costs more copying: (1 - ratio) / ratio bytes, 2.3 at 0.3 (at 0.25, 3: the churn
+/// run's daemon then wrote 5.4x what the workload did). Stored at creation too.
+pub const BLOB_STALE_RATIO: f32 = 0.3;
 /// The reclaimer starts a round once the file data written or deleted since the last
 /// round reaches 1/`RECLAIM_START_SHARE` of the data keyspace's size (at least
 /// `RECLAIM_MIN_BYTES`): overwrites leave garbage as deletes do, and a round is cheap
 /// when there is little (the index tables it compacts hold only keys and blob pointers).
-pub const RECLAIM_START_SHARE: u64 = 32;
+pub const RECLAIM_START_SHARE: u64 = 16;
 pub const RECLAIM_MIN_BYTES: u64 = 4 << 20;
 /// How often the reclaimer looks at the backlog when nothing wakes it.
 pub const RECLAIM_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -50,7 +51,8 @@ pub const RECLAIM_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 pub const RECLAIM_HOLD_SHARE: u64 = 8;
 pub const RECLAIM_HOLD_MIN_BYTES: u64 = 16 << 20;
 pub const RECLAIM_HOLD_MAX: Duration = Duration::from_secs(5);
-// Journals: fjall starts a new one at a flush once the current one passes 64 MB (fixed in
-// fjall 3.1) and keeps old ones until every memtable holding their writes is flushed;
-// a reclaim round flushes the metadata memtable then, so journals stay near 64 MB
-// instead of growing to `JOURNAL_BYTES` behind a slowly filling metadata memtable.
+// Journals: fjall starts a new one at a flush once the current one passes 16 MB (64 MB
+// upstream; vendor/fjall/README.vendor.md) and keeps old ones until every memtable
+// holding their writes is flushed; a reclaim round flushes the metadata memtable then, so
+// journals stay near 16 MB instead of growing to `JOURNAL_BYTES` behind a slowly filling
+// metadata memtable.

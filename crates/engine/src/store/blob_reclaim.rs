@@ -262,7 +262,7 @@ impl Shared {
     /// ones are rewritten with their live values only.
     fn compact(&self) -> Result<(), fjall::Error> {
         self.data.rotate_memtable_and_wait()?;
-        // fjall starts a new journal at a flush once the current one passes 64 MB, and
+        // fjall starts a new journal at a flush once the current one passes 16 MB, and
         // deletes the old one only when every keyspace has flushed what it holds: the
         // metadata memtable fills slowly and held journals up to `JOURNAL_BYTES`
         // (512 MiB beside 190 MB of files). The data memtable was just flushed, so

@@ -507,7 +507,7 @@ mod tests {
 
     /// `journal_sync` fsyncs the newest `<id>.jnl` in the database folder: that must be the
     /// file fjall writes batches to, before and after fjall rotates the journal (at a
-    /// flush, once it holds 64 MB).
+    /// flush, once it holds 16 MB: vendor/fjall).
     #[test]
     fn sync_finds_the_journal_fjall_writes_to() {
         use crate::store::journal_sync::active_journal;
