@@ -59,8 +59,6 @@ struct Shared {
     round: Mutex<()>,
     /// Set by a writer whose write passed the start threshold; cleared by the thread.
     wanted: AtomicBool,
-    /// A round gave blob files up that older versions of the keyspace still name.
-    unsettled: AtomicBool,
     state: Mutex<State>,
     /// The thread waits on it for a writer's wake-up or a stop.
     wake: Condvar,
@@ -89,7 +87,6 @@ impl BlobReclaimer {
             counters: counters.clone(),
             round: Mutex::new(()),
             wanted: AtomicBool::new(false),
-            unsettled: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             finished: Condvar::new(),
@@ -171,10 +168,6 @@ impl Shared {
                 if let Err(error) = self.reclaim() {
                     tracing::warn!(%error, "reclaiming deleted file data failed");
                 }
-            } else if self.unsettled.swap(false, Ordering::AcqRel) {
-                if let Err(error) = self.settle() {
-                    tracing::warn!(%error, "deleting reclaimed blob files failed");
-                }
             }
         }
     }
@@ -247,9 +240,6 @@ impl Shared {
         self.finished.notify_all();
         outcome?;
         let after = self.data.disk_space();
-        if after < before {
-            self.unsettled.store(true, Ordering::Release);
-        }
         counters.reclaims.fetch_add(1, Ordering::Relaxed);
         counters
             .reclaimed_bytes
@@ -273,9 +263,9 @@ impl Shared {
         // The first compaction drops the deleted values and so learns which blob files
         // are stale; blob files are picked for rewriting by what is known before a
         // compaction starts, so a second one rewrites (or deletes) them.
-        self.data.major_compact()?;
+        self.compact_and_settle()?;
         if self.data.tree.stale_blob_bytes() > 0 {
-            self.data.major_compact()?;
+            self.compact_and_settle()?;
         }
         Ok(())
     }
@@ -286,11 +276,23 @@ impl Shared {
 const SETTLE_KEY: &[u8] = b"~reclaim";
 
 impl Shared {
+    /// Compacts the data keyspace in full and, when that gave blob files up, deletes them
+    /// at once: until then they are on disk beside the copies of their live values (a
+    /// round's two compactions left up to 50 MB of them beside 190 MB of live data).
+    fn compact_and_settle(&self) -> Result<(), fjall::Error> {
+        let before = self.data.disk_space();
+        self.data.major_compact()?;
+        if self.data.disk_space() < before {
+            self.settle()?;
+        }
+        Ok(())
+    }
+
     /// Deletes the blob files a round gave up once nothing can read them: fjall keeps each
     /// superseded version of a keyspace (and so its files) until a memtable flush moves
-    /// the snapshot watermark past it; a store under load flushes at the next round, an
-    /// idle one would keep them until its next write. A tombstone for `SETTLE_KEY` is
-    /// that write; it is invisible to reads and compacted away.
+    /// the snapshot watermark past it, and an idle store would keep them until its next
+    /// write. A tombstone for `SETTLE_KEY` is that write; it is invisible to reads and
+    /// compacted away.
     fn settle(&self) -> Result<(), fjall::Error> {
         self.data.remove(SETTLE_KEY)?;
         self.data.rotate_memtable_and_wait()
