@@ -22,7 +22,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fjall::{AbstractTree, Database, Keyspace};
 
@@ -30,6 +30,9 @@ use crate::defaults::{
     RECLAIM_CHECK_INTERVAL, RECLAIM_HOLD_MAX, RECLAIM_HOLD_MIN_BYTES, RECLAIM_HOLD_SHARE,
     RECLAIM_MIN_BYTES, RECLAIM_START_SHARE,
 };
+
+/// The longest a round waits for a memtable flush.
+const FLUSH_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// Progress, for `shoal stats`.
 #[derive(Default)]
@@ -251,14 +254,14 @@ impl Shared {
     /// Flushes, then compacts the data keyspace in full; its dead blob files go, stale
     /// ones are rewritten with their live values only.
     fn compact(&self) -> Result<(), fjall::Error> {
-        self.data.rotate_memtable_and_wait()?;
+        self.flush(&self.data)?;
         // fjall starts a new journal at a flush once the current one passes 16 MB, and
         // deletes the old one only when every keyspace has flushed what it holds: the
         // metadata memtable fills slowly and held journals up to `JOURNAL_BYTES`
         // (512 MiB beside 190 MB of files). The data memtable was just flushed, so
         // flushing the metadata one lets every journal but the current one go.
         if self.db.journal_count() > 1 {
-            self.meta.rotate_memtable_and_wait()?;
+            self.flush(&self.meta)?;
         }
         // The first compaction drops the deleted values and so learns which blob files
         // are stale; blob files are picked for rewriting by what is known before a
@@ -295,7 +298,26 @@ impl Shared {
     /// compacted away.
     fn settle(&self) -> Result<(), fjall::Error> {
         self.data.remove(SETTLE_KEY)?;
-        self.data.rotate_memtable_and_wait()
+        self.flush(&self.data)
+    }
+
+    /// Seals `keyspace`'s memtable and waits for its flushes, as fjall's
+    /// `rotate_memtable_and_wait` does, but gives up when the reclaimer stops or after
+    /// `FLUSH_WAIT_MAX`: on a failed device flushes never finish, and fjall's wait would
+    /// hold the unmount forever.
+    fn flush(&self, keyspace: &Keyspace) -> Result<(), fjall::Error> {
+        keyspace.rotate_memtable()?;
+        let deadline = Instant::now() + FLUSH_WAIT_MAX;
+        while keyspace.sealed_memtable_count() > 0 {
+            if self.state().stopping || Instant::now() >= deadline {
+                return Err(fjall::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "a memtable flush did not finish",
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
     }
 }
 
