@@ -809,8 +809,13 @@ fn writes_after_repair_take_effect(case: &str, store: &Path, mnt: &Path) {
 fn a_replay_the_device_has_no_room_for_is_refused() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
-    let data = incompressible(5, 30 << 20);
-    write_file(&m.path("journaled"), &data).unwrap();
+    // Small files: their data is inline in the metadata records, which stay in the journal
+    // (file chunks are flushed to blob files by the reclaimer's rounds every few MiB).
+    let data = incompressible(5, 4096);
+    let files = (30 << 20) / data.len();
+    for index in 0..files {
+        fs::write(m.path(&format!("journaled{index}")), &data).unwrap();
+    }
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
     // Someone else fills the device.
@@ -837,7 +842,12 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
     );
     fs::remove_file(&filler).unwrap();
     m.mount();
-    assert_eq!(fs::read(m.path("journaled")).unwrap(), data);
+    for index in 0..files {
+        assert_eq!(
+            fs::read(m.path(&format!("journaled{index}"))).unwrap(),
+            data
+        );
+    }
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
 }

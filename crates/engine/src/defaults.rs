@@ -24,3 +24,43 @@ pub const CHECKPOINT_BYTES: u64 = 4 << 20;
 pub const BATCH_OPS: usize = 4096;
 /// Key and value bytes gathered before such a batch is written (`shoal import`, restore).
 pub const BATCH_BYTES: usize = 8 << 20;
+
+// Returning deleted and overwritten file data to the device (`store/blob_reclaim.rs` says
+// how; the churn row in BENCHMARKS.md measures it). The goal: a store under churn takes
+// at most 1.5x its live bytes, as XFS does on the same workload.
+
+/// Blob files (file chunks, key-value separation) are written up to this size. A blob
+/// file's space comes back only whole: when all its values are gone, or when its live
+/// values are copied into a new file. 16 MiB instead of fjall's 64 so a partly stale
+/// file is rewritten (or dropped) at a finer grain. fjall stores this when it creates
+/// the keyspace: it applies to stores made by this version on.
+pub const BLOB_FILE_BYTES: u64 = 16 << 20;
+/// A blob file whose share of stale (deleted or overwritten) bytes reaches this is
+/// rewritten with its live values at the next compaction that sees it, every such file
+/// at once (fjall's default rewrote only the oldest quarter of them per compaction, and
+/// blob files stayed ~1.8x the live data). Lower: less garbage kept, but each reclaimed
+/// byte costs more copying: (1 - ratio) / ratio bytes, 2.3 at 0.3 (at 0.25, 3: the churn
+/// run's daemon then wrote 5.4x what the workload did). Stored at creation too.
+pub const BLOB_STALE_RATIO: f32 = 0.3;
+/// The reclaimer starts a round once the file data overwritten or deleted since the last
+/// round reaches 1/`RECLAIM_START_SHARE` of the data keyspace's size (at least
+/// `RECLAIM_MIN_BYTES`): overwrites leave garbage as deletes do, and a round is cheap
+/// when there is little (the index tables it compacts hold only keys and blob pointers).
+pub const RECLAIM_START_SHARE: u64 = 16;
+pub const RECLAIM_MIN_BYTES: u64 = 4 << 20;
+/// How often the reclaimer looks at the backlog when nothing wakes it.
+pub const RECLAIM_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Writers of file data wait for the reclaimer once the backlog (data written or deleted
+/// since the round in progress started; appends and new files leave no garbage and count
+/// nothing) reaches 1/`RECLAIM_HOLD_SHARE` of the data
+/// keyspace (at least `RECLAIM_HOLD_MIN_BYTES`): a store written faster than it reclaims
+/// would otherwise grow without bound (6.6x the live bytes in the churn run, where the
+/// live set was rewritten every 2 s). Each wait ends after `RECLAIM_HOLD_MAX` at most.
+pub const RECLAIM_HOLD_SHARE: u64 = 8;
+pub const RECLAIM_HOLD_MIN_BYTES: u64 = 16 << 20;
+pub const RECLAIM_HOLD_MAX: Duration = Duration::from_secs(5);
+// Journals: fjall starts a new one at a flush once the current one passes 16 MB (64 MB
+// upstream; vendor/fjall/README.vendor.md) and keeps old ones until every memtable
+// holding their writes is flushed; a reclaim round flushes the metadata memtable then, so
+// journals stay near 16 MB instead of growing to `JOURNAL_BYTES` behind a slowly filling
+// metadata memtable.

@@ -56,6 +56,10 @@ pub struct Batch {
     /// (every transaction read passes here).
     meta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     data: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Bytes of file data already in the store that this batch's data puts replace: the
+    /// garbage an overwrite leaves (an append or a new file leaves none). The reclaimer
+    /// counts it with deleted chunks; the store cannot tell without reading.
+    replaced_data_bytes: u64,
 }
 
 type SpaceItems = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -151,6 +155,15 @@ impl Batch {
             .chain(&self.data)
             .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
             .sum()
+    }
+
+    /// Notes that a data put replaces `bytes` of stored file data (see the field).
+    pub fn note_replaced_data(&mut self, bytes: u64) {
+        self.replaced_data_bytes += bytes;
+    }
+
+    pub fn replaced_data_bytes(&self) -> u64 {
+        self.replaced_data_bytes
     }
 
     pub fn into_items(self) -> impl Iterator<Item = (Space, Vec<u8>, Option<Vec<u8>>)> {

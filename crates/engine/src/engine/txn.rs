@@ -53,6 +53,11 @@ impl<'a> Txn<'a> {
         self.batch.put(space, key, value);
     }
 
+    /// Notes file data in the store that this transaction's puts replace (an overwrite).
+    pub(crate) fn note_replaced_data(&mut self, bytes: u64) {
+        self.batch.note_replaced_data(bytes);
+    }
+
     pub(crate) fn delete(&mut self, space: Space, key: Vec<u8>) {
         self.batch.delete(space, key);
     }

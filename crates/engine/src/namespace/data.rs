@@ -369,6 +369,7 @@ impl Txn<'_> {
                 self.get(Space::Data, &key)?.unwrap_or_default()
             };
             let old_len = bytes.len() as u64;
+            self.note_replaced_data(old_len);
             overwrite(&mut bytes, within, &data[written..written + take]);
             inode.allocated_bytes = inode.allocated_bytes - old_len + bytes.len() as u64;
             self.put(Space::Data, key, bytes);
@@ -404,6 +405,7 @@ impl Txn<'_> {
                 let key = keys::chunk_key(inode.ino, size / chunk_bytes);
                 if let Some(mut bytes) = self.get(Space::Data, &key)? {
                     if bytes.len() as u64 > partial {
+                        self.note_replaced_data(bytes.len() as u64);
                         inode.allocated_bytes -= bytes.len() as u64 - partial;
                         bytes.truncate(partial as usize);
                         self.put(Space::Data, key, bytes);

@@ -10,7 +10,7 @@ use fjall::{
     PersistMode, Readable,
 };
 
-use super::blob_reclaim::{self, BlobReclaimer};
+use super::blob_reclaim::BlobReclaimer;
 use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 use crate::defaults;
@@ -35,6 +35,16 @@ pub fn memtable_memory_bytes(counted: u64) -> u64 {
 /// The memtable size given to fjall for new keyspaces: above any configured size, so
 /// fjall's own rotation (by the size stored at creation) never comes first.
 const FJALL_MEMTABLE_CEILING: u64 = 4 << 30;
+
+/// The data keyspace's key-value separation, fixed when fjall creates it (mkfs).
+fn blob_options() -> KvSeparationOptions {
+    KvSeparationOptions::default()
+        .file_target_size(defaults::BLOB_FILE_BYTES)
+        .staleness_threshold(defaults::BLOB_STALE_RATIO)
+        // Every stale blob file a compaction sees is rewritten, not only the oldest
+        // quarter of them (fjall's 0.25).
+        .age_cutoff(1.0)
+}
 
 /// Sizes handed to fjall; mount options set them.
 #[derive(Clone, Debug)]
@@ -180,15 +190,17 @@ impl FjallStore {
             KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_CEILING)
         })?;
         // File chunks go to blob files (key-value separation): compaction then moves
-        // only their small index entries, not the bytes.
+        // only their small index entries, not the bytes. fjall keeps these options from
+        // the keyspace's creation (mkfs); `defaults` says why these sizes, and
+        // `blob_reclaim` how stale blob files are rewritten.
         let data = db.keyspace("data", || {
             KeyspaceCreateOptions::default()
                 .max_memtable_size(FJALL_MEMTABLE_CEILING)
-                .with_kv_separation(Some(KvSeparationOptions::default()))
+                .with_kv_separation(Some(blob_options()))
         })?;
         let folder = path.to_path_buf();
         let sealer = Sealer::start(db.clone(), folder.clone(), meta.clone(), data.clone())?;
-        let reclaimer = BlobReclaimer::start(data.clone())?;
+        let reclaimer = BlobReclaimer::start(db.clone(), meta.clone(), data.clone())?;
         Ok(Self {
             db,
             folder,
@@ -264,13 +276,17 @@ impl Store for FjallStore {
             }
         }
         fjall_batch.commit()?;
-        if let Some(reclaimer) = &self.reclaimer {
-            reclaimer.note_deleted(deleted_chunks * DELETED_CHUNK_BYTES);
-        }
         for space in [Space::Meta, Space::Data] {
             if touched[space as usize] {
                 self.seal_if_full(space);
             }
+        }
+        // Last: it may wait for the reclaimer (a writer far ahead of it).
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.note_data(
+                batch.replaced_data_bytes(),
+                deleted_chunks * DELETED_CHUNK_BYTES,
+            );
         }
         Ok(())
     }
@@ -305,7 +321,7 @@ impl Store for FjallStore {
         }
         if let Some(reclaimer) = &self.reclaimer {
             if reclaimer.counters.deleted_bytes.load(Ordering::Relaxed) > 0 {
-                blob_reclaim::reclaim(&self.data, &reclaimer.counters)?;
+                reclaimer.reclaim_now()?;
             }
         }
         Ok(())
@@ -520,7 +536,7 @@ mod tests {
 
     /// `journal_sync` fsyncs the newest `<id>.jnl` in the database folder: that must be the
     /// file fjall writes batches to, before and after fjall rotates the journal (at a
-    /// flush, once it holds 64 MB).
+    /// flush, once it holds 16 MB: vendor/fjall).
     #[test]
     fn sync_finds_the_journal_fjall_writes_to() {
         use crate::store::journal_sync::active_journal;

@@ -128,6 +128,7 @@ struct Staged {
 
 impl Staged {
     fn absorb(&mut self, batch: Batch) {
+        self.batch.note_replaced_data(batch.replaced_data_bytes());
         for (space, key, value) in batch.into_items() {
             let key_len = key.len();
             let added = pair_bytes(key_len, value.as_deref());
