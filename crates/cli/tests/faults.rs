@@ -860,7 +860,11 @@ fn a_salvage_the_device_has_no_room_for_is_refused() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "memtable=1,checkpoint=0");
     for index in 0..3u64 {
-        write_file(&m.path(&format!("file{index}")), &pattern(index, 4 << 20)).unwrap();
+        write_file(
+            &m.path(&format!("file{index}")),
+            &incompressible(index, 4 << 20),
+        )
+        .unwrap();
     }
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());

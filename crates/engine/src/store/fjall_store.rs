@@ -431,6 +431,29 @@ fn last_key_of(mut range: fjall::Iter) -> Result<Option<Vec<u8>>, StoreError> {
     }
 }
 
+/// Longest wait for a keyspace's memtables to be written out as tables. A flush of a full
+/// memtable takes well under a second; one that has not happened by then is failing (the
+/// store's directory gone, the device broken) and is retried by fjall for ever, so waiting
+/// on (as fjall's `rotate_memtable_and_wait` does) would hang the caller: an fsync, a
+/// commit that wants space, a reclaim.
+const MEMTABLE_WRITE_OUT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Seals the active memtable and waits, bounded, until no sealed memtable is left.
+pub(crate) fn write_out_memtables(keyspace: &Keyspace) -> Result<(), StoreError> {
+    keyspace.rotate_memtable()?;
+    let deadline = Instant::now() + MEMTABLE_WRITE_OUT_LIMIT;
+    while keyspace.sealed_memtable_count() > 0 {
+        if Instant::now() >= deadline {
+            return Err(StoreError::Engine(format!(
+                "memtables not written out within {} s: the store's flushes are failing",
+                MEMTABLE_WRITE_OUT_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,27 +610,4 @@ mod tests {
         let second = journal_holding(b"second-value-written-after-a-seal");
         assert_ne!(first, second, "a seal starts a new journal");
     }
-}
-
-/// Longest wait for a keyspace's memtables to be written out as tables. A flush of a full
-/// memtable takes well under a second; one that has not happened by then is failing (the
-/// store's directory gone, the device broken) and is retried by fjall for ever, so waiting
-/// on (as fjall's `rotate_memtable_and_wait` does) would hang the caller: an fsync, a
-/// commit that wants space, a reclaim.
-const MEMTABLE_WRITE_OUT_LIMIT: Duration = Duration::from_secs(10);
-
-/// Seals the active memtable and waits, bounded, until no sealed memtable is left.
-pub(crate) fn write_out_memtables(keyspace: &Keyspace) -> Result<(), StoreError> {
-    keyspace.rotate_memtable()?;
-    let deadline = Instant::now() + MEMTABLE_WRITE_OUT_LIMIT;
-    while keyspace.sealed_memtable_count() > 0 {
-        if Instant::now() >= deadline {
-            return Err(StoreError::Engine(format!(
-                "memtables not written out within {} s: the store's flushes are failing",
-                MEMTABLE_WRITE_OUT_LIMIT.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
 }
