@@ -14,6 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use shoal_engine::{Engine, EngineConfig, ReclaimBacklog, TreeUsage, ROOT_INO};
 
+use shoal_fuse::ChildNames;
+
 use crate::control::{self, ControlRequest};
 use crate::mounts;
 
@@ -143,11 +145,16 @@ pub fn serve(
     path: &str,
 ) -> Result<serde_json::Value, String> {
     let (parent, name) = resolve_parent(engine, path).map_err(|error| format!("{error:#}"))?;
+    let children = match engine.lookup_child(parent, name.as_bytes()) {
+        Ok(root) if invalidator.is_some() => ChildNames::read(engine, root.ino),
+        _ => ChildNames::default(),
+    };
     let detached = engine
         .detach_tree(parent, name.as_bytes())
         .map_err(|error| format!("{path}: {error}"))?;
     if let Some(invalidator) = invalidator {
-        if let Err(error) = invalidator.forget_tree(parent, name.as_bytes(), detached.ino) {
+        if let Err(error) = invalidator.forget_tree(parent, name.as_bytes(), detached.ino, children)
+        {
             tracing::warn!("rmtree {path}: the kernel kept its cached name: {error}");
         }
     }

@@ -33,6 +33,45 @@ struct RemovedName {
     /// kernel has already replaced the expired dentry and the new one must be left alone
     /// (dropping it would make a cwd inside it read as deleted, and detach a mount on it).
     ino: u64,
+    /// The names directly in the tree, read before it was detached: the reclaimer may
+    /// delete them before the thread gets to the tree.
+    children: ChildNames,
+}
+
+/// Names directly in a directory, read before an rmtree detaches it (up to
+/// `SNAPSHOT_NAMES`; the thread reads the rest, if any, from the engine after the last).
+#[derive(Default)]
+pub struct ChildNames {
+    names: Vec<Vec<u8>>,
+    complete: bool,
+}
+
+/// Most names kept per snapshot: a few MB at most, read in a few ms.
+const SNAPSHOT_NAMES: usize = 64 * 1024;
+
+impl ChildNames {
+    /// The names directly in `dir` now (none if it is not a directory).
+    pub fn read(engine: &Engine, dir: u64) -> Self {
+        let mut names = Vec::new();
+        while names.len() < SNAPSHOT_NAMES {
+            let after = names.last().map(Vec::as_slice);
+            let Ok(page) = engine.readdir(dir, after, CHILDREN_PAGE) else {
+                break;
+            };
+            let full = page.len() == CHILDREN_PAGE;
+            names.extend(page.into_iter().map(|entry| entry.name));
+            if !full {
+                return ChildNames {
+                    names,
+                    complete: true,
+                };
+            }
+        }
+        ChildNames {
+            names,
+            complete: false,
+        }
+    }
 }
 
 /// Sends FUSE_NOTIFY_INVAL_ENTRY for names the kernel may have cached.
@@ -83,7 +122,13 @@ impl EntryInvalidator {
     /// The tree `ino`, named `parent/name`, left the namespace: when this returns no
     /// lookup of the name is answered from the kernel's cache any more (the next one asks
     /// us); what the kernel cached below it is dropped later, by the background thread.
-    pub fn forget_tree(&self, parent: u64, name: &[u8], ino: u64) -> io::Result<()> {
+    pub fn forget_tree(
+        &self,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+        children: ChildNames,
+    ) -> io::Result<()> {
         let Some(background) = &self.background else {
             return self.forget_name(parent, name);
         };
@@ -95,6 +140,7 @@ impl EntryInvalidator {
             parent,
             name: name.to_vec(),
             ino,
+            children,
         };
         match background.try_send(removed) {
             Ok(()) => Ok(()),
@@ -129,7 +175,7 @@ fn ignore_uncached(result: io::Result<()>) -> io::Result<()> {
 /// harmlessly.
 fn drop_removed_names(notifier: &Notifier, engine: &Weak<Engine>, pending: &Receiver<RemovedName>) {
     for removed in pending {
-        drop_children(notifier, engine, removed.ino);
+        drop_children(notifier, engine, removed.ino, &removed.children);
         let Some(live) = engine.upgrade() else {
             return; // unmounting: the kernel drops its whole cache anyway
         };
@@ -146,10 +192,17 @@ fn drop_removed_names(notifier: &Notifier, engine: &Weak<Engine>, pending: &Rece
 /// Names listed per engine read while dropping a removed directory's children.
 const CHILDREN_PAGE: usize = 1024;
 
-/// Drops the kernel's dentries for every name still in the removed directory `dir` (the
-/// reclaimer deletes it meanwhile; a name it already took is dropped with `dir` itself).
-fn drop_children(notifier: &Notifier, engine: &Weak<Engine>, dir: u64) {
-    let mut after: Option<Vec<u8>> = None;
+/// Drops the kernel's dentries for every name in the removed directory `dir`: those read
+/// before it was detached, then any beyond them still in the engine (the reclaimer
+/// deletes them meanwhile; a name it already took is dropped with `dir` itself).
+fn drop_children(notifier: &Notifier, engine: &Weak<Engine>, dir: u64, children: &ChildNames) {
+    for name in &children.names {
+        report(notifier.inval_entry(INodeNo(dir), OsStr::from_bytes(name)));
+    }
+    if children.complete {
+        return;
+    }
+    let mut after: Option<Vec<u8>> = children.names.last().cloned();
     loop {
         // The engine is held for one page at a time, so an unmount is not kept waiting.
         let page = match engine.upgrade() {

@@ -24,7 +24,7 @@ pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
 pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
-pub use invalidate::EntryInvalidator;
+pub use invalidate::{ChildNames, EntryInvalidator};
 pub use memory_budget::resident_bytes;
 
 /// How a filesystem is presented to the kernel.
