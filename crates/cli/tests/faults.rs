@@ -819,20 +819,7 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
     let out = m.umount();
     assert!(out.success(), "{}", out.describe());
     // Someone else fills the device.
-    let filler = disk.mountpoint.join("filler");
-    let available = {
-        let out = common::run_ok(
-            std::process::Command::new("df")
-                .args(["-B1", "--output=avail"])
-                .arg(&disk.mountpoint),
-            common::SHOAL_TIMEOUT,
-        );
-        out.stdout
-            .split_whitespace()
-            .find_map(|word| word.parse::<u64>().ok())
-            .unwrap()
-    };
-    write_file(&filler, &vec![1u8; (available - (12 << 20)) as usize]).unwrap();
+    let filler = fill_leaving(&disk, 12 << 20);
     let refused = shoal(&[OsStr::new("mount"), os(&m.store), os(&m.mnt)]);
     assert!(!refused.success(), "{}", refused.describe());
     assert!(
@@ -874,20 +861,7 @@ fn a_salvage_the_device_has_no_room_for_is_refused() {
         .unwrap()
         .1;
     damage(&blob, "flip-middle");
-    let filler = disk.mountpoint.join("filler");
-    let available = {
-        let out = common::run_ok(
-            std::process::Command::new("df")
-                .args(["-B1", "--output=avail"])
-                .arg(&disk.mountpoint),
-            common::SHOAL_TIMEOUT,
-        );
-        out.stdout
-            .split_whitespace()
-            .find_map(|word| word.parse::<u64>().ok())
-            .unwrap()
-    };
-    write_file(&filler, &vec![1u8; (available - (20 << 20)) as usize]).unwrap();
+    let filler = fill_leaving(&disk, 20 << 20);
     let repair = || shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&m.store)]);
     let refused = repair();
     assert!(!refused.success(), "{}", refused.describe());
@@ -971,4 +945,23 @@ fn a_deleted_store_directory_fails_fsync_and_umount() {
     assert!(!out.success(), "{}", out.describe());
     assert!(out.stderr.contains("not durable"), "{}", out.describe());
     assert!(!common::is_mounted(&m.mnt));
+}
+
+/// Someone else fills `disk` until `leave` bytes are free (as df counts them): returns the
+/// file that took the rest.
+fn fill_leaving(disk: &LoopFs, leave: u64) -> PathBuf {
+    let filler = disk.mountpoint.join("filler");
+    let out = common::run_ok(
+        std::process::Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&disk.mountpoint),
+        common::SHOAL_TIMEOUT,
+    );
+    let available = out
+        .stdout
+        .split_whitespace()
+        .find_map(|word| word.parse::<u64>().ok())
+        .unwrap();
+    write_file(&filler, &vec![1u8; (available - leave) as usize]).unwrap();
+    filler
 }
