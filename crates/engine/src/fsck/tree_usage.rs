@@ -162,9 +162,8 @@ fn add_to_ancestors(
 
 /// Compares the stored recursive usage and link parents with a recomputation; returns one
 /// line per difference.
-pub(crate) fn verify<S: StoreView + ?Sized>(store: &S) -> FsResult<Vec<String>> {
-    let expected = compute(store)?;
-    let mut problems = Vec::new();
+/// The recursive usage records as stored, by directory.
+fn stored<S: StoreView + ?Sized>(store: &S) -> FsResult<HashMap<u64, TreeUsage>> {
     let mut stored_usage = HashMap::new();
     scan(store, keys::all_tree_usage_range(), |key, value| {
         stored_usage.insert(
@@ -173,6 +172,13 @@ pub(crate) fn verify<S: StoreView + ?Sized>(store: &S) -> FsResult<Vec<String>> 
         );
         Ok(())
     })?;
+    Ok(stored_usage)
+}
+
+pub(crate) fn verify<S: StoreView + ?Sized>(store: &S) -> FsResult<Vec<String>> {
+    let expected = compute(store)?;
+    let mut problems = Vec::new();
+    let mut stored_usage = stored(store)?;
     let mut dirs: Vec<_> = expected.usage.iter().collect();
     dirs.sort_by_key(|(ino, _)| **ino);
     for (&dir, want) in dirs {
@@ -328,14 +334,7 @@ pub(crate) fn upgrade_store_dir(
 /// repair's `fix_inodes`'s.)
 pub(super) fn rewrite(repairs: &mut super::repair::Repairs) -> FsResult<()> {
     let expected = compute(repairs.store)?;
-    let mut stored_usage = HashMap::new();
-    scan(repairs.store, keys::all_tree_usage_range(), |key, value| {
-        stored_usage.insert(
-            keys::decode_tree_usage_key(key)?,
-            keys::decode_tree_usage(key, value)?,
-        );
-        Ok(())
-    })?;
+    let mut stored_usage = stored(repairs.store)?;
     let mut dirs: Vec<_> = expected.usage.iter().collect();
     dirs.sort_by_key(|(ino, _)| **ino);
     for (&dir, want) in dirs {
