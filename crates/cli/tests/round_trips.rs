@@ -334,3 +334,79 @@ fn unknown_ioctls_answer_enotty() {
     drop(file);
     m.finish();
 }
+
+/// Inodes in use, as `df -i` counts them.
+fn used_inodes(mnt: &Path) -> u64 {
+    let stat = nix_statvfs(mnt);
+    stat.f_files - stat.f_ffree
+}
+
+fn nix_statvfs(path: &Path) -> libc::statvfs {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and a zeroed out-parameter of the right type.
+    unsafe {
+        let mut stat: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(c_path.as_ptr(), &mut stat), 0);
+        stat
+    }
+}
+
+/// After the first open, opens and closes send no OPEN or RELEASE (the kernel's
+/// no_open): a create is one CREATE, a read of an existing file nothing. What the open
+/// count gave still holds: a file unlinked while open keeps its bytes, takes writes and
+/// fsync, and its inode goes when the kernel forgets it after the last close; O_TRUNC
+/// truncates.
+#[test]
+fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed() {
+    use std::io::{Read, Seek, Write};
+    let m = Mounted::new();
+    fs::write(m.path("first"), b"before the switch").unwrap();
+    assert_eq!(fs::read(m.path("first")).unwrap(), b"before the switch");
+    let names = ["open", "create", "release"];
+    let sent = requests_during(m.path("").as_path(), &names, || {
+        for i in 0..10 {
+            fs::write(m.path(format!("f-{i}")), format!("file {i}")).unwrap();
+            assert_eq!(
+                fs::read_to_string(m.path(format!("f-{i}"))).unwrap(),
+                format!("file {i}")
+            );
+        }
+    });
+    assert_eq!(sent, vec![0, 10, 0], "requests {names:?} for 10 files");
+
+    fs::write(m.path("f-0"), b"x").unwrap();
+    assert_eq!(fs::read(m.path("f-0")).unwrap(), b"x", "O_TRUNC truncates");
+
+    let before = used_inodes(m.path("").as_path());
+    let body = common::incompressible(7, 300_000);
+    fs::write(m.path("open-then-unlinked"), &body).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("open-then-unlinked"))
+        .unwrap();
+    fs::remove_file(m.path("open-then-unlinked")).unwrap();
+    let mut read_back = Vec::new();
+    file.read_to_end(&mut read_back).unwrap();
+    assert!(read_back == body, "an unlinked open file keeps its bytes");
+    file.write_all(b"appended after unlink").unwrap();
+    file.sync_all().unwrap();
+    file.seek(std::io::SeekFrom::Start(body.len() as u64))
+        .unwrap();
+    let mut tail = String::new();
+    file.read_to_string(&mut tail).unwrap();
+    assert_eq!(tail, "appended after unlink");
+    assert_eq!(
+        used_inodes(m.path("").as_path()),
+        before + 1,
+        "the unlinked open file holds its inode"
+    );
+    drop(file);
+    common::wait_for(
+        "the inode to go after the last close",
+        std::time::Duration::from_secs(10),
+        || used_inodes(m.path("").as_path()) == before,
+    );
+    m.finish();
+}

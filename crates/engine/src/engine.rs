@@ -114,6 +114,10 @@ pub(crate) struct WriteState {
     purges_due: Vec<u64>,
 }
 
+/// Orphans deleted per batch when the kernel forgets many at once: each is a few keys
+/// (a large file's chunks go in batches of their own, see `purge`).
+const ORPHANS_PER_BATCH: usize = 256;
+
 /// Open regular files and unlinked-while-open inodes.
 #[derive(Default)]
 struct OpenFiles {
@@ -121,6 +125,9 @@ struct OpenFiles {
     orphans: HashSet<u64>,
     /// Orphans made by O_TMPFILE and not linked yet: the only ones `link` may name.
     tmpfiles: HashSet<u64>,
+    /// The kernel opens files without telling us (see `opens_untracked`): any inode it
+    /// holds may be open, and its forget is the last close.
+    untracked: bool,
 }
 
 /// Group commit: concurrent `sync` callers share one store sync.
@@ -523,12 +530,21 @@ impl Engine {
     /// Notes that a regular file is open: if it is unlinked now, its inode stays until the
     /// last `release_file`.
     pub fn open_file(&self, ino: u64) {
-        *self.open_files.lock().counts.entry(ino).or_insert(0) += 1;
+        let mut open = self.open_files.lock();
+        // Untracked: no release will come; the forget is the last close.
+        if !open.untracked {
+            *open.counts.entry(ino).or_insert(0) += 1;
+        }
     }
 
     pub fn release_file(&self, ino: u64) -> FsResult<()> {
         let purge = {
             let mut open = self.open_files.lock();
+            // Untracked: the kernel may hold the file open without telling us (opened
+            // after the switch), so only its forget deletes an orphan.
+            if open.untracked {
+                return Ok(());
+            }
             let count = open.counts.entry(ino).or_insert(0);
             debug_assert!(*count > 0, "release of ino {ino} that is not open");
             *count = count.saturating_sub(1);
@@ -540,14 +556,7 @@ impl Engine {
             open.orphans.remove(&ino)
         };
         if purge {
-            let mut txn = self.begin()?;
-            // Linked meanwhile (an O_TMPFILE given a name by a linkat racing this close).
-            if txn.inode(ino).is_ok_and(|inode| inode.nlink > 0) {
-                return Ok(());
-            }
-            txn.purge_inode(ino)?;
-            txn.commit()?;
-            self.finish_purges();
+            self.purge_orphans_now(&[ino])?;
         }
         Ok(())
     }
@@ -574,11 +583,55 @@ impl Engine {
         open.tmpfiles.remove(&ino);
     }
 
+    /// From now on the kernel opens and closes files without requests (FUSE's no_open):
+    /// every inode it still holds counts as open, and its forget (`forgotten`) as the
+    /// last close. Opens counted before stay counted but are closed by the forget too,
+    /// since their releases will not come.
+    pub fn opens_untracked(&self) {
+        self.open_files.lock().untracked = true;
+    }
+
+    /// The kernel forgot these inodes: with untracked opens that is their last close, and
+    /// the orphans among them are returned, to be deleted.
+    pub(crate) fn closed_by_forget(&self, inos: &[u64]) -> Vec<u64> {
+        let mut open = self.open_files.lock();
+        if !open.untracked {
+            return Vec::new();
+        }
+        inos.iter()
+            .copied()
+            .filter(|ino| {
+                open.counts.remove(ino);
+                open.tmpfiles.remove(ino);
+                open.orphans.remove(ino)
+            })
+            .collect()
+    }
+
+    /// Deletes orphans, a bounded number per batch, skipping any that got a name
+    /// meanwhile (an O_TMPFILE given a name by a linkat racing its close).
+    pub(crate) fn purge_orphans_now(&self, orphans: &[u64]) -> FsResult<()> {
+        for group in orphans.chunks(ORPHANS_PER_BATCH) {
+            let mut txn = self.begin()?;
+            for &ino in group {
+                if txn.inode(ino).is_ok_and(|inode| inode.nlink == 0) {
+                    txn.purge_inode(ino)?;
+                }
+            }
+            txn.commit()?;
+            self.finish_purges();
+        }
+        Ok(())
+    }
+
     /// Decides, under the writer lock, whether an inode whose last link went away is
     /// deleted now or kept as an orphan until its last close.
     fn keep_as_orphan(&self, ino: u64) -> bool {
         let mut open = self.open_files.lock();
-        if open.counts.get(&ino).copied().unwrap_or(0) > 0 {
+        // The reference probe is read under the lock `closed_by_forget` takes after the
+        // count went to zero: either it sees the count or the forget finds the orphan.
+        let held = open.untracked && self.unlinked().referenced(ino);
+        if held || open.counts.get(&ino).copied().unwrap_or(0) > 0 {
             open.orphans.insert(ino);
             true
         } else {

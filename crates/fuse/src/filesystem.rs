@@ -23,6 +23,7 @@ use crate::errno::errno;
 use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
 use crate::keep_awake::KeepAwake;
 use crate::lookup_counts::LookupCounts;
+use crate::open_requests::OpenRequests;
 
 mod export;
 mod fallocate;
@@ -48,6 +49,8 @@ pub struct ShoalFs {
     dir_offsets: DirOffsets,
     /// The kernel caches directory listings itself when we answer OPENDIR with ENOSYS.
     no_opendir: bool,
+    /// Whether the kernel still sends OPEN, CREATE and RELEASE for regular files.
+    open_requests: OpenRequests,
     stats: Arc<FuseStats>,
     keep_awake: Arc<KeepAwake>,
     writeback_cache: bool,
@@ -93,6 +96,7 @@ impl ShoalFs {
             lookups: stats.lookups.clone(),
             dir_offsets: DirOffsets::default(),
             no_opendir: false,
+            open_requests: OpenRequests::default(),
             stats,
             keep_awake: Arc::default(),
             writeback_cache: true,
@@ -322,7 +326,6 @@ impl fuser::Filesystem for ShoalFs {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_OVER_IO_URING,
@@ -341,6 +344,18 @@ impl fuser::Filesystem for ShoalFs {
         self.no_opendir = config
             .capabilities()
             .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.open_requests = OpenRequests::new(
+            config
+                .capabilities()
+                .contains(InitFlags::FUSE_NO_OPEN_SUPPORT),
+        );
+        if self.open_requests.atomic_truncate()
+            && config
+                .add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC)
+                .is_err()
+        {
+            tracing::info!("kernel lacks FUSE_ATOMIC_O_TRUNC");
+        }
         for flag in wanted {
             if flag == InitFlags::FUSE_WRITEBACK_CACHE && !self.writeback_cache {
                 continue;
@@ -393,6 +408,18 @@ impl fuser::Filesystem for ShoalFs {
             // A removed inode's attributes were kept for the kernel until now.
             self.engine.forgotten(ino.0);
         }
+    }
+
+    /// The kernel sends forgets in batches when several are queued (after an `rm -rf`, one
+    /// per removed file): the orphans among them are deleted in one store batch.
+    fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
+        let _timer = self.begin(FuseOp::Forget);
+        let forgotten: Vec<u64> = nodes
+            .iter()
+            .filter(|node| self.lookups.forget(node.nodeid().0, node.nlookup()))
+            .map(|node| node.nodeid().0)
+            .collect();
+        self.engine.forgotten_all(&forgotten);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -593,6 +620,9 @@ impl fuser::Filesystem for ShoalFs {
         reply: ReplyOpen,
     ) {
         let _timer = self.begin(FuseOp::Open);
+        if self.open_requests.skip(&self.engine) {
+            return reply.error(Errno::ENOSYS);
+        }
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less
         // than a separate setattr).
         if flags.0 & libc::O_TRUNC != 0 {

@@ -12,6 +12,7 @@ mod invalidate;
 mod keep_awake;
 mod lookup_counts;
 mod memory_budget;
+mod open_requests;
 
 use std::io;
 use std::path::{Path, PathBuf};

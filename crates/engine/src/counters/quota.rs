@@ -194,6 +194,13 @@ impl QuotaState {
         })
     }
 
+    /// Whether any byte limit applies to anyone.
+    pub(crate) fn any_bytes_limited(&self) -> bool {
+        self.records.iter().any(|(&(_, id), record)| {
+            self.limits_apply(id) && (record.limits.bytes_soft > 0 || record.limits.bytes_hard > 0)
+        })
+    }
+
     fn limits_apply(&self, id: u32) -> bool {
         id != 0 || self.settings.enforce_root
     }

@@ -69,6 +69,12 @@ impl Engine {
         Ok(self.write_state().quotas.bytes_limited(owners))
     }
 
+    /// Whether any byte limit exists: while one does, the FUSE adapter keeps per-open
+    /// requests so that limited files can bypass the writeback cache (`bytes_limited`).
+    pub fn byte_limits_exist(&self) -> bool {
+        self.quota_records_exist() && self.write_state().quotas.any_bytes_limited()
+    }
+
     pub fn quota_settings(&self) -> QuotaSettings {
         self.write_state().quotas.settings
     }

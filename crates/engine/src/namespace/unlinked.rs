@@ -35,7 +35,7 @@ pub(crate) struct Unlinked {
 }
 
 impl Unlinked {
-    fn referenced(&self, ino: u64) -> bool {
+    pub(crate) fn referenced(&self, ino: u64) -> bool {
         self.probe.get().is_some_and(|probe| probe(ino))
     }
 
@@ -80,16 +80,28 @@ impl Engine {
     }
 
     /// The kernel forgot `ino` (its lookup count reached zero): a removed inode's
-    /// attributes go. Call after the count is lowered.
+    /// attributes go, and with untracked opens an orphan is deleted (its last close).
+    /// Call after the count is lowered.
     pub fn forgotten(&self, ino: u64) {
+        self.forgotten_all(&[ino]);
+    }
+
+    /// `forgotten` for the inodes of one batch of forgets: their orphans go in one batch.
+    pub fn forgotten_all(&self, inos: &[u64]) {
+        let orphans = self.closed_by_forget(inos);
+        if let Err(error) = self.purge_orphans_now(&orphans) {
+            // The orphan records stay; the next read-write open purges them.
+            tracing::warn!(count = orphans.len(), %error, "deleting forgotten orphans failed");
+        }
         let unlinked = self.unlinked();
         if unlinked.count.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut inodes = unlinked.inodes.lock();
-        if inodes.remove(&ino).is_some() {
-            unlinked.count.store(inodes.len(), Ordering::Release);
+        for ino in inos {
+            inodes.remove(ino);
         }
+        unlinked.count.store(inodes.len(), Ordering::Release);
     }
 
     /// Removed inodes the kernel still holds (for stats and tests).
