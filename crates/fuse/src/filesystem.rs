@@ -678,7 +678,21 @@ impl fuser::Filesystem for ShoalFs {
             .write_killing_privileges(ino.0, offset, data, kill_suidgid)
         {
             Ok(written) => reply.written(written),
-            Err(error) => reply.error(errno(&error)),
+            Err(error) => {
+                if matches!(error, FsError::QuotaExceeded)
+                    && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
+                {
+                    // Only a file opened without a request (see `open_requests`) after a
+                    // byte limit was set meets its limit at writeback: the writer learns
+                    // of it at close or fsync (as EIO), not at write.
+                    tracing::warn!(
+                        ino = ino.0,
+                        "write-back refused by a byte limit set after opens went without \
+                         requests; remount to have write() return EDQUOT"
+                    );
+                }
+                reply.error(errno(&error))
+            }
         }
     }
 
