@@ -360,6 +360,7 @@ fn nix_statvfs(path: &Path) -> libc::statvfs {
 #[test]
 fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed() {
     use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
     let m = Mounted::new();
     fs::write(m.path("first"), b"before the switch").unwrap();
     assert_eq!(fs::read(m.path("first")).unwrap(), b"before the switch");
@@ -405,6 +406,22 @@ fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed()
     drop(file);
     common::wait_for(
         "the inode to go after the last close",
+        std::time::Duration::from_secs(10),
+        || used_inodes(m.path("").as_path()) == before,
+    );
+
+    // An O_TMPFILE that never gets a name goes at its last close too.
+    let tmp = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(m.path(""))
+        .unwrap();
+    (&tmp).write_all(b"nameless").unwrap();
+    assert_eq!(used_inodes(m.path("").as_path()), before + 1);
+    drop(tmp);
+    common::wait_for(
+        "the O_TMPFILE inode to go after its close",
         std::time::Duration::from_secs(10),
         || used_inodes(m.path("").as_path()) == before,
     );
