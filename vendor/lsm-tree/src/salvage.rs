@@ -26,6 +26,9 @@ use crate::{
 use byteorder::{LittleEndian, ReadBytesExt};
 use std::{io::Read, path::Path};
 
+/// The name of the file naming a tree's current version.
+pub const CURRENT_FILE: &str = CURRENT_VERSION_FILE;
+
 /// What `current` says: the current version's id and its file's checksum.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 pub struct CurrentVersion {

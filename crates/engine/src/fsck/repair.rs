@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use super::check::{self, InodeFacts};
+use super::salvage::Damaged;
 use super::{check_tuning, checked, scan_all, FsckReport};
 use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
-use crate::store::{Batch, FjallStore, Space, Store};
+use crate::store::{raw_salvage, Batch, FjallStore, Space, Store};
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, StoreLock};
 
@@ -32,13 +33,17 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
     let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
     let cut = store_state::cut_at_damage(&kv).map_err(io)?;
-    let store = FjallStore::open(&kv, &check_tuning())?;
-    // A table block or blob that fails its checksum stops every pass's scans: the store
-    // is salvaged into a new one first (`salvage`), which the passes then repair.
-    let (store, salvaged) = match store.first_damage()? {
-        None => (store, None),
-        Some(_) => {
-            let salvaged = super::salvage::salvage(dir, store)?;
+    // A table block or blob that fails its checksum stops every pass's scans, and a file
+    // gone or cut short stops fjall from opening the store: the store is salvaged into a
+    // new one first (`salvage`), which the passes then repair.
+    let opened = match raw_salvage::unopenable(&kv).map_err(io)? {
+        Some(why) => Err(Damaged::Files(raw_salvage::read_store(&kv)?, why)),
+        None => open_for_repair(&kv)?,
+    };
+    let (store, salvaged) = match opened {
+        Ok(store) => (store, None),
+        Err(damaged) => {
+            let salvaged = super::salvage::salvage(dir, damaged)?;
             (FjallStore::open(&kv, &check_tuning())?, Some(salvaged))
         }
     };
@@ -77,6 +82,20 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let state = store_state::clean_state(&kv).map_err(io)?;
     store_state::write_state(dir, &state).map_err(io)?;
     Ok(report)
+}
+
+/// The store at `kv` opened, if it reads whole; else what to salvage from.
+fn open_for_repair(kv: &Path) -> Result<Result<FjallStore, Damaged>, OpenError> {
+    Ok(match FjallStore::open(kv, &check_tuning()) {
+        Ok(store) => match store.first_damage()? {
+            None => Ok(store),
+            Some(_) => Err(Damaged::Open(store)),
+        },
+        Err(error) => Err(Damaged::Files(
+            raw_salvage::read_store(kv)?,
+            error.to_string(),
+        )),
+    })
 }
 
 /// Repairs the namespace in `store`; returns one note per change (bounded, with a count).

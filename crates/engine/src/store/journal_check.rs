@@ -245,10 +245,7 @@ pub struct JournalRecord {
 /// Visits the records of the complete batches from the start of a journal's `bytes`, up
 /// to the first batch that does not read (`check_journal` tells what that is). A record
 /// that does not decode (an lz4 value that fails) is reported, never visited.
-pub fn journal_records(
-    bytes: &[u8],
-    visit: &mut dyn FnMut(JournalRecord),
-) -> Result<(), String> {
+pub fn journal_records(bytes: &[u8], visit: &mut dyn FnMut(JournalRecord)) -> Result<(), String> {
     let mut position = 0usize;
     while let Ok((length, seqno)) = read_batch(&bytes[position..]) {
         batch_records(&bytes[position..position + length], seqno, visit)?;

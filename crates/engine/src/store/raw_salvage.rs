@@ -94,7 +94,12 @@ impl RawStore {
     }
 
     /// The bytes of a surviving record: a blob is read from its file and checked.
-    pub fn value(&self, space: Space, key: &[u8], record: &RawRecord) -> Result<Vec<u8>, ReadFailure> {
+    pub fn value(
+        &self,
+        space: Space,
+        key: &[u8],
+        record: &RawRecord,
+    ) -> Result<Vec<u8>, ReadFailure> {
         match &record.value {
             RawValue::Inline(value) => Ok(value.clone()),
             RawValue::Blob(pointer) => self.blob(space, key, pointer),
@@ -138,6 +143,32 @@ fn is_damage(error: &io::Error) -> bool {
         error.kind(),
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
     )
+}
+
+/// Why fjall must not open the store at `kv`: a keyspace whose `current` file is gone
+/// while its tables or version files are there. fjall would take it for a new, empty
+/// tree and write a `current` naming none of them.
+pub fn unopenable(kv: &Path) -> io::Result<Option<String>> {
+    let keyspaces = kv.join(KEYSPACES_FOLDER);
+    if !keyspaces.exists() {
+        return Ok(None);
+    }
+    for entry in fs::read_dir(&keyspaces)? {
+        let folder = entry?.path();
+        if folder.join(raw::CURRENT_FILE).exists() {
+            continue;
+        }
+        let has_tables = fs::read_dir(folder.join(TABLES_FOLDER))
+            .map(|mut tables| tables.next().is_some())
+            .unwrap_or(false);
+        if has_tables || !version_ids(&folder)?.is_empty() {
+            return Ok(Some(format!(
+                "{}: the `current` file is gone, beside tables or version files",
+                folder.display()
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Reads every record that reads back from the store at `kv` without opening it.
@@ -234,7 +265,11 @@ fn version_ids(folder: &Path) -> io::Result<Vec<u64>> {
 fn every_table(tables: &Path) -> io::Result<Vec<(u64, u64)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(tables)? {
-        if let Some(id) = entry?.file_name().to_str().and_then(|name| name.parse().ok()) {
+        if let Some(id) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        {
             found.push((id, 0));
         }
     }
@@ -285,21 +320,183 @@ fn read_journals(store: &mut RawStore, kv: &Path) -> Result<(), StoreError> {
             offer_journal_record(store, record);
         }
         if let Err(why) = read {
-            store
-                .notes
-                .push(format!("{}: the rest of it is lost ({why})", path.display()));
+            store.notes.push(format!(
+                "{}: the rest of it is lost ({why})",
+                path.display()
+            ));
         }
     }
     Ok(())
 }
 
 fn offer_journal_record(store: &mut RawStore, record: JournalRecord) {
-    let Some((space, _)) = KEYSPACES
-        .iter()
-        .find(|(_, id)| *id == record.keyspace_id)
-    else {
+    let Some((space, _)) = KEYSPACES.iter().find(|(_, id)| *id == record.keyspace_id) else {
         return; // fjall's own keyspace: its records describe keyspaces, not shoal's data
     };
     let value = record.value.map_or(RawValue::Deleted, RawValue::Inline);
     store.offer(*space, &record.key, record.seqno, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::fjall_store::write_out_memtables;
+    use crate::store::{Batch, FjallStore, FjallTuning, Store};
+
+    fn key(index: u32) -> Vec<u8> {
+        format!("key{index:06}").into_bytes()
+    }
+
+    /// Writes `keys` into `space` (values of `value_bytes`) and flushes them to a table.
+    fn write_table(
+        store: &FjallStore,
+        space: Space,
+        keys: std::ops::Range<u32>,
+        value_bytes: usize,
+    ) {
+        let mut batch = Batch::default();
+        for index in keys {
+            batch.put(space, key(index), value_of(index, value_bytes));
+        }
+        store.write(batch).unwrap();
+        write_out_memtables(store.keyspace(space)).unwrap();
+    }
+
+    fn value_of(index: u32, value_bytes: usize) -> Vec<u8> {
+        let mut value = index.to_be_bytes().repeat(value_bytes / 4 + 1);
+        value.truncate(value_bytes);
+        value
+    }
+
+    /// Closes `store` and removes its journals: what the tests read is in the tables.
+    fn close_without_journals(store: FjallStore, kv: &Path) {
+        drop(store);
+        for journal in journal_files(kv).unwrap() {
+            fs::remove_file(journal).unwrap();
+        }
+    }
+
+    fn files_in(folder: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<_> = fs::read_dir(folder)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        found.sort();
+        found
+    }
+
+    fn tables(kv: &Path, space: Space) -> PathBuf {
+        let (_, id) = KEYSPACES.iter().find(|(s, _)| *s == space).unwrap();
+        kv.join(KEYSPACES_FOLDER)
+            .join(id.to_string())
+            .join(TABLES_FOLDER)
+    }
+
+    fn live_keys(raw: &RawStore, space: Space) -> Vec<Vec<u8>> {
+        raw.live(space).map(|(key, _)| key.clone()).collect()
+    }
+
+    #[test]
+    fn a_table_cut_in_half_yields_the_keys_of_its_intact_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        write_table(&store, Space::Meta, 0..4000, 100);
+        close_without_journals(store, dir.path());
+        let table = files_in(&tables(dir.path(), Space::Meta)).pop().unwrap();
+        let bytes = fs::read(&table).unwrap();
+        fs::write(&table, &bytes[..bytes.len() / 2]).unwrap();
+
+        let raw = read_store(dir.path()).unwrap();
+        let keys = live_keys(&raw, Space::Meta);
+        // A prefix of the keys, from whole blocks: more than a quarter, not all.
+        assert!(keys.len() > 1000 && keys.len() < 4000, "{}", keys.len());
+        let want: Vec<_> = (0..keys.len() as u32).map(key).collect();
+        assert_eq!(keys, want);
+        for (key, record) in raw.live(Space::Meta) {
+            let index: u32 = std::str::from_utf8(&key[3..]).unwrap().parse().unwrap();
+            assert_eq!(
+                raw.value(Space::Meta, key, record).unwrap(),
+                value_of(index, 100)
+            );
+        }
+        // The cut is named, after the last key read.
+        let cut: Vec<_> = raw
+            .skipped
+            .iter()
+            .filter(|(space, _)| *space == Space::Meta)
+            .collect();
+        assert_eq!(cut.len(), 1, "{:?}", raw.skipped);
+        assert_eq!(cut[0].1.after.as_deref(), keys.last().map(Vec::as_slice));
+    }
+
+    #[test]
+    fn a_missing_blob_file_drops_only_the_values_it_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        // Two flushes: two blob files, one per batch of values.
+        write_table(&store, Space::Data, 0..20, 32 << 10);
+        write_table(&store, Space::Data, 20..40, 32 << 10);
+        close_without_journals(store, dir.path());
+        let blobs = tables(dir.path(), Space::Data).with_file_name(BLOBS_FOLDER);
+        let blob_files = files_in(&blobs);
+        assert_eq!(blob_files.len(), 2, "{blob_files:?}");
+        fs::remove_file(&blob_files[0]).unwrap();
+
+        let raw = read_store(dir.path()).unwrap();
+        let (mut read, mut lost) = (Vec::new(), Vec::new());
+        for (key, record) in raw.live(Space::Data) {
+            match raw.value(Space::Data, key, record) {
+                Ok(value) => read.push((key.clone(), value)),
+                Err(ReadFailure::Damaged(why)) => {
+                    assert!(why.contains("is gone"), "{why}");
+                    lost.push(key.clone());
+                }
+                Err(ReadFailure::Other(error)) => panic!("{error}"),
+            }
+        }
+        // The first flush's blob file held the first batch's values.
+        assert_eq!(lost, (0..20).map(key).collect::<Vec<_>>());
+        let want: Vec<_> = (20..40)
+            .map(|index| (key(index), value_of(index, 32 << 10)))
+            .collect();
+        assert_eq!(read, want);
+    }
+
+    #[test]
+    fn stale_tables_do_not_bring_deleted_keys_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        write_table(&store, Space::Meta, 0..100, 50);
+        let tables = tables(dir.path(), Space::Meta);
+        let stale: Vec<_> = files_in(&tables)
+            .into_iter()
+            .map(|path| (path.clone(), fs::read(&path).unwrap()))
+            .collect();
+        let mut batch = Batch::default();
+        for index in 0..50 {
+            batch.delete(Space::Meta, key(index));
+        }
+        store.write(batch).unwrap();
+        // The deletes and the keys they hide are compacted away, tombstones included.
+        store.compact().unwrap();
+        close_without_journals(store, dir.path());
+        for (path, bytes) in &stale {
+            assert!(!path.exists(), "the compaction kept {}", path.display());
+            fs::write(path, bytes).unwrap();
+        }
+
+        let raw = read_store(dir.path()).unwrap();
+        assert_eq!(
+            live_keys(&raw, Space::Meta),
+            (50..100).map(key).collect::<Vec<_>>()
+        );
+        assert!(raw.notes.is_empty() && raw.skipped.is_empty(), "{raw:?}");
+
+        // Without a version file every table is read: the report says keys may be back.
+        for version in version_ids(tables.parent().unwrap()).unwrap() {
+            fs::remove_file(tables.with_file_name(format!("v{version}"))).unwrap();
+        }
+        let raw = read_store(dir.path()).unwrap();
+        assert!(raw.notes[0].contains("may be back"), "{:?}", raw.notes);
+    }
 }

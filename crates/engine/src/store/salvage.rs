@@ -155,7 +155,7 @@ pub fn salvage_keys(
         skipped.push(Skipped {
             after: last_good.clone(),
             before: resume.clone(),
-            error,
+            error: format!("a damaged table block: {error}"),
         });
         match resume {
             Some(key) => from = key,
