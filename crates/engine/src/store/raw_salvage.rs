@@ -14,6 +14,7 @@
 //! the metadata keyspace and blob pointers of the data keyspace (file bytes are read from
 //! the blob files one at a time as they are copied): about the tables' size.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io;
@@ -107,24 +108,27 @@ impl RawStore {
         }
     }
 
+    /// Blob file `id` of `space`; `None` if it is gone.
+    fn open_blob_file(&self, space: Space, id: u64) -> Result<Option<File>, ReadFailure> {
+        let Some(folder) = self.blob_folders.get(&space) else {
+            return Ok(None);
+        };
+        match File::open(folder.join(id.to_string())) {
+            Ok(file) => Ok(Some(file)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(ReadFailure::Other(error.into())),
+        }
+    }
+
     fn blob(&self, space: Space, key: &[u8], pointer: &[u8]) -> Result<Vec<u8>, ReadFailure> {
         let damaged = |error: lsm_tree::Error| ReadFailure::Damaged(error.to_string());
         let id = raw::blob_file_of(pointer).map_err(damaged)?;
         let mut files = self.blob_files.lock();
-        if !files.contains_key(&(space, id)) {
-            let path = self
-                .blob_folders
-                .get(&space)
-                .map(|folder| folder.join(id.to_string()));
-            let file = match path.map(File::open) {
-                Some(Ok(file)) => Some(file),
-                Some(Err(error)) if error.kind() == io::ErrorKind::NotFound => None,
-                Some(Err(error)) => return Err(ReadFailure::Other(error.into())),
-                None => None,
-            };
-            files.insert((space, id), file);
-        }
-        let Some(Some(file)) = files.get(&(space, id)) else {
+        let file = match files.entry((space, id)) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(self.open_blob_file(space, id)?),
+        };
+        let Some(file) = file else {
             return Err(ReadFailure::Damaged(format!("blob file {id} is gone")));
         };
         match raw::read_blob(file, key, pointer) {
