@@ -37,13 +37,14 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     // gone or cut short stops fjall from opening the store: the store is salvaged into a
     // new one first (`salvage`), which the passes then repair.
     let opened = match raw_salvage::unopenable(&kv).map_err(io)? {
-        Some(why) => Err(Damaged::Files(raw_salvage::read_store(&kv)?, why)),
+        Some(why) => Err(why),
         None => open_for_repair(&kv)?,
     };
     let (store, salvaged) = match opened {
         Ok(store) => (store, None),
-        Err(damaged) => {
-            let salvaged = super::salvage::salvage(dir, damaged)?;
+        Err(why) => {
+            let files = raw_salvage::read_store(&kv)?;
+            let salvaged = super::salvage::salvage(dir, Damaged { files, why })?;
             (FjallStore::open(&kv, &check_tuning())?, Some(salvaged))
         }
     };
@@ -84,16 +85,17 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     Ok(report)
 }
 
-/// The store at `kv` opened, if it reads whole; else what to salvage from.
-fn open_for_repair(kv: &Path) -> Result<Result<FjallStore, Damaged>, OpenError> {
-    Ok(match FjallStore::open(kv, &check_tuning()) {
-        Ok(store) => match store.first_damage()? {
-            None => Ok(store),
-            Some(_) => Err(Damaged::Open(store)),
-        },
-        Err(error) => Err(Damaged::Files(
-            raw_salvage::read_store(kv)?,
-            error.to_string(),
+/// The store at `kv` opened, if it reads whole; else why it needs salvaging (closed then,
+/// so its files can be read and moved aside).
+fn open_for_repair(kv: &Path) -> Result<Result<FjallStore, String>, OpenError> {
+    let store = match FjallStore::open(kv, &check_tuning()) {
+        Ok(store) => store,
+        Err(error) => return Ok(Err(format!("the key-value store does not open ({error})"))),
+    };
+    Ok(match store.first_damage()? {
+        None => Ok(store),
+        Some(what) => Err(format!(
+            "a table block or blob of the key-value store fails to read ({what})"
         )),
     })
 }

@@ -1,10 +1,9 @@
 //! Salvage, for a store whose tables or blob files fail their checksums (repair in place
 //! cannot read it) or that fjall cannot open at all (a file gone or cut short, a damaged
-//! index, version file or `current`): every record that reads back is copied into a fresh
-//! key-value store beside the damaged one, which then takes its place; the damaged one is
-//! kept aside for the admin to delete. The usual repair passes then run on the copy.
-//! An open store is read through fjall around its damage (`store::salvage`); one that
-//! does not open, from its files (`store::raw_salvage`).
+//! index, version file or `current`): every record that reads back from the store's
+//! files (`store::raw_salvage`) is copied into a fresh key-value store beside the damaged
+//! one, which then takes its place; the damaged one is kept aside for the admin to
+//! delete. The usual repair passes then run on the copy.
 
 use std::fs;
 use std::io;
@@ -17,8 +16,8 @@ use crate::engine::OpenError;
 use crate::keys;
 use crate::namespace::inode::{Content, FileKind, Inode, ROOT_INO};
 use crate::store::raw_salvage::RawStore;
-use crate::store::salvage::{salvage_keys, ReadFailure, Skipped};
-use crate::store::{Batch, FjallStore, Scan, Space, Store, StoreError, MIN_JOURNAL_BYTES};
+use crate::store::salvage::{ReadFailure, Skipped};
+use crate::store::{Batch, FjallStore, Scan, Space, Store, MIN_JOURNAL_BYTES};
 use crate::store_dir::{self, access, StoreDirError};
 
 /// Records per batch written to the new store.
@@ -39,12 +38,10 @@ const MAX_LISTED: usize = 100;
 /// Files named per stretch of lost chunks.
 const MAX_FILES_PER_STRETCH: usize = 20;
 
-/// Where a salvage reads from.
-pub(super) enum Damaged {
-    /// The store, open: fjall reads it around damaged blocks and blobs.
-    Open(FjallStore),
-    /// The store's files, read directly: fjall cannot open it, for this reason.
-    Files(RawStore, String),
+/// What a salvage reads: the damaged store's files as read, and why they needed it.
+pub(super) struct Damaged {
+    pub files: RawStore,
+    pub why: String,
 }
 
 /// What a salvage kept and dropped.
@@ -75,23 +72,13 @@ pub(super) fn salvage(dir: &Path, damaged: Damaged) -> Result<Salvaged, OpenErro
     if fresh_path.exists() {
         fs::remove_dir_all(&fresh_path).map_err(io_error(&fresh_path))?;
     }
-    let (why, other) = match &damaged {
-        Damaged::Open(_) => (
-            "tables or blob files of the key-value store fail their checksums".to_string(),
-            Vec::new(),
-        ),
-        Damaged::Files(raw, error) => (
-            format!("the key-value store does not open ({error}); its files were read directly"),
-            raw.notes.clone(),
-        ),
-    };
     let mut salvaged = Salvaged {
-        why,
+        why: damaged.why.clone(),
         kept: 0,
         damaged_copy: dir.join(format!("{DAMAGED_PREFIX}{stamp}")),
         skipped: Vec::new(),
         lost_values: Vec::new(),
-        other,
+        other: damaged.files.notes.clone(),
     };
     let copied = copy_all(&damaged, &fresh_path, &mut salvaged);
     drop(damaged);
@@ -113,14 +100,11 @@ fn copy_all(
 ) -> Result<(), OpenError> {
     let fresh = FjallStore::open(fresh_path, &check_tuning())?;
     for space in [Space::Meta, Space::Data] {
-        match damaged {
-            Damaged::Open(store) => copy_space(store, &fresh, space, salvaged)?,
-            Damaged::Files(raw, _) => copy_raw_space(raw, &fresh, space, salvaged)?,
-        }
+        copy_space(&damaged.files, &fresh, space, salvaged)?;
     }
-    if let Damaged::Files(raw, _) = damaged {
-        salvaged.skipped.extend(raw.skipped.iter().cloned());
-    }
+    salvaged
+        .skipped
+        .extend(damaged.files.skipped.iter().cloned());
     fresh.sync()?;
     drop(fresh);
     access::make_private(fresh_path).map_err(io_error(fresh_path))
@@ -169,53 +153,8 @@ fn unix_seconds() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
-/// Copies every readable record of `space`, noting what is skipped.
-fn copy_space(
-    damaged: &FjallStore,
-    fresh: &FjallStore,
-    space: Space,
-    salvaged: &mut Salvaged,
-) -> Result<(), OpenError> {
-    let mut batch = Batch::default();
-    let mut failure: Option<StoreError> = None;
-    let mut lost_values = Vec::new();
-    let mut kept = 0u64;
-    let skipped = salvage_keys(damaged, space, b"", &[u8::MAX], &mut |key| {
-        match damaged.salvage_value(space, key) {
-            Ok(Some(value)) => {
-                batch.put(space, key.to_vec(), value);
-                kept += 1;
-            }
-            // A key the scan saw and a point read does not: nothing to keep.
-            Ok(None) => {}
-            Err(ReadFailure::Damaged(why)) => lost_values.push((space, key.to_vec(), why)),
-            Err(ReadFailure::Other(error)) => {
-                failure = Some(error);
-                return Scan::Stop;
-            }
-        }
-        if batch.len() >= BATCH_ITEMS || batch.bytes() >= BATCH_BYTES {
-            if let Err(error) = fresh.write(std::mem::take(&mut batch)) {
-                failure = Some(error);
-                return Scan::Stop;
-            }
-        }
-        Scan::Continue
-    })?;
-    if let Some(error) = failure {
-        return Err(error.into());
-    }
-    fresh.write(batch)?;
-    salvaged.kept += kept;
-    salvaged.lost_values.extend(lost_values);
-    salvaged
-        .skipped
-        .extend(skipped.into_iter().map(|skip| (space, skip)));
-    Ok(())
-}
-
 /// Copies the surviving records `raw` found in `space`, noting the values that fail.
-fn copy_raw_space(
+fn copy_space(
     raw: &RawStore,
     fresh: &FjallStore,
     space: Space,

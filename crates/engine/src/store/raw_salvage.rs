@@ -433,6 +433,46 @@ mod tests {
         assert_eq!(cut[0].1.after.as_deref(), keys.last().map(Vec::as_slice));
     }
 
+    /// The bisection the salvage used before could land past the good keys between two
+    /// damaged blocks close together; block by block, only the damaged blocks' keys go.
+    #[test]
+    fn two_damaged_blocks_close_together_lose_only_their_own_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        write_table(&store, Space::Meta, 0..4000, 100);
+        close_without_journals(store, dir.path());
+        let table = files_in(&tables(dir.path(), Space::Meta)).pop().unwrap();
+        let mut bytes = fs::read(&table).unwrap();
+        // Two blocks apart by one (blocks are about 4 KiB).
+        let first = bytes.len() / 4;
+        for at in [first, first + 10_000] {
+            bytes[at] ^= 0x5a;
+        }
+        fs::write(&table, &bytes).unwrap();
+
+        let raw = read_store(dir.path()).unwrap();
+        let keys = live_keys(&raw, Space::Meta);
+        let lost: Vec<u32> = (0..4000).filter(|&i| !keys.contains(&key(i))).collect();
+        assert_eq!(raw.skipped.len(), 2, "{:?}", raw.skipped);
+        // Two stretches of at most a block's keys each, with good keys between them.
+        let gap = lost
+            .windows(2)
+            .position(|pair| pair[1] != pair[0] + 1)
+            .unwrap();
+        let (low, high) = (&lost[..=gap], &lost[gap + 1..]);
+        assert!(low.len() < 100 && high.len() < 100, "{lost:?}");
+        assert!(high[0] - low[low.len() - 1] > 20, "{lost:?}");
+        assert!(
+            high.windows(2).all(|pair| pair[1] == pair[0] + 1),
+            "{lost:?}"
+        );
+        for (index, (_, skip)) in raw.skipped.iter().enumerate() {
+            let stretch = if index == 0 { low } else { high };
+            assert_eq!(skip.after, Some(key(stretch[0] - 1)));
+            assert_eq!(skip.before, Some(key(stretch[stretch.len() - 1] + 1)));
+        }
+    }
+
     #[test]
     fn a_missing_blob_file_drops_only_the_values_it_held() {
         let dir = tempfile::tempdir().unwrap();
