@@ -83,10 +83,14 @@ impl RawStore {
     }
 
     /// Keeps `value` for `key` unless a record with a higher sequence number is there.
+    /// The same write (same sequence number) found in a table and in a journal is kept
+    /// inline, from the journal: its blob file may be gone.
     fn offer(&mut self, space: Space, key: &[u8], seqno: u64, value: RawValue) {
         let records = self.records_mut(space);
         match records.get_mut(key) {
-            Some(kept) if kept.seqno >= seqno => {}
+            Some(kept)
+                if kept.seqno > seqno
+                    || (kept.seqno == seqno && !matches!(kept.value, RawValue::Blob(_))) => {}
             Some(kept) => *kept = RawRecord { seqno, value },
             None => {
                 records.insert(key.to_vec(), RawRecord { seqno, value });
