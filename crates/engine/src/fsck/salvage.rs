@@ -262,18 +262,14 @@ fn describe_key(key: &[u8], store: &dyn Store) -> String {
     format!("key {}", key.escape_ascii())
 }
 
-/// The (inode, chunk) a chunk key names, or a probe key (`store::salvage`, cut short)
-/// starts with.
+/// The (inode, chunk) a chunk key names.
 fn chunk_position(key: &[u8]) -> Option<(u64, u64)> {
-    let mut chunk_key = key.to_vec();
-    chunk_key.resize(keys::chunk_key(0, 0).len(), 0);
-    keys::decode_chunk_key(&chunk_key).ok()
+    keys::decode_chunk_key(key).ok()
 }
 
-/// The inode an inode key, or a probe key starting with one, names.
+/// The inode an inode key names.
 fn inode_position(key: &[u8]) -> Option<u64> {
-    let length = keys::inode_key(0).len().min(key.len());
-    keys::decode_inode_key(&key[..length]).ok()
+    keys::decode_inode_key(key).ok()
 }
 
 fn hole_note(key: &[u8]) -> &'static str {
