@@ -1,7 +1,9 @@
-//! Reading a key-value store that fjall cannot open (a table or blob file gone or cut
-//! short, a damaged table index, version file or `current`), as `fsck --repair` salvages
-//! one: its files are read directly, block by block (`lsm_tree::salvage`), and for each
-//! key the record with the highest sequence number wins, deletes included, as in fjall.
+//! Reading a damaged key-value store's files directly, as `fsck --repair` salvages one,
+//! whether fjall opens it (blocks or blobs that fail their checksums) or not (a table or
+//! blob file gone or cut short, a damaged table index, version file or `current`): block
+//! by block (`lsm_tree::salvage`), so damage costs exactly the records it held, and for
+//! each key the record with the highest sequence number wins, deletes included, as in
+//! fjall.
 //!
 //! Which tables: those the tree's version file lists, when `current` vouches for it (its
 //! checksum), or else the newest version file that reads; stale tables a compaction left
