@@ -513,6 +513,28 @@ mod tests {
     }
 
     #[test]
+    fn a_value_whose_blob_file_is_gone_is_read_from_the_journal_that_still_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
+        write_table(&store, Space::Data, 0..20, 32 << 10);
+        drop(store);
+        let blobs = tables(dir.path(), Space::Data).with_file_name(BLOBS_FOLDER);
+        for blob_file in files_in(&blobs) {
+            fs::remove_file(blob_file).unwrap();
+        }
+
+        let raw = read_store(dir.path()).unwrap();
+        let read: Vec<_> = raw
+            .live(Space::Data)
+            .map(|(key, record)| (key.clone(), raw.value(Space::Data, key, record).unwrap()))
+            .collect();
+        let want: Vec<_> = (0..20)
+            .map(|index| (key(index), value_of(index, 32 << 10)))
+            .collect();
+        assert_eq!(read, want);
+    }
+
+    #[test]
     fn stale_tables_do_not_bring_deleted_keys_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
