@@ -482,6 +482,15 @@ fn written_len(bytes: &[u8]) -> usize {
         .map_or(0, |last| last + 1)
 }
 
+/// Each way a store file is damaged in the matrix.
+const DAMAGE: [&str; 5] = [
+    "deleted",
+    "truncated",
+    "flip-start",
+    "flip-middle",
+    "flip-end",
+];
+
 fn damage(path: &Path, how: &str) {
     let mut bytes = fs::read(path).unwrap();
     let written = written_len(&bytes).max(1);
@@ -525,13 +534,7 @@ fn damaged_stores_are_never_clean() {
     fs::create_dir(&mnt).unwrap();
     let mut missed = Vec::new();
     for (kind, _) in store_files(&template) {
-        for how in [
-            "deleted",
-            "truncated",
-            "flip-start",
-            "flip-middle",
-            "flip-end",
-        ] {
+        for how in DAMAGE {
             let store = dir.path().join(format!("{kind}-{how}"));
             common::run_ok(
                 std::process::Command::new("cp")
@@ -577,43 +580,37 @@ fn damaged_stores_are_never_clean() {
 
     // Repair: what is readable stays, the rest is dropped and named, and the store is
     // clean and mounts again; writes, overwrites and deletes made after the repair take
-    // effect and last (fjall's sequence numbers continue above the tables').
-    for case in [
-        "journal-flip-middle",
-        "journal-deleted",
-        "journal-truncated",
-        // Damage that fjall reads past: repair records the files as they are now.
-        "table-flip-end",
-        "manifest-flip-end",
-        "current-truncated",
-        "current-flip-middle",
-        // Blocks and blobs that fail their checksums: the store is salvaged into a new
-        // one around them.
-        "table-flip-start",
-        "table-flip-middle",
-        "blob-flip-start",
-        "blob-flip-middle",
-    ] {
-        let store = dir.path().join(case);
-        let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
-        let said: &[&str] = match case {
-            _ if case.starts_with("journal") => &["dropped"],
-            "table-flip-start" | "table-flip-middle" | "blob-flip-start" | "blob-flip-middle" => {
-                &["salvaged:", "kv.damaged-", "dropped: "]
+    // effect and last (fjall's sequence numbers continue above the tables'). Every cell.
+    for (kind, _) in store_files(&template) {
+        for how in DAMAGE {
+            let case = format!("{kind}-{how}");
+            let store = dir.path().join(&case);
+            let repaired = shoal(&[OsStr::new("fsck"), OsStr::new("--repair"), os(&store)]);
+            let said: &[&str] = match case.as_str() {
+                _ if kind == "journal" => &["dropped"],
+                // Damage that fjall reads past: repair records the files as they are now.
+                "table-flip-end"
+                | "blob-flip-end"
+                | "manifest-flip-end"
+                | "current-truncated"
+                | "current-flip-middle"
+                | "current-flip-end" => &["recorded as it is now"],
+                // Blocks and blobs that fail their checksums, files gone or cut short: the
+                // store is salvaged into a new one around them.
+                _ => &["salvaged:", "kv.damaged-"],
+            };
+            assert!(
+                repaired.success() && said.iter().all(|text| repaired.stdout.contains(text)),
+                "{case}: {}",
+                repaired.describe()
+            );
+            let out = shoal(&[OsStr::new("fsck"), os(&store)]);
+            assert!(out.success(), "{case} after --repair: {}", out.describe());
+            if said[0] == "salvaged:" {
+                untouched_files_read_back(&case, &store, &mnt, &reference, &repaired.stdout);
             }
-            _ => &["recorded as it is now"],
-        };
-        assert!(
-            repaired.success() && said.iter().all(|text| repaired.stdout.contains(text)),
-            "{case}: {}",
-            repaired.describe()
-        );
-        let out = shoal(&[OsStr::new("fsck"), os(&store)]);
-        assert!(out.success(), "{case} after --repair: {}", out.describe());
-        if said[0] == "salvaged:" {
-            untouched_files_read_back(case, &store, &mnt, &reference, &repaired.stdout);
+            writes_after_repair_take_effect(&case, &store, &mnt);
         }
-        writes_after_repair_take_effect(case, &store, &mnt);
     }
     data_table_damage_is_salvaged(dir.path(), &template, &mnt, &reference);
 }

@@ -12,6 +12,7 @@ pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod metrics;
+pub mod raw_salvage;
 pub mod salvage;
 mod seqno_recovery;
 mod staged_store;

@@ -122,6 +122,9 @@ pub mod mvcc_stream;
 
 mod path;
 
+/// Reading a damaged tree's files without opening it (added for shoal).
+pub mod salvage;
+
 #[doc(hidden)]
 pub mod range;
 

@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use super::check::{self, InodeFacts};
+use super::salvage::Damaged;
 use super::{check_tuning, checked, scan_all, FsckReport};
 use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
-use crate::store::{Batch, FjallStore, Space, Store};
+use crate::store::{raw_salvage, Batch, FjallStore, Space, Store};
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, StoreLock};
 
@@ -32,13 +33,18 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
     let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
     let cut = store_state::cut_at_damage(&kv).map_err(io)?;
-    let store = FjallStore::open(&kv, &check_tuning())?;
-    // A table block or blob that fails its checksum stops every pass's scans: the store
-    // is salvaged into a new one first (`salvage`), which the passes then repair.
-    let (store, salvaged) = match store.first_damage()? {
-        None => (store, None),
-        Some(_) => {
-            let salvaged = super::salvage::salvage(dir, store)?;
+    // A table block or blob that fails its checksum stops every pass's scans, and a file
+    // gone or cut short stops fjall from opening the store: the store is salvaged into a
+    // new one first (`salvage`), which the passes then repair.
+    let opened = match raw_salvage::unopenable(&kv).map_err(io)? {
+        Some(why) => Err(why),
+        None => open_for_repair(&kv)?,
+    };
+    let (store, salvaged) = match opened {
+        Ok(store) => (store, None),
+        Err(why) => {
+            let files = raw_salvage::read_store(&kv)?;
+            let salvaged = super::salvage::salvage(dir, Damaged { files, why })?;
             (FjallStore::open(&kv, &check_tuning())?, Some(salvaged))
         }
     };
@@ -77,6 +83,21 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     let state = store_state::clean_state(&kv).map_err(io)?;
     store_state::write_state(dir, &state).map_err(io)?;
     Ok(report)
+}
+
+/// The store at `kv` opened, if it reads whole; else why it needs salvaging (closed then,
+/// so its files can be read and moved aside).
+fn open_for_repair(kv: &Path) -> Result<Result<FjallStore, String>, OpenError> {
+    let store = match FjallStore::open(kv, &check_tuning()) {
+        Ok(store) => store,
+        Err(error) => return Ok(Err(format!("the key-value store does not open ({error})"))),
+    };
+    Ok(match store.first_damage()? {
+        None => Ok(store),
+        Some(what) => Err(format!(
+            "a table block or blob of the key-value store fails to read ({what})"
+        )),
+    })
 }
 
 /// Repairs the namespace in `store`; returns one note per change (bounded, with a count).

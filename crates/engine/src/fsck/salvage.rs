@@ -1,8 +1,9 @@
 //! Salvage, for a store whose tables or blob files fail their checksums (repair in place
-//! cannot read it): every record that reads back is copied into a fresh key-value store
-//! beside the damaged one (`store::salvage` reads around the damage), which then takes
-//! its place; the damaged one is kept aside for the admin to delete. The usual repair
-//! passes then run on the copy.
+//! cannot read it) or that fjall cannot open at all (a file gone or cut short, a damaged
+//! index, version file or `current`): every record that reads back from the store's
+//! files (`store::raw_salvage`) is copied into a fresh key-value store beside the damaged
+//! one, which then takes its place; the damaged one is kept aside for the admin to
+//! delete. The usual repair passes then run on the copy.
 
 use std::fs;
 use std::io;
@@ -13,9 +14,10 @@ use super::check_tuning;
 use crate::counters::space_reserve::device_space;
 use crate::engine::OpenError;
 use crate::keys;
-use crate::namespace::inode::{FileKind, ROOT_INO};
-use crate::store::salvage::{salvage_keys, ReadFailure, Skipped};
-use crate::store::{Batch, FjallStore, Scan, Space, Store, StoreError, MIN_JOURNAL_BYTES};
+use crate::namespace::inode::{Content, FileKind, Inode, ROOT_INO};
+use crate::store::raw_salvage::RawStore;
+use crate::store::salvage::{ReadFailure, Skipped};
+use crate::store::{Batch, FjallStore, Scan, Space, Store, MIN_JOURNAL_BYTES};
 use crate::store_dir::{self, access, StoreDirError};
 
 /// Records per batch written to the new store.
@@ -36,23 +38,33 @@ const MAX_LISTED: usize = 100;
 /// Files named per stretch of lost chunks.
 const MAX_FILES_PER_STRETCH: usize = 20;
 
+/// What a salvage reads: the damaged store's files as read, and why they needed it.
+pub(super) struct Damaged {
+    pub files: RawStore,
+    pub why: String,
+}
+
 /// What a salvage kept and dropped.
 pub(super) struct Salvaged {
+    /// Why the store needed salvaging, for the report.
+    pub why: String,
     pub kept: u64,
     pub damaged_copy: PathBuf,
     /// Stretches of keys lost to damaged table blocks, per space.
     pub skipped: Vec<(Space, Skipped)>,
     /// Records whose value (a blob) failed: (space, key, why).
     pub lost_values: Vec<(Space, Vec<u8>, String)>,
+    /// Other losses and doubts, each a whole sentence (a version file, a journal).
+    pub other: Vec<String>,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
     move |error| OpenError::StoreDir(StoreDirError::Io(path.to_path_buf(), error))
 }
 
-/// Copies what reads back from `damaged` (the store open at `dir`'s `kv`) into a new
-/// store, closes both, and swaps the new one in.
-pub(super) fn salvage(dir: &Path, damaged: FjallStore) -> Result<Salvaged, OpenError> {
+/// Copies what reads back from `damaged` (the store at `dir`'s `kv`) into a new store,
+/// closes both, and swaps the new one in.
+pub(super) fn salvage(dir: &Path, damaged: Damaged) -> Result<Salvaged, OpenError> {
     let kv = store_dir::kv_path(dir);
     check_free_space(dir, &kv)?;
     let stamp = unix_seconds();
@@ -61,10 +73,12 @@ pub(super) fn salvage(dir: &Path, damaged: FjallStore) -> Result<Salvaged, OpenE
         fs::remove_dir_all(&fresh_path).map_err(io_error(&fresh_path))?;
     }
     let mut salvaged = Salvaged {
+        why: damaged.why.clone(),
         kept: 0,
         damaged_copy: dir.join(format!("{DAMAGED_PREFIX}{stamp}")),
         skipped: Vec::new(),
         lost_values: Vec::new(),
+        other: damaged.files.notes.clone(),
     };
     let copied = copy_all(&damaged, &fresh_path, &mut salvaged);
     drop(damaged);
@@ -80,14 +94,17 @@ pub(super) fn salvage(dir: &Path, damaged: FjallStore) -> Result<Salvaged, OpenE
 /// Makes the new store at `fresh_path` with every record of `damaged` that reads, durably
 /// and privately; closed when this returns.
 fn copy_all(
-    damaged: &FjallStore,
+    damaged: &Damaged,
     fresh_path: &Path,
     salvaged: &mut Salvaged,
 ) -> Result<(), OpenError> {
     let fresh = FjallStore::open(fresh_path, &check_tuning())?;
     for space in [Space::Meta, Space::Data] {
-        copy_space(damaged, &fresh, space, salvaged)?;
+        copy_space(&damaged.files, &fresh, space, salvaged)?;
     }
+    salvaged
+        .skipped
+        .extend(damaged.files.skipped.iter().cloned());
     fresh.sync()?;
     drop(fresh);
     access::make_private(fresh_path).map_err(io_error(fresh_path))
@@ -136,48 +153,30 @@ fn unix_seconds() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
-/// Copies every readable record of `space`, noting what is skipped.
+/// Copies the surviving records `raw` found in `space`, noting the values that fail.
 fn copy_space(
-    damaged: &FjallStore,
+    raw: &RawStore,
     fresh: &FjallStore,
     space: Space,
     salvaged: &mut Salvaged,
 ) -> Result<(), OpenError> {
     let mut batch = Batch::default();
-    let mut failure: Option<StoreError> = None;
-    let mut lost_values = Vec::new();
-    let mut kept = 0u64;
-    let skipped = salvage_keys(damaged, space, b"", &[u8::MAX], &mut |key| {
-        match damaged.salvage_value(space, key) {
-            Ok(Some(value)) => {
-                batch.put(space, key.to_vec(), value);
-                kept += 1;
+    for (key, record) in raw.live(space) {
+        match raw.value(space, key, record) {
+            Ok(value) => {
+                batch.put(space, key.clone(), value);
+                salvaged.kept += 1;
             }
-            // A key the scan saw and a point read does not: nothing to keep.
-            Ok(None) => {}
-            Err(ReadFailure::Damaged(why)) => lost_values.push((space, key.to_vec(), why)),
-            Err(ReadFailure::Other(error)) => {
-                failure = Some(error);
-                return Scan::Stop;
+            Err(ReadFailure::Damaged(why)) => {
+                salvaged.lost_values.push((space, key.clone(), why));
             }
+            Err(ReadFailure::Other(error)) => return Err(error.into()),
         }
         if batch.len() >= BATCH_ITEMS || batch.bytes() >= BATCH_BYTES {
-            if let Err(error) = fresh.write(std::mem::take(&mut batch)) {
-                failure = Some(error);
-                return Scan::Stop;
-            }
+            fresh.write(std::mem::take(&mut batch))?;
         }
-        Scan::Continue
-    })?;
-    if let Some(error) = failure {
-        return Err(error.into());
     }
     fresh.write(batch)?;
-    salvaged.kept += kept;
-    salvaged.lost_values.extend(lost_values);
-    salvaged
-        .skipped
-        .extend(skipped.into_iter().map(|skip| (space, skip)));
     Ok(())
 }
 
@@ -194,18 +193,19 @@ fn swap_in(dir: &Path, kv: &Path, fresh: &Path, damaged_copy: &Path) -> Result<(
 /// the repaired store) where the keys tell them.
 pub(super) fn notes(salvaged: &Salvaged, repaired: &dyn Store) -> Vec<String> {
     let mut notes = vec![format!(
-        "salvaged: tables or blob files of the key-value store fail their checksums; the {} \
-         records that read back were copied into a new key-value store, which replaced it. \
-         The damaged one is kept at {} (delete it once the store is checked)",
+        "salvaged: {}; the {} records that read back were copied into a new key-value \
+         store, which replaced it. The damaged one is kept at {} (delete it once the store \
+         is checked)",
+        salvaged.why,
         salvaged.kept,
         salvaged.damaged_copy.display()
     )];
+    notes.extend(salvaged.other.iter().map(|note| format!("dropped: {note}")));
     let mut listed = 0;
     for (space, skip) in &salvaged.skipped {
         if listed < MAX_LISTED {
             notes.push(format!(
-                "dropped: the {space:?} records after {} and before {} (a damaged table \
-                 block: {})",
+                "dropped: the {space:?} records after {} and before {} ({})",
                 describe_bound(skip.after.as_deref(), "the start", repaired),
                 describe_bound(skip.before.as_deref(), "the end", repaired),
                 skip.error
@@ -262,18 +262,14 @@ fn describe_key(key: &[u8], store: &dyn Store) -> String {
     format!("key {}", key.escape_ascii())
 }
 
-/// The (inode, chunk) a chunk key names, or a probe key (`store::salvage`, cut short)
-/// starts with.
+/// The (inode, chunk) a chunk key names.
 fn chunk_position(key: &[u8]) -> Option<(u64, u64)> {
-    let mut chunk_key = key.to_vec();
-    chunk_key.resize(keys::chunk_key(0, 0).len(), 0);
-    keys::decode_chunk_key(&chunk_key).ok()
+    keys::decode_chunk_key(key).ok()
 }
 
-/// The inode an inode key, or a probe key starting with one, names.
+/// The inode an inode key names.
 fn inode_position(key: &[u8]) -> Option<u64> {
-    let length = keys::inode_key(0).len().min(key.len());
-    keys::decode_inode_key(&key[..length]).ok()
+    keys::decode_inode_key(key).ok()
 }
 
 fn hole_note(key: &[u8]) -> &'static str {
@@ -323,13 +319,15 @@ fn name_in(store: &dyn Store, parent: u64, ino: u64) -> Option<String> {
     found
 }
 
-/// The files whose chunks a skipped stretch of the data space may have held: they keep
-/// their sizes and read zeros there.
+/// The files whose chunks a skipped stretch of the data space may have held: those in
+/// its inode range that now miss a chunk below their size (they keep their sizes and read
+/// zeros there). A sparse file's holes look the same: it may be named too.
 fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
     let ino_of =
         |key: Option<&[u8]>, none: u64| key.and_then(chunk_position).map_or(none, |(ino, _)| ino);
     let first = ino_of(skip.after.as_deref(), 0);
     let last = ino_of(skip.before.as_deref(), u64::MAX);
+    let chunk_bytes = chunk_bytes(store);
     let mut files = Vec::new();
     let end = keys::inode_key(last.saturating_add(1));
     let _ = store.scan(
@@ -340,7 +338,10 @@ fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
             let Ok(ino) = keys::decode_inode_key(key) else {
                 return Scan::Continue;
             };
-            if keys::decode_inode(ino, value).is_ok_and(|inode| inode.kind == FileKind::Regular) {
+            let lacking = keys::decode_inode(ino, value).is_ok_and(|inode| {
+                inode.kind == FileKind::Regular && lacks_chunks(store, &inode, chunk_bytes)
+            });
+            if lacking {
                 files.push(describe_key(key, store));
             }
             if files.len() >= MAX_FILES_PER_STRETCH {
@@ -350,9 +351,37 @@ fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
             Scan::Continue
         },
     );
+    if files.is_empty() {
+        files.push("none".into());
+    }
     format!(
         "dropped: chunks of these files may have been among them (they keep their sizes \
          and read zeros there): {}",
         files.join(", ")
     )
+}
+
+/// The store's chunk size (its superblock's); `None` if that does not read.
+fn chunk_bytes(store: &dyn Store) -> Option<u64> {
+    let value = store.get(Space::Meta, &keys::superblock_key()).ok()??;
+    let superblock = keys::decode_superblock(&value).ok()?;
+    Some(u64::from(superblock.chunk_bytes).max(1))
+}
+
+/// Whether a chunked file has fewer chunks than its size needs (always, when the chunk
+/// size is unknown: it may have lost some).
+fn lacks_chunks(store: &dyn Store, inode: &Inode, chunk_bytes: Option<u64>) -> bool {
+    if inode.content != Content::Chunked || inode.size == 0 {
+        return false;
+    }
+    let Some(chunk_bytes) = chunk_bytes else {
+        return true;
+    };
+    let (start, end) = keys::chunk_range(inode.ino);
+    let mut chunks = 0u64;
+    let counted = store.scan(Space::Data, &start, &end, &mut |_, _| {
+        chunks += 1;
+        Scan::Continue
+    });
+    counted.is_err() || chunks < inode.size.div_ceil(chunk_bytes)
 }

@@ -22,6 +22,10 @@ const TAG_ITEM: u8 = 2;
 const TAG_END: u8 = 3;
 const TAG_CLEAR: u8 = 4;
 const END_MAGIC: &[u8; 4] = b"FJL\x03";
+/// lsm-tree's value types, as an item entry stores them.
+const VALUE: u8 = 0;
+const TOMBSTONE: u8 = 1;
+const WEAK_TOMBSTONE: u8 = 2;
 
 /// Item entry: tag, value type, compression, keyspace id u64, key len u16, value len
 /// u32, on-disk value len u32.
@@ -227,6 +231,76 @@ fn read_batch(bytes: &[u8]) -> Result<(usize, u64), Unreadable> {
         ));
     }
     Ok((position + END_BYTES, seqno))
+}
+
+/// One write of a journal batch, as a salvage replays it: `value` `None` is a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalRecord {
+    pub keyspace_id: u64,
+    pub seqno: u64,
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Visits the records of the complete batches from the start of a journal's `bytes`, up
+/// to the first batch that does not read (`check_journal` tells what that is). A record
+/// that does not decode (an lz4 value that fails) is reported, never visited.
+pub fn journal_records(bytes: &[u8], visit: &mut dyn FnMut(JournalRecord)) -> Result<(), String> {
+    let mut position = 0usize;
+    while let Ok((length, seqno)) = read_batch(&bytes[position..]) {
+        batch_records(&bytes[position..position + length], seqno, visit)?;
+        position += length;
+    }
+    Ok(())
+}
+
+/// The item entries of one batch `read_batch` accepted.
+fn batch_records(
+    batch: &[u8],
+    seqno: u64,
+    visit: &mut dyn FnMut(JournalRecord),
+) -> Result<(), String> {
+    let mut position = START_BYTES;
+    while let Some(&tag) = batch.get(position) {
+        if tag == TAG_END {
+            break;
+        }
+        if tag == TAG_CLEAR {
+            return Err("a batch clears a keyspace, which shoal never does".into());
+        }
+        let truncated = |_| "a batch ends inside an entry".to_string();
+        let length = item_length(&batch[position..]).map_err(truncated)?;
+        let entry = take(batch, position, length).map_err(truncated)?;
+        visit(item_record(entry, seqno)?);
+        position += length;
+    }
+    Ok(())
+}
+
+/// An item entry (`ITEM_HEADER_BYTES`, key, value) as a record.
+fn item_record(entry: &[u8], seqno: u64) -> Result<JournalRecord, String> {
+    let (header, rest) = entry.split_at(ITEM_HEADER_BYTES);
+    let value_type = header[1];
+    let compression = header[2];
+    let keyspace_id = u64::from_le_bytes(header[3..11].try_into().unwrap_or_default());
+    let key_len = u16::from_le_bytes([header[11], header[12]]) as usize;
+    let value_len = u32::from_le_bytes(header[13..17].try_into().unwrap_or_default()) as usize;
+    let (key, stored) = rest.split_at(key_len.min(rest.len()));
+    let value = match (value_type, compression) {
+        (VALUE, 0) => Some(stored.to_vec()),
+        (VALUE, _) => Some(
+            lz4_flex::decompress(stored, value_len)
+                .map_err(|error| format!("a journal value does not decompress: {error}"))?,
+        ),
+        (TOMBSTONE | WEAK_TOMBSTONE, _) => None,
+        (other, _) => return Err(format!("a journal entry of unknown value type {other}")),
+    };
+    Ok(JournalRecord {
+        keyspace_id,
+        seqno,
+        key: key.to_vec(),
+        value,
+    })
 }
 
 fn item_length(bytes: &[u8]) -> Result<usize, Unreadable> {

@@ -32,7 +32,11 @@ pub struct Recovery {
 }
 
 pub fn recover(folder: &Path) -> crate::Result<Recovery> {
-    let curr_version_id = get_current_version(folder)?;
+    recover_version(folder, get_current_version(folder)?)
+}
+
+/// Reads version file `v{curr_version_id}` of `folder`, whichever `current` names.
+pub fn recover_version(folder: &Path, curr_version_id: VersionId) -> crate::Result<Recovery> {
     let version_file_path = folder.join(format!("v{curr_version_id}"));
 
     // TODO: maybe validate current version using the checksum in "current"
