@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use shoal_engine::defaults::{BATCH_BYTES, BATCH_OPS};
-use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, Timestamp};
+use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, SharedBytes, Timestamp};
 use tar::EntryType;
 
 #[derive(Debug, thiserror::Error)]
@@ -407,7 +407,13 @@ impl<'a> Loader<'a> {
                 0 => piece_bytes,
                 left => left.min(piece_bytes),
             };
-            let piece = read_piece(entry, want as usize).map_err(ImportError::Archive)?;
+            let piece = if offset < stored {
+                // Exactly `want` bytes, read straight into the buffer the store keeps.
+                SharedBytes::from_reader(entry, want as usize)
+            } else {
+                read_sparse_tail(entry, want as usize)
+            }
+            .map_err(ImportError::Archive)?;
             let read = piece.len();
             if read == 0 {
                 return Ok(());
@@ -504,9 +510,9 @@ impl<'a> Loader<'a> {
     }
 }
 
-/// Up to `want` bytes of the member, fewer only at its end: a buffer of exactly what was
-/// read, so it can be stored as it is.
-fn read_piece(entry: &mut impl Read, want: usize) -> io::Result<Vec<u8>> {
+/// Up to `want` bytes of a GNU sparse member past its header's size (it reads longer):
+/// fewer only at its end.
+fn read_sparse_tail(entry: &mut impl Read, want: usize) -> io::Result<SharedBytes> {
     let mut piece = vec![0u8; want];
     let mut filled = 0;
     while filled < want {
@@ -517,12 +523,7 @@ fn read_piece(entry: &mut impl Read, want: usize) -> io::Result<Vec<u8>> {
             Err(error) => return Err(error),
         }
     }
-    piece.truncate(filled);
-    if filled < want / 2 {
-        // A sparse member's tail, longer than its header said: keep no slack in the batch.
-        piece.shrink_to_fit();
-    }
-    Ok(piece)
+    Ok(SharedBytes::from(&piece[..filled]))
 }
 
 /// A member's attributes and xattrs, from its header and pax records.

@@ -29,7 +29,7 @@ use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
 use crate::namespace::rename::check_project_move;
 use crate::namespace::xattr::{check_xattr_name, XATTR_VALUE_MAX_BYTES};
 use crate::namespace::NewInode;
-use crate::store::Space;
+use crate::store::{SharedBytes, Space};
 
 /// An inode a bulk operation works on: known, or made by an earlier operation of the
 /// same `apply` (by its index).
@@ -73,11 +73,11 @@ pub enum BulkOp {
     },
     /// Writes file bytes; the file's times are left as `Make` set them. A piece of
     /// `Engine::bulk_piece_bytes` (or the end of the file) at a multiple of that offset,
-    /// appended, becomes a chunk without being copied.
+    /// appended, becomes a chunk without being copied, here or in the store.
     Write {
         file: NodeRef,
         offset: u64,
-        data: Vec<u8>,
+        data: SharedBytes,
     },
     Xattr {
         node: NodeRef,
@@ -381,7 +381,7 @@ impl Txn<'_> {
         self.inode_changed(&inode, inode.size)
     }
 
-    fn bulk_write(&mut self, file: u64, offset: u64, data: Vec<u8>) -> FsResult<()> {
+    fn bulk_write(&mut self, file: u64, offset: u64, data: SharedBytes) -> FsResult<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -401,7 +401,7 @@ impl Txn<'_> {
         match &mut inode.content {
             // A new small file's bytes become its inline content as they are.
             Content::Inline(bytes) if bytes.is_empty() && offset == 0 && end <= inline_max => {
-                *bytes = data;
+                *bytes = data.to_vec();
                 inode.size = end;
                 inode.allocated_bytes = end;
             }
