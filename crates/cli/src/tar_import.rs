@@ -333,8 +333,8 @@ impl<'a> Loader<'a> {
                     attrs,
                     &shown,
                 )?;
-                self.data(entry, node, &shown)?;
-                node
+                // Its data may cut batches: the xattrs below refer to it as the last has.
+                self.data(entry, node, &shown)?
             }
             EntryType::Symlink => {
                 let target = entry
@@ -479,13 +479,14 @@ impl<'a> Loader<'a> {
     }
 
     /// Streams a regular file's bytes into the batches, in the pieces the engine stores
-    /// without copying them (its chunks).
+    /// without copying them (its chunks); returns the file's reference in the batch being
+    /// built.
     fn data<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         mut file: NodeRef,
         member: &Arc<str>,
-    ) -> Result<(), ImportError> {
+    ) -> Result<NodeRef, ImportError> {
         let piece_bytes = self.engine.bulk_piece_bytes() as u64;
         // The header's size: exact, except that a GNU sparse member reads longer.
         let stored = entry.size();
@@ -493,7 +494,7 @@ impl<'a> Loader<'a> {
         let mut offset = 0u64;
         loop {
             let want = match stored.saturating_sub(offset) {
-                0 if !sparse => return Ok(()),
+                0 if !sparse => return Ok(file),
                 0 => piece_bytes,
                 left => left.min(piece_bytes),
             };
@@ -506,7 +507,7 @@ impl<'a> Loader<'a> {
             .map_err(ImportError::Archive)?;
             let read = piece.len();
             if read == 0 {
-                return Ok(());
+                return Ok(file);
             }
             // A flush sends the Make of this file away: refer to it as the batch after has.
             if let Some(cut) = self.make_room(read + std::mem::size_of::<BulkOp>())? {
