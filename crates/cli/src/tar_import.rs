@@ -47,6 +47,8 @@ pub enum ImportError {
     Apply { path: String, error: FsError },
     #[error("{0}")]
     Engine(FsError),
+    #[error("cannot start the thread applying the archive: {0}")]
+    ApplierStart(io::Error),
     #[error("the thread applying the archive stopped")]
     ApplierStopped,
 }
@@ -137,7 +139,7 @@ fn load_beside_applier(
         let applier = std::thread::Builder::new()
             .name("shoal-import".into())
             .spawn_scoped(scope, move || apply_batches(engine, &to_apply, &answer))
-            .map_err(ImportError::Archive)?;
+            .map_err(ImportError::ApplierStart)?;
         let mut loader = Loader::new(engine, root, root_attrs, batches, answers);
         let loaded = loader
             .load(input, progress)
