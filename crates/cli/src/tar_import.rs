@@ -13,16 +13,24 @@
 //! time of the import (as tar leaves them), and xattrs outside `user.`, `trusted.`,
 //! `security.` and the POSIX ACLs are skipped (counted in the summary).
 //!
-//! Memory: one batch, plus one map entry per directory of the archive (names resolve to
-//! directories through it; a hard link's target is found through its directory).
+//! The archive is read and turned into batches on the calling thread while a second
+//! thread applies the batch before (`apply_batches`): reading, parsing and copying file
+//! data overlap with building and committing the engine's batches. A batch refers to what
+//! the one before it made through `NodeRef::Earlier`, so it can be built before that one
+//! is applied.
+//!
+//! Memory: two batches (one being built, one being applied), plus one map entry per
+//! directory of the archive (names resolve to directories through it; a hard link's target
+//! is found through its directory).
 
 use std::collections::HashMap;
 use std::io::{self, Read};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use shoal_engine::defaults::{BATCH_BYTES, BATCH_OPS};
-use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, Timestamp};
+use shoal_engine::{BulkAttrs, BulkOp, Engine, FileKind, FsError, NodeRef, SharedBytes, Timestamp};
 use tar::EntryType;
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +47,10 @@ pub enum ImportError {
     Apply { path: String, error: FsError },
     #[error("{0}")]
     Engine(FsError),
+    #[error("cannot start the thread applying the archive: {0}")]
+    ApplierStart(io::Error),
+    #[error("the thread applying the archive stopped")]
+    ApplierStopped,
 }
 
 /// An archive error's text fit for a terminal: the tar parser quotes the bytes it could
@@ -94,23 +106,81 @@ pub fn import(
     let root = engine
         .stage_tree(parent, &root_attrs)
         .map_err(ImportError::Engine)?;
-    let mut loader = Loader::new(engine, root, root_attrs);
-    let loaded = loader
-        .load(input, progress)
-        .and_then(|()| loader.finish())
-        .and_then(|()| {
+    let loaded =
+        load_beside_applier(engine, root, root_attrs, input, progress).and_then(|summary| {
             engine
                 .attach_tree(root, parent, name)
                 .map_err(|error| ImportError::Target {
                     path: shown.clone(),
                     error,
-                })
+                })?;
+            Ok(summary)
         });
-    match loaded {
-        Ok(()) => Ok(loader.summary),
-        Err(error) => {
-            engine.abandon_tree(root);
-            Err(error)
+    if loaded.is_err() {
+        engine.abandon_tree(root);
+    }
+    loaded
+}
+
+/// Reads the archive into the staged tree `root`, its batches applied by a second thread;
+/// returns once every batch is applied (or one failed, and the applier has stopped).
+fn load_beside_applier(
+    engine: &Engine,
+    root: u64,
+    root_attrs: BulkAttrs,
+    input: impl Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Imported, ImportError> {
+    // Bounds: the loader sends a batch only once the applier has answered for the one
+    // before (see `Loader::collect`), so each channel holds at most one message.
+    let (batches, to_apply) = mpsc::sync_channel(1);
+    let (answer, answers) = mpsc::sync_channel(1);
+    std::thread::scope(|scope| {
+        let applier = std::thread::Builder::new()
+            .name("shoal-import".into())
+            .spawn_scoped(scope, move || apply_batches(engine, &to_apply, &answer))
+            .map_err(ImportError::ApplierStart)?;
+        let mut loader = Loader::new(engine, root, root_attrs, batches, answers);
+        let loaded = loader
+            .load(input, progress)
+            .and_then(|()| loader.finish())
+            .map(|()| loader.summary);
+        // Closes the batch channel: the applier ends after the batch in hand.
+        drop(loader);
+        applier.join().map_err(|_| ImportError::ApplierStopped)?;
+        loaded
+    })
+}
+
+/// A batch on its way to the applier, with the archive member each operation comes from
+/// (for error messages).
+struct Batch {
+    ops: Vec<BulkOp>,
+    members: Vec<Arc<str>>,
+}
+
+/// What the applier answers for each batch: the inodes it made (see `Engine::apply`).
+type Applied = Result<Vec<u64>, ImportError>;
+
+/// The applier thread: applies each batch, `NodeRef::Earlier` resolved through the one
+/// before, and answers for it; stops at the first failure.
+fn apply_batches(engine: &Engine, batches: &Receiver<Batch>, answers: &SyncSender<Applied>) {
+    let mut earlier = Vec::new();
+    for Batch { ops, members } in batches {
+        let applied = engine
+            .apply_after(ops, &earlier)
+            .map_err(|failure| ImportError::Apply {
+                path: members
+                    .get(failure.op)
+                    .map_or_else(String::new, |member| member.to_string()),
+                error: failure.error,
+            });
+        let failed = applied.is_err();
+        if let Ok(made) = &applied {
+            earlier.clone_from(made);
+        }
+        if answers.send(applied).is_err() || failed {
+            return;
         }
     }
 }
@@ -125,19 +195,32 @@ struct Dir {
 struct Loader<'a> {
     engine: &'a Engine,
     dirs: HashMap<Vec<u8>, Dir>,
-    /// Directories made in the current batch, resolved to inodes once it is applied.
+    /// Directories made in the batch being built (`NodeRef::New`).
     new_dirs: Vec<Vec<u8>>,
+    /// Directories made in the batch the applier has (`NodeRef::Earlier`), resolved to
+    /// inodes once it answers.
+    sent_dirs: Vec<Vec<u8>>,
     ops: Vec<BulkOp>,
     /// The archive member each operation comes from, for error messages.
     op_members: Vec<Arc<str>>,
     ops_bytes: usize,
+    batches: SyncSender<Batch>,
+    answers: Receiver<Applied>,
+    /// A batch was sent and not yet answered for.
+    in_flight: bool,
     /// Attributes of directories the archive creates implicitly (`a/b/c` without `a/`).
     implicit: BulkAttrs,
     summary: Imported,
 }
 
 impl<'a> Loader<'a> {
-    fn new(engine: &'a Engine, root: u64, root_attrs: BulkAttrs) -> Self {
+    fn new(
+        engine: &'a Engine,
+        root: u64,
+        root_attrs: BulkAttrs,
+        batches: SyncSender<Batch>,
+        answers: Receiver<Applied>,
+    ) -> Self {
         let mut dirs = HashMap::new();
         dirs.insert(
             Vec::new(),
@@ -150,9 +233,13 @@ impl<'a> Loader<'a> {
             engine,
             dirs,
             new_dirs: Vec::new(),
+            sent_dirs: Vec::new(),
             ops: Vec::new(),
             op_members: Vec::new(),
             ops_bytes: 0,
+            batches,
+            answers,
+            in_flight: false,
             implicit: root_attrs,
             summary: Imported::default(),
         }
@@ -175,19 +262,24 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
-    /// Gives every directory its attributes, then applies the last batch.
+    /// Gives every directory its attributes, then applies the last batch and waits for
+    /// the applier to be done.
     fn finish(&mut self) -> Result<(), ImportError> {
         let member: Arc<str> = Arc::from("(directory attributes)");
-        let attrs: Vec<(NodeRef, BulkAttrs)> = self
-            .dirs
-            .values()
-            .map(|dir| (dir.node, dir.attrs))
-            .collect();
-        for (node, attrs) in attrs {
+        let paths: Vec<Vec<u8>> = self.dirs.keys().cloned().collect();
+        for path in paths {
+            // Read after `make_room`: a flush moves the directory's reference along.
             self.make_room(std::mem::size_of::<BulkOp>())?;
-            self.push(BulkOp::Attrs { node, attrs }, &member);
+            if let Some(dir) = self.dirs.get(&path) {
+                let op = BulkOp::Attrs {
+                    node: dir.node,
+                    attrs: dir.attrs,
+                };
+                self.push(op, &member);
+            }
         }
-        self.flush().map(|_| ())
+        self.flush()?;
+        self.collect().map(|_| ())
     }
 
     fn member<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), ImportError> {
@@ -243,8 +335,8 @@ impl<'a> Loader<'a> {
                     attrs,
                     &shown,
                 )?;
-                self.data(entry, node, &shown)?;
-                node
+                // Its data may cut batches: the xattrs below refer to it as the last has.
+                self.data(entry, node, &shown)?
             }
             EntryType::Symlink => {
                 let target = entry
@@ -389,13 +481,14 @@ impl<'a> Loader<'a> {
     }
 
     /// Streams a regular file's bytes into the batches, in the pieces the engine stores
-    /// without copying them (its chunks).
+    /// without copying them (its chunks); returns the file's reference in the batch being
+    /// built.
     fn data<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         mut file: NodeRef,
         member: &Arc<str>,
-    ) -> Result<(), ImportError> {
+    ) -> Result<NodeRef, ImportError> {
         let piece_bytes = self.engine.bulk_piece_bytes() as u64;
         // The header's size: exact, except that a GNU sparse member reads longer.
         let stored = entry.size();
@@ -403,21 +496,24 @@ impl<'a> Loader<'a> {
         let mut offset = 0u64;
         loop {
             let want = match stored.saturating_sub(offset) {
-                0 if !sparse => return Ok(()),
+                0 if !sparse => return Ok(file),
                 0 => piece_bytes,
                 left => left.min(piece_bytes),
             };
-            let piece = read_piece(entry, want as usize).map_err(ImportError::Archive)?;
+            let piece = if offset < stored {
+                // Exactly `want` bytes, read straight into the buffer the store keeps.
+                SharedBytes::from_reader(entry, want as usize)
+            } else {
+                read_sparse_tail(entry, want as usize)
+            }
+            .map_err(ImportError::Archive)?;
             let read = piece.len();
             if read == 0 {
-                return Ok(());
+                return Ok(file);
             }
-            // A flush applies the Make of this file: refer to its inode from then on.
-            let flushed = self.make_room(read + std::mem::size_of::<BulkOp>())?;
-            if let Some(made) = flushed {
-                if let NodeRef::New(index) = file {
-                    file = NodeRef::Ino(made[index]);
-                }
+            // A flush sends the Make of this file away: refer to it as the batch after has.
+            if let Some(cut) = self.make_room(read + std::mem::size_of::<BulkOp>())? {
+                file = cut.carry(file);
             }
             self.summary.bytes += read as u64;
             self.push(
@@ -444,10 +540,8 @@ impl<'a> Loader<'a> {
                 self.summary.skipped_xattrs += 1;
                 continue;
             }
-            if let Some(made) = self.make_room(name.len() + value.len() + 64)? {
-                if let NodeRef::New(index) = node {
-                    node = NodeRef::Ino(made[index]);
-                }
+            if let Some(cut) = self.make_room(name.len() + value.len() + 64)? {
+                node = cut.carry(node);
             }
             self.push(
                 BulkOp::Xattr {
@@ -461,9 +555,9 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
-    /// Applies the batch first if `bytes` more would pass its bounds; returns the inodes
-    /// the applied batch made, for the caller's own references into it.
-    fn make_room(&mut self, bytes: usize) -> Result<Option<Vec<u64>>, ImportError> {
+    /// Sends the batch to the applier first if `bytes` more would pass its bounds; returns
+    /// the cut, to move the caller's own references along.
+    fn make_room(&mut self, bytes: usize) -> Result<Option<Cut>, ImportError> {
         if self.ops.len() < BATCH_OPS && self.ops_bytes + bytes <= BATCH_BYTES {
             return Ok(None);
         }
@@ -476,37 +570,84 @@ impl<'a> Loader<'a> {
         self.op_members.push(member.clone());
     }
 
-    /// Applies the gathered operations as one batch.
-    fn flush(&mut self) -> Result<Option<Vec<u64>>, ImportError> {
+    /// Sends the gathered operations to the applier as one batch, once it has answered
+    /// for the one before: references into that one become inodes, and references into
+    /// this one `NodeRef::Earlier`.
+    fn flush(&mut self) -> Result<Option<Cut>, ImportError> {
         if self.ops.is_empty() {
             return Ok(None);
         }
-        let made = self
-            .engine
-            .apply(std::mem::take(&mut self.ops))
-            .map_err(|failure| ImportError::Apply {
-                path: self
-                    .op_members
-                    .get(failure.op)
-                    .map_or_else(String::new, |member| member.to_string()),
-                error: failure.error,
-            })?;
+        let cut = Cut {
+            earlier_made: self.collect()?,
+        };
         for path in self.new_dirs.drain(..) {
             if let Some(dir) = self.dirs.get_mut(&path) {
-                if let NodeRef::New(index) = dir.node {
+                dir.node = cut.carry(dir.node);
+            }
+            self.sent_dirs.push(path);
+        }
+        let batch = Batch {
+            ops: std::mem::take(&mut self.ops),
+            members: std::mem::take(&mut self.op_members),
+        };
+        self.ops_bytes = 0;
+        // A closed channel: the applier stopped, and says why in its last answer.
+        if self.batches.send(batch).is_err() {
+            return Err(self.applier_error());
+        }
+        self.in_flight = true;
+        Ok(Some(cut))
+    }
+
+    /// Waits for the applier's answer for the batch it has, if any; the directories that
+    /// batch made get their inodes. Returns what it made.
+    fn collect(&mut self) -> Result<Option<Vec<u64>>, ImportError> {
+        if !std::mem::take(&mut self.in_flight) {
+            return Ok(None);
+        }
+        let made = self
+            .answers
+            .recv()
+            .map_err(|_| ImportError::ApplierStopped)??;
+        for path in self.sent_dirs.drain(..) {
+            if let Some(dir) = self.dirs.get_mut(&path) {
+                if let NodeRef::Earlier(index) = dir.node {
                     dir.node = NodeRef::Ino(made[index]);
                 }
             }
         }
-        self.op_members.clear();
-        self.ops_bytes = 0;
         Ok(Some(made))
+    }
+
+    /// Why the applier stopped: its failure, or that it is gone.
+    fn applier_error(&mut self) -> ImportError {
+        match self.answers.recv() {
+            Ok(Err(error)) => error,
+            _ => ImportError::ApplierStopped,
+        }
     }
 }
 
-/// Up to `want` bytes of the member, fewer only at its end: a buffer of exactly what was
-/// read, so it can be stored as it is.
-fn read_piece(entry: &mut impl Read, want: usize) -> io::Result<Vec<u8>> {
+/// A batch sent to the applier, and what the one before it made.
+struct Cut {
+    earlier_made: Option<Vec<u64>>,
+}
+
+impl Cut {
+    /// A reference made before the cut, as the next batch has it: into the batch sent,
+    /// `NodeRef::Earlier`; into the one before it, its inode.
+    fn carry(&self, node: NodeRef) -> NodeRef {
+        match (node, &self.earlier_made) {
+            (NodeRef::New(index), _) => NodeRef::Earlier(index),
+            (NodeRef::Earlier(index), Some(made)) => NodeRef::Ino(made[index]),
+            (node, _) => node,
+        }
+    }
+}
+
+/// Up to `want` bytes of a GNU sparse member past its header's size (it reads longer):
+/// fewer only at its end.
+fn read_sparse_tail(entry: &mut impl Read, want: usize) -> io::Result<SharedBytes> {
     let mut piece = vec![0u8; want];
     let mut filled = 0;
     while filled < want {
@@ -517,12 +658,7 @@ fn read_piece(entry: &mut impl Read, want: usize) -> io::Result<Vec<u8>> {
             Err(error) => return Err(error),
         }
     }
-    piece.truncate(filled);
-    if filled < want / 2 {
-        // A sparse member's tail, longer than its header said: keep no slack in the batch.
-        piece.shrink_to_fit();
-    }
-    Ok(piece)
+    Ok(SharedBytes::from(&piece[..filled]))
 }
 
 /// A member's attributes and xattrs, from its header and pax records.

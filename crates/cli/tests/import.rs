@@ -620,3 +620,49 @@ fn sparse_members_and_chunk_sized_files_come_back_byte_for_byte() {
     let report = m.finish();
     assert!(report.contains("clean"), "{report}");
 }
+
+/// An archive of many batches (`BATCH_OPS` and `BATCH_BYTES` both passed several times):
+/// names land in directories made one and two batches before, a file's data spans
+/// batches and its xattr comes after them, and directory attributes are set last, while
+/// the batch before is still being applied. The result is still what `tar xf` makes.
+#[test]
+fn an_archive_of_many_batches_matches_tar_xf() {
+    let m = Mounted::new();
+    let work = m.dir.path().join("work");
+    let src = work.join("src");
+    shoal_ok(&[
+        OsStr::new("gen-tree"),
+        src.as_os_str(),
+        OsStr::new("--files"),
+        OsStr::new("5000"),
+    ]);
+    let late = src.join("zz-late");
+    fs::create_dir_all(&late).unwrap();
+    let huge: Vec<u8> = (0..20_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    fs::write(late.join("huge"), &huge).unwrap();
+    set_xattr(&late.join("huge"), "user.after", b"set after 20 MB of data");
+    fs::write(late.join("after"), b"named after the huge file\n").unwrap();
+    set_mtime(&late, 1_650_000_000, 5);
+    let (_, archive) = archives(&work, &src).remove(0);
+    let by_tar = m.path("by-tar");
+    tar_extract(&archive, &by_tar);
+    let imported = m.path("imported");
+    let out = import(&archive, &imported);
+    assert!(out.success(), "{}", out.describe());
+    let expected = listing(&by_tar, true);
+    assert!(expected.len() > 5000, "the source tree is too small");
+    assert_same(
+        "many batches: import vs tar xf",
+        &expected,
+        &listing(&imported, true),
+    );
+    tar_compare(&archive, &imported);
+    assert_eq!(
+        xattrs(&imported.join("zz-late/huge")).get(&b"user.after"[..]),
+        Some(&b"set after 20 MB of data".to_vec())
+    );
+    let report = m.finish();
+    assert!(report.contains("clean"), "{report}");
+}

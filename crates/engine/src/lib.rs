@@ -68,8 +68,8 @@ pub use namespace::NewInode;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use store::error_seq::WriteErrors;
 pub use store::{
-    histogram, staged_memory_bound, FjallTuning, StoreError, StoreMetrics, MIN_JOURNAL_BYTES,
-    STORE_METRICS,
+    histogram, staged_memory_bound, FjallTuning, SharedBytes, StoreError, StoreMetrics,
+    MIN_JOURNAL_BYTES, STORE_METRICS,
 };
 
 /// The key layout and the key-value store, for tests that write or damage a store

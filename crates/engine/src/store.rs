@@ -18,7 +18,7 @@ mod seqno_recovery;
 mod staged_store;
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::ops::{Bound, Deref};
 
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
@@ -48,6 +48,39 @@ pub enum Scan {
     Stop,
 }
 
+/// Bytes shared without copying, in the buffer type the on-disk store keeps its values in
+/// (fjall's): a value made in it (file data read straight from an archive) reaches the
+/// store's journal and memtable without another copy.
+pub type SharedBytes = fjall::Slice;
+
+/// A value as a batch holds it.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Owned(Vec<u8>),
+    /// Handed to the on-disk store as it is (see `SharedBytes`).
+    Shared(SharedBytes),
+}
+
+impl Value {
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Value::Owned(bytes) => bytes,
+            Value::Shared(bytes) => bytes.to_vec(),
+        }
+    }
+}
+
+impl Deref for Value {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Owned(bytes) => bytes,
+            Value::Shared(bytes) => bytes,
+        }
+    }
+}
+
 /// A set of puts and deletes applied atomically. Later writes to the same key replace earlier
 /// ones, and reads through the batch see its own writes: an operation can update the same
 /// inode twice (rename within one directory) without a duplicate key reaching the store.
@@ -55,15 +88,15 @@ pub enum Scan {
 pub struct Batch {
     /// One map per space, so a read through the batch borrows the key instead of copying it
     /// (every transaction read passes here).
-    meta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    data: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    meta: SpaceItems,
+    data: SpaceItems,
     /// Bytes of file data already in the store that this batch's data puts replace: the
     /// garbage an overwrite leaves (an append or a new file leaves none). The reclaimer
     /// counts it with deleted chunks; the store cannot tell without reading.
     replaced_data_bytes: u64,
 }
 
-type SpaceItems = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+type SpaceItems = BTreeMap<Vec<u8>, Option<Value>>;
 
 impl Batch {
     fn space(&self, space: Space) -> &SpaceItems {
@@ -81,7 +114,13 @@ impl Batch {
     }
 
     pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
-        self.space_mut(space).insert(key, Some(value));
+        self.space_mut(space).insert(key, Some(Value::Owned(value)));
+    }
+
+    /// `put` of bytes the on-disk store takes without copying them.
+    pub fn put_shared(&mut self, space: Space, key: Vec<u8>, value: SharedBytes) {
+        self.space_mut(space)
+            .insert(key, Some(Value::Shared(value)));
     }
 
     pub fn delete(&mut self, space: Space, key: Vec<u8>) {
@@ -93,8 +132,8 @@ impl Batch {
         &mut self,
         space: Space,
         key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    ) -> Option<Option<Vec<u8>>> {
+        value: Option<Value>,
+    ) -> Option<Option<Value>> {
         self.space_mut(space).insert(key, value)
     }
 
@@ -120,15 +159,15 @@ impl Batch {
     }
 
     /// Every item, borrowed, in the order `into_items` gives them.
-    pub fn items(&self) -> impl Iterator<Item = (Space, &[u8], Option<&[u8]>)> {
+    pub fn items(&self) -> impl Iterator<Item = (Space, &[u8], Option<&Value>)> {
         let meta = self
             .meta
             .iter()
-            .map(|(key, value)| (Space::Meta, key.as_slice(), value.as_deref()));
+            .map(|(key, value)| (Space::Meta, key.as_slice(), value.as_ref()));
         let data = self
             .data
             .iter()
-            .map(|(key, value)| (Space::Data, key.as_slice(), value.as_deref()));
+            .map(|(key, value)| (Space::Data, key.as_slice(), value.as_ref()));
         meta.chain(data)
     }
 
@@ -154,7 +193,7 @@ impl Batch {
         self.meta
             .iter()
             .chain(&self.data)
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .map(|(k, v)| k.len() + v.as_deref().map_or(0, <[u8]>::len))
             .sum()
     }
 
@@ -167,7 +206,7 @@ impl Batch {
         self.replaced_data_bytes
     }
 
-    pub fn into_items(self) -> impl Iterator<Item = (Space, Vec<u8>, Option<Vec<u8>>)> {
+    pub fn into_items(self) -> impl Iterator<Item = (Space, Vec<u8>, Option<Value>)> {
         let meta = self
             .meta
             .into_iter()

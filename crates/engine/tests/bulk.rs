@@ -46,7 +46,7 @@ fn stage(fs: &Engine) -> u64 {
         BulkOp::Write {
             file: NodeRef::New(1),
             offset: 0,
-            data: vec![1u8; 60_000],
+            data: vec![1u8; 60_000].into(),
         },
     ];
     let made = fs.apply(first).unwrap();
@@ -55,7 +55,7 @@ fn stage(fs: &Engine) -> u64 {
         BulkOp::Write {
             file: NodeRef::Ino(file),
             offset: 60_000,
-            data: vec![2u8; 42_400],
+            data: vec![2u8; 42_400].into(),
         },
         BulkOp::Link {
             parent: NodeRef::Ino(root),
@@ -143,7 +143,11 @@ fn an_abandoned_tree_is_deleted_by_the_reclaimer() {
 }
 
 fn write(file: NodeRef, offset: u64, data: Vec<u8>) -> BulkOp {
-    BulkOp::Write { file, offset, data }
+    BulkOp::Write {
+        file,
+        offset,
+        data: data.into(),
+    }
 }
 
 /// Names made twice replace the first (as `tar xf` does with a repeated member), whether

@@ -15,7 +15,7 @@ use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::namespace::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
-use crate::store::{Batch, Scan, Space, StoreError, SLOW_WRITE_REPORT};
+use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, SLOW_WRITE_REPORT};
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
 pub(crate) struct Txn<'a> {
@@ -51,6 +51,10 @@ impl<'a> Txn<'a> {
 
     pub(crate) fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
         self.batch.put(space, key, value);
+    }
+
+    pub(crate) fn put_shared(&mut self, space: Space, key: Vec<u8>, value: SharedBytes) {
+        self.batch.put_shared(space, key, value);
     }
 
     /// Notes file data in the store that this transaction's puts replace (an overwrite).

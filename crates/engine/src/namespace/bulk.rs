@@ -29,14 +29,16 @@ use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
 use crate::namespace::rename::check_project_move;
 use crate::namespace::xattr::{check_xattr_name, XATTR_VALUE_MAX_BYTES};
 use crate::namespace::NewInode;
-use crate::store::Space;
+use crate::store::{SharedBytes, Space};
 
-/// An inode a bulk operation works on: known, or made by an earlier operation of the
-/// same `apply` (by its index).
+/// An inode a bulk operation works on: known, made by an earlier operation of the same
+/// `apply` (by its index), or made by the batch applied before it (by its index there; see
+/// `apply_after`), for a caller that builds a batch while the one before is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeRef {
     Ino(u64),
     New(usize),
+    Earlier(usize),
 }
 
 /// The attributes an imported inode is given, as `tar xf` run by root restores them.
@@ -73,11 +75,11 @@ pub enum BulkOp {
     },
     /// Writes file bytes; the file's times are left as `Make` set them. A piece of
     /// `Engine::bulk_piece_bytes` (or the end of the file) at a multiple of that offset,
-    /// appended, becomes a chunk without being copied.
+    /// appended, becomes a chunk without being copied, here or in the store.
     Write {
         file: NodeRef,
         offset: u64,
-        data: Vec<u8>,
+        data: SharedBytes,
     },
     Xattr {
         node: NodeRef,
@@ -155,6 +157,12 @@ impl Engine {
     /// Runs `ops` as one batch (their data moves into it); returns the inode each `Make`
     /// made (0 for other operations), in order.
     pub fn apply(&self, ops: Vec<BulkOp>) -> Result<Vec<u64>, BulkFailure> {
+        self.apply_after(ops, &[])
+    }
+
+    /// `apply`, with `NodeRef::Earlier` resolved through `earlier`: what the `apply` before
+    /// this one returned.
+    pub fn apply_after(&self, ops: Vec<BulkOp>, earlier: &[u64]) -> Result<Vec<u64>, BulkFailure> {
         let failed = |op, error| BulkFailure { op, error };
         let count = ops.len();
         let mut txn = self.begin().map_err(|error| failed(0, error))?;
@@ -162,7 +170,7 @@ impl Engine {
         let mut fresh = FreshDirs::default();
         for (index, op) in ops.into_iter().enumerate() {
             let ino = txn
-                .bulk_op(op, &made, &mut fresh)
+                .bulk_op(op, [&made, earlier], &mut fresh)
                 .map_err(|error| failed(index, error))?;
             made.push(ino);
         }
@@ -230,16 +238,25 @@ fn set_attrs(inode: &mut Inode, attrs: &BulkAttrs) {
 }
 
 impl Txn<'_> {
-    fn bulk_op(&mut self, op: BulkOp, made: &[u64], fresh: &mut FreshDirs) -> FsResult<u64> {
+    /// Runs one operation; `[made, earlier]`: the inodes this batch and the one before
+    /// it made, for `NodeRef::New` and `NodeRef::Earlier`.
+    fn bulk_op(
+        &mut self,
+        op: BulkOp,
+        [made, earlier]: [&[u64]; 2],
+        fresh: &mut FreshDirs,
+    ) -> FsResult<u64> {
         let resolve = |node: &NodeRef| -> FsResult<u64> {
-            match *node {
-                NodeRef::Ino(ino) => Ok(ino),
-                NodeRef::New(index) => made
-                    .get(index)
-                    .copied()
-                    .filter(|&ino| ino != 0)
-                    .ok_or(FsError::Invalid("bulk operation refers to no new inode")),
-            }
+            let (inodes, index) = match *node {
+                NodeRef::Ino(ino) => return Ok(ino),
+                NodeRef::New(index) => (made, index),
+                NodeRef::Earlier(index) => (earlier, index),
+            };
+            inodes
+                .get(index)
+                .copied()
+                .filter(|&ino| ino != 0)
+                .ok_or(FsError::Invalid("bulk operation refers to no new inode"))
         };
         match op {
             BulkOp::Make {
@@ -381,7 +398,7 @@ impl Txn<'_> {
         self.inode_changed(&inode, inode.size)
     }
 
-    fn bulk_write(&mut self, file: u64, offset: u64, data: Vec<u8>) -> FsResult<()> {
+    fn bulk_write(&mut self, file: u64, offset: u64, data: SharedBytes) -> FsResult<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -401,7 +418,7 @@ impl Txn<'_> {
         match &mut inode.content {
             // A new small file's bytes become its inline content as they are.
             Content::Inline(bytes) if bytes.is_empty() && offset == 0 && end <= inline_max => {
-                *bytes = data;
+                *bytes = data.to_vec();
                 inode.size = end;
                 inode.allocated_bytes = end;
             }

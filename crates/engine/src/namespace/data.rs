@@ -9,7 +9,7 @@ use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
 use crate::stats::Op;
-use crate::store::{Scan, Space};
+use crate::store::{Scan, SharedBytes, Space};
 
 /// Largest file size we accept (as ext4 with 4 KiB blocks).
 pub const MAX_FILE_BYTES: u64 = 16 << 40;
@@ -329,7 +329,7 @@ impl Txn<'_> {
         &mut self,
         inode: &mut Inode,
         offset: u64,
-        data: Vec<u8>,
+        data: SharedBytes,
     ) -> FsResult<()> {
         let chunk_bytes = self.engine.chunk_bytes();
         let whole_new_chunk = offset.is_multiple_of(chunk_bytes)
@@ -339,7 +339,7 @@ impl Txn<'_> {
             return self.write_chunks(inode, offset, &data);
         }
         inode.allocated_bytes += data.len() as u64;
-        self.put(
+        self.put_shared(
             Space::Data,
             keys::chunk_key(inode.ino, offset / chunk_bytes),
             data,

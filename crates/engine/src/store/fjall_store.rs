@@ -12,7 +12,7 @@ use fjall::{
 
 use super::blob_reclaim::BlobReclaimer;
 use super::journal_sync::sync_journal;
-use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView, Value};
 use crate::defaults;
 
 /// What a deleted chunk may have held, for the reclaimer's estimate: the engine's chunk
@@ -268,7 +268,9 @@ impl Store for FjallStore {
             let keyspace = self.keyspace(space);
             touched[space as usize] = true;
             match value {
-                Some(value) => fjall_batch.insert(keyspace, key, value),
+                // Shared bytes are fjall's own buffers: handed over, not copied.
+                Some(Value::Shared(value)) => fjall_batch.insert(keyspace, key, value.clone()),
+                Some(Value::Owned(value)) => fjall_batch.insert(keyspace, key, value.as_slice()),
                 None => {
                     deleted_chunks += u64::from(space == Space::Data);
                     fjall_batch.remove(keyspace, key);

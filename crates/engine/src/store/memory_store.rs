@@ -73,7 +73,7 @@ impl Store for MemoryStore {
                 .as_ref()
                 .map_or(0, |value| key_len + value.len() as u64);
             let old = match value {
-                Some(value) => tree.insert(key, value),
+                Some(value) => tree.insert(key, value.into_vec()),
                 None => tree.remove(&key),
             };
             let removed = old.map_or(0, |old| key_len + old.len() as u64);
