@@ -68,31 +68,14 @@ impl Txn<'_> {
             }
             return Ok(true);
         }
-        let chunks = self.first_chunks(ino, BATCH_OPS + 1)?;
+        let chunks = self.chunks_in(ino, 0, u64::MAX, BATCH_OPS + 1)?;
         if chunks.len() > BATCH_OPS {
             return Ok(false);
         }
-        for (key, _) in chunks {
-            self.delete(Space::Data, key);
+        for chunk in chunks {
+            self.delete(Space::Data, chunk.key);
         }
         Ok(true)
-    }
-
-    /// The first `limit` chunk keys of `ino` as the store has them, with their lengths.
-    fn first_chunks(&self, ino: u64, limit: usize) -> FsResult<Vec<(Vec<u8>, u64)>> {
-        let (start, end) = keys::chunk_range(ino);
-        let mut found = Vec::new();
-        self.engine
-            .store
-            .scan(Space::Data, &start, &end, &mut |key, value| {
-                found.push((key.to_vec(), value.len() as u64));
-                if found.len() < limit {
-                    Scan::Continue
-                } else {
-                    Scan::Stop
-                }
-            })?;
-        Ok(found)
     }
 
     /// One batch of the purge of orphan `ino`: `BATCH_OPS` of its chunks, or, when no
@@ -107,16 +90,16 @@ impl Txn<'_> {
             Err(error) => return Err(error),
         };
         assert!(inode.nlink == 0, "purging linked inode {ino}");
-        let mut chunks = self.first_chunks(ino, BATCH_OPS + 1)?;
+        let mut chunks = self.chunks_in(ino, 0, u64::MAX, BATCH_OPS + 1)?;
         if chunks.len() <= BATCH_OPS {
             self.purge_inode(ino)?;
             return Ok(true);
         }
         chunks.truncate(BATCH_OPS);
         let mut freed = 0;
-        for (key, len) in chunks {
-            freed += len;
-            self.delete(Space::Data, key);
+        for chunk in chunks {
+            freed += chunk.len;
+            self.delete(Space::Data, chunk.key);
         }
         assert!(
             freed <= inode.allocated_bytes,
