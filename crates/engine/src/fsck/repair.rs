@@ -162,7 +162,7 @@ fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
     type Decoder = fn(&[u8], &[u8]) -> FsResult<()>;
     /// What a range holds, where, and how each of its records decodes.
     type RecordRange = (&'static str, Space, (Vec<u8>, Vec<u8>), Decoder);
-    let ranges: [RecordRange; 10] = [
+    let ranges: [RecordRange; 11] = [
         ("inode", Space::Meta, keys::all_inodes_range(), |k, v| {
             keys::decode_inode(keys::decode_inode_key(k)?, v).map(drop)
         }),
@@ -211,6 +211,15 @@ fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
             Space::Meta,
             keys::all_reclaims_range(),
             |k, _| keys::decode_reclaim_key(k).map(drop),
+        ),
+        (
+            "trim record",
+            Space::Meta,
+            keys::all_trims_range(),
+            |k, v| {
+                keys::decode_trim_key(k)?;
+                keys::decode_trim(v).map(drop)
+            },
         ),
         (
             "quota record",
