@@ -14,7 +14,7 @@ use std::sync::Arc;
 use common::stores::FaultyStore;
 use common::*;
 use shoal_engine::defaults::BATCH_OPS;
-use shoal_engine::internals::store::{MemoryStore, StoreError};
+use shoal_engine::internals::store::MemoryStore;
 use shoal_engine::Fallocate;
 
 /// Chunks of the test file: two full batches and a few more for the last one.
@@ -113,17 +113,7 @@ fn truncates_and_punches_are_fsck_clean_on_disk() {
 
 /// An engine over `inner` whose store fails every write once `writes_left` runs out.
 fn failing_after(inner: &Arc<MemoryStore>, writes_left: &Arc<AtomicU64>) -> Arc<Engine> {
-    let left = writes_left.clone();
-    let store = FaultyStore {
-        inner: inner.clone(),
-        plan: Box::new(move || match left.fetch_sub(1, Ordering::SeqCst) {
-            0 => {
-                left.store(0, Ordering::SeqCst);
-                Err(StoreError::Io(std::io::Error::from_raw_os_error(5)))
-            }
-            _ => Ok(()),
-        }),
-    };
+    let store = FaultyStore::failing_after(inner.clone(), writes_left.clone());
     Engine::open_with_store(Box::new(store), no_thread()).unwrap()
 }
 

@@ -144,30 +144,36 @@ impl Engine {
     /// Removes inodes that were unlinked while open when the previous daemon stopped, and
     /// large files whose purge it did not finish.
     pub(super) fn purge_orphans(&self) -> FsResult<()> {
-        let mut orphans = Vec::new();
-        let (start, end) = keys::all_orphans_range();
+        let orphans = self.recorded_inos(keys::all_orphans_range(), keys::decode_orphan_key)?;
+        for ino in orphans {
+            self.purge_in_batches(ino)?;
+        }
+        Ok(())
+    }
+
+    /// The inode numbers of the Meta records in `range` (orphan markers, trim records),
+    /// each key decoded by `decode`.
+    pub(super) fn recorded_inos(
+        &self,
+        (start, end): (Vec<u8>, Vec<u8>),
+        decode: fn(&[u8]) -> FsResult<u64>,
+    ) -> FsResult<Vec<u64>> {
+        let mut inos = Vec::new();
         let mut decode_error = None;
-        self.store.scan(
-            Space::Meta,
-            &start,
-            &end,
-            &mut |key, _| match keys::decode_orphan_key(key) {
+        self.store
+            .scan(Space::Meta, &start, &end, &mut |key, _| match decode(key) {
                 Ok(ino) => {
-                    orphans.push(ino);
+                    inos.push(ino);
                     Scan::Continue
                 }
                 Err(error) => {
                     decode_error = Some(error);
                     Scan::Stop
                 }
-            },
-        )?;
-        if let Some(error) = decode_error {
-            return Err(error);
+            })?;
+        match decode_error {
+            Some(error) => Err(error),
+            None => Ok(inos),
         }
-        for ino in orphans {
-            self.purge_in_batches(ino)?;
-        }
-        Ok(())
     }
 }

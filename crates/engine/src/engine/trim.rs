@@ -174,27 +174,7 @@ impl Txn<'_> {
 impl Engine {
     /// Finishes the trims a previous daemon left part way (see the module comment).
     pub(super) fn finish_recorded_trims(&self) -> FsResult<()> {
-        let mut inos = Vec::new();
-        let (start, end) = keys::all_trims_range();
-        let mut decode_error = None;
-        self.store.scan(
-            Space::Meta,
-            &start,
-            &end,
-            &mut |key, _| match keys::decode_trim_key(key) {
-                Ok(ino) => {
-                    inos.push(ino);
-                    Scan::Continue
-                }
-                Err(error) => {
-                    decode_error = Some(error);
-                    Scan::Stop
-                }
-            },
-        )?;
-        if let Some(error) = decode_error {
-            return Err(error);
-        }
+        let inos = self.recorded_inos(keys::all_trims_range(), keys::decode_trim_key)?;
         if inos.is_empty() {
             return Ok(());
         }

@@ -118,10 +118,13 @@ impl Txn<'_> {
         let chunk_bytes = self.engine.chunk_bytes();
         let (head, tail) = (start / chunk_bytes, stop / chunk_bytes);
         let head_partial = !start.is_multiple_of(chunk_bytes);
+        let tail_partial = !stop.is_multiple_of(chunk_bytes);
         if head_partial {
             self.zero_in_chunk(inode, head, start, stop)?;
         }
-        if !stop.is_multiple_of(chunk_bytes) && !(head_partial && tail == head) {
+        // A range inside one chunk has that chunk as head and tail: zeroed once.
+        let tail_done = head_partial && tail == head;
+        if tail_partial && !tail_done {
             self.zero_in_chunk(inode, tail, start, stop)?;
         }
         // Only chunks that exist cost anything: a huge range over holes is one scan.
