@@ -17,7 +17,8 @@ use shoal_bench::workload::{Params, Size, TimeLimit, Workload};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck,
-    /// churn, quota, bigdir, store-bytes (default: all but the last four).
+    /// churn, quota, bigdir, store-bytes (default: all but churn, quota, bigdir and
+    /// store-bytes).
     #[arg(value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
