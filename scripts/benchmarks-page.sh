@@ -10,9 +10,9 @@
 #   docs/bench/objects-0aa6cdf/  the 20M-object run, shoal then XFS, joined by
 #                            scripts/merge-bench-json.py (+ notes.md)
 #   docs/bench/stalls.md     request latency over that run, and at a small memory budget
-#   docs/bench/quota.md      scripts/bench-quota.sh
-#   docs/bench/store-bytes.md  scripts/bench-store-bytes.sh
-#   docs/bench/bigdir.md     scripts/bench-bigdir.sh (one directory grown to 1M files)
+#   docs/bench/quota.md      shoal bench ... quota, and ... quotacheck
+#   docs/bench/store-bytes.md  shoal bench ... store-bytes
+#   docs/bench/bigdir.md     shoal bench ... bigdir (one directory grown to 1M files)
 #   docs/bench/history.md    one line per earlier headline measurement, with its commit
 # Usage: scripts/benchmarks-page.sh > BENCHMARKS.md
 set -euo pipefail

@@ -132,6 +132,8 @@ pub fn run(plan: &Plan, targets: &mut [Target], progress: &Progress) -> Result<V
                 ));
                 let tarball = staging.as_ref().map(|s| s.tarball.as_path());
                 let sample = run_sample(plan, run, workload, target, tarball, progress)?;
+                // A workload may have remounted the target (`Target::while_unmounted`).
+                target.refresh_daemons();
                 if let Some(error) = &sample.error {
                     progress.log(&format!(
                         "run {run}: {} on {} FAILED: {error}",

@@ -180,6 +180,43 @@ impl Target {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }
 
+    /// For a shoal store made by `--make shoal`: unmounts it (`shoal umount`), runs `f` on
+    /// the store directory, and mounts it again, for what only works offline (a whole
+    /// compaction, offline reports). `None` for every other target. The daemon serving the
+    /// target afterwards is a new process: the runner asks for it again after the sample
+    /// (`refresh_daemons`), so an offline step goes last in a workload.
+    pub fn while_unmounted<T>(&self, f: impl FnOnce(&Path) -> Result<T>) -> Result<Option<T>> {
+        let Some(teardown) = self
+            .teardown
+            .as_ref()
+            .filter(|teardown| teardown.kind == MakeKind::Shoal)
+        else {
+            return Ok(None);
+        };
+        let shoal = self
+            .shoal_bin
+            .as_ref()
+            .ok_or_else(|| BenchError::Invalid("no shoal binary".into()))?;
+        let store = teardown.base.join("store");
+        run_capture(Command::new(shoal).arg("umount").arg(&teardown.mnt))?;
+        let result = f(&store);
+        // Mounted again whatever `f` did: the target must stay usable for the session.
+        run_capture(
+            Command::new(shoal)
+                .arg("mount")
+                .arg(&store)
+                .arg(&teardown.mnt),
+        )?;
+        result.map(Some)
+    }
+
+    /// Finds the daemons serving a shoal target again (after `while_unmounted`).
+    pub fn refresh_daemons(&mut self) {
+        if let Some(mount) = self.mount.as_ref().filter(|mount| mount.is_shoal()) {
+            self.daemon_pids = mounts::shoal_daemon_pids(&mount.mountpoint);
+        }
+    }
+
     /// Whether `--make` created this target (and `remake` can replace it).
     pub fn is_made(&self) -> bool {
         self.teardown.is_some()

@@ -1,12 +1,15 @@
 //! The named workloads. Each runs in a fresh, empty directory on a target and returns its
 //! metrics; setup and cleanup outside the timed part are not measured.
 
+pub mod bigdir;
 pub mod bonnie;
 pub mod churn;
 pub mod create;
 pub mod objects;
+pub mod quota;
 pub mod quotacheck;
 pub mod rmtree;
+pub mod store_bytes;
 pub mod tree;
 
 use std::collections::BTreeMap;
@@ -31,10 +34,14 @@ pub enum Workload {
     Bonnie,
     Quotacheck,
     Churn,
+    Quota,
+    Bigdir,
+    #[serde(rename = "store-bytes")]
+    StoreBytes,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 12] = [
         Workload::Create,
         Workload::Stat,
         Workload::Unlink,
@@ -44,6 +51,9 @@ impl Workload {
         Workload::Bonnie,
         Workload::Quotacheck,
         Workload::Churn,
+        Workload::Quota,
+        Workload::Bigdir,
+        Workload::StoreBytes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,13 +67,20 @@ impl Workload {
             Workload::Bonnie => "bonnie",
             Workload::Quotacheck => "quotacheck",
             Workload::Churn => "churn",
+            Workload::Quota => "quota",
+            Workload::Bigdir => "bigdir",
+            Workload::StoreBytes => "store-bytes",
         }
     }
 
-    /// Whether a session that names no workloads runs it: churn runs for a fixed time
-    /// and is run by name.
+    /// Whether a session that names no workloads runs it: churn runs for a fixed time,
+    /// and quota, bigdir and store-bytes answer one question each at their own sizes
+    /// (their commands are in BENCHMARKS.md); those are run by name.
     pub fn in_default(self) -> bool {
-        self != Workload::Churn
+        !matches!(
+            self,
+            Workload::Churn | Workload::Quota | Workload::Bigdir | Workload::StoreBytes
+        )
     }
 
     pub fn parse(name: &str) -> Result<Self> {
@@ -110,7 +127,8 @@ impl Size {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Params {
     pub threads: usize,
-    /// create / stat / unlink: files per thread; rmtree trees and bonnie use threads x this.
+    /// create / stat / unlink / quota: files per thread; rmtree trees and bonnie use
+    /// threads x this; bigdir and store-bytes: the files of their one writer.
     pub files_per_thread: usize,
     /// create: bytes written into each file (0, 100, 1024, 4096 are the classic rows).
     pub file_size_bytes: usize,
@@ -427,6 +445,9 @@ pub fn run(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
         Workload::Bonnie => bonnie::run(ctx),
         Workload::Quotacheck => quotacheck::run(ctx),
         Workload::Churn => churn::run(ctx),
+        Workload::Quota => quota::run(ctx),
+        Workload::Bigdir => bigdir::run(ctx),
+        Workload::StoreBytes => store_bytes::run(ctx),
     }
 }
 

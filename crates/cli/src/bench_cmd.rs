@@ -17,7 +17,8 @@ use shoal_bench::workload::{Params, Size, TimeLimit, Workload};
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck,
-    /// churn (default: all but churn).
+    /// churn, quota, bigdir, store-bytes (default: all but churn, quota, bigdir and
+    /// store-bytes).
     #[arg(value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
@@ -53,7 +54,8 @@ pub struct BenchArgs {
     /// Threads of create, stat, unlink, rmtree and objects.
     #[arg(long)]
     threads: Option<usize>,
-    /// Files per thread (create, stat, unlink, rmtree; bonnie uses threads x files).
+    /// Files per thread (create, stat, unlink, rmtree, quota; bonnie uses threads x files;
+    /// bigdir and store-bytes: the files of their one writer).
     #[arg(long)]
     files: Option<usize>,
     /// Bytes per file in create (fs_mark -s: 0, 100, 1024, 4096 ...).

@@ -2,6 +2,7 @@
 
 mod backup_cmd;
 mod bench_cmd;
+mod compact_cmd;
 mod control;
 mod docs_cmd;
 mod du_cmd;
@@ -165,6 +166,13 @@ enum Command {
     /// source tree, Swift objects, bonnie++ file tests, quotacheck) on any directories,
     /// side by side, with a table, JSON, Markdown and SVG charts.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Settle an unmounted store: write out its memtables, merge every table, print its
+    /// size before and after as JSON (`shoal bench store-bytes`; offline maintenance).
+    #[command(hide = true)]
+    Compact {
+        /// An unmounted store directory.
+        store_dir: PathBuf,
+    },
     /// Write the man pages (shoal.8 and one per subcommand) into a directory.
     #[command(hide = true)]
     Man(docs_cmd::ManArgs),
@@ -318,6 +326,7 @@ fn main() -> ExitCode {
         }
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
         Command::Bench(args) => bench_cmd::run(&args),
+        Command::Compact { store_dir } => compact_cmd::run(&store_dir),
     };
     match result {
         Ok(code) => code,

@@ -68,7 +68,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
 fn wait_for_exit(pids: &[u32]) -> Result<()> {
     let started = Instant::now();
     for pid in pids {
-        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid) {
+        while Path::new(&format!("/proc/{pid}")).exists() && !has_exited(*pid) {
             if started.elapsed() > DAEMON_EXIT_WAIT {
                 bail!(
                     "unmounted, but daemon {pid} has not exited after {:?}",
@@ -81,11 +81,16 @@ fn wait_for_exit(pids: &[u32]) -> Result<()> {
     Ok(())
 }
 
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+/// Whether `pid` has exited with all its threads: its main thread can be a zombie while
+/// others still exit, and those keep the process's files, the store's lock among them,
+/// so a `shoal mount` or `shoal fsck` right after would find the store in use.
+fn has_exited(pid: u32) -> bool {
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             stat.rsplit_once(')')
                 .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
         })
-        .unwrap_or(false)
+        .unwrap_or(false);
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+    zombie && threads <= 1
 }

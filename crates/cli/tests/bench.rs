@@ -403,3 +403,89 @@ fn churn_reports_a_space_amplification_curve() {
     assert!(help.stdout.contains("all but churn"), "{}", help.describe());
     mounted.finish();
 }
+
+/// The workloads run by name that answer one question each: `bigdir` (one directory grown
+/// in ten timed steps, then listed, sampled with stat and removed), `store-bytes` (bytes
+/// per empty file, and on a `--make shoal` store the compacted figure, measured with the
+/// store unmounted and then mounted again) and `quota` (creates with limits enforced and
+/// without, the limits removed afterwards); `quotacheck` checks the counters online and
+/// offline on that store. The target must still be served by a daemon after the offline
+/// steps, and every sample must pass.
+#[test]
+fn bigdir_store_bytes_and_quota_with_offline_steps_on_a_made_store() {
+    let scratch = tempfile::Builder::new()
+        .prefix("shoal-bench-offline.")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir");
+    let report_dir = ram_dir("shoal-bench-offline-report.");
+    let json_file = report_dir.path().join("samples.json");
+    let files = 240;
+    let mut cmd = Command::new(SHOAL);
+    cmd.arg("bench")
+        .args(["--make", "shoal", "--keep"])
+        .arg("--scratch")
+        .arg(scratch.path())
+        .args([
+            "--runs",
+            "1",
+            "--threads",
+            "2",
+            "--files",
+            &files.to_string(),
+        ])
+        .args(["--tree-files", "150"])
+        .arg("--json")
+        .arg(&json_file)
+        .args(["store-bytes", "bigdir", "quota", "quotacheck"]);
+    let out = run_ok(&mut cmd, BENCH_TIMEOUT);
+    let report: Value = serde_json::from_str(&fs::read_to_string(&json_file).unwrap()).unwrap();
+    let samples = report["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 4, "{}", out.describe());
+    let metric = |sample: &Value, name: &str| {
+        sample["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or_else(|| panic!("no metric {name}: {sample}"))
+    };
+    for sample in samples {
+        assert!(sample.get("error").is_none(), "{sample}");
+        match sample["workload"].as_str().unwrap() {
+            "store-bytes" => {
+                assert_eq!(sample["counts"]["files"].as_u64(), Some(files), "{sample}");
+                assert!(metric(sample, "metadata bytes per file, compacted") > 0.0);
+                assert!(metric(sample, "store bytes per file, with the journal") > 0.0);
+            }
+            "bigdir" => {
+                assert_eq!(sample["counts"]["files"].as_u64(), Some(files), "{sample}");
+                assert_eq!(sample["counts"]["listed"].as_u64(), Some(files), "{sample}");
+                assert_eq!(sample["counts"]["stated"].as_u64(), Some(files), "{sample}");
+                for step in 1..=10 {
+                    metric(sample, &format!("create to {} rate", step * files / 10));
+                }
+                assert!(metric(sample, "rm -rf rate") > 0.0);
+                assert_eq!(sample["counts"]["left"].as_u64(), Some(0), "{sample}");
+            }
+            "quota" => {
+                assert!(metric(sample, "create, no limits rate") > 0.0);
+                assert!(metric(sample, "create, limits enforced rate") > 0.0);
+                assert!(metric(sample, "limits enforced / none") > 0.0);
+                for half in ["create, no limits", "create, limits enforced"] {
+                    let found = sample["counts"][format!("files {half}")].as_u64();
+                    assert_eq!(found, Some(2 * files), "{sample}");
+                }
+            }
+            "quotacheck" => {
+                assert!(metric(sample, "fsck --counters online rate") > 0.0);
+                assert!(metric(sample, "fsck --counters offline rate") > 0.0);
+                assert!(metric(sample, "usage per user, offline (opens the store)") > 0.0);
+            }
+            other => panic!("unexpected workload {other}"),
+        }
+    }
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let scratch_path = scratch.path().to_str().unwrap();
+    assert!(!mounts.contains(scratch_path), "left mounted:\n{mounts}");
+}

@@ -2,6 +2,7 @@
 //! counters, inode allocation and group commit.
 
 mod purge;
+mod trim;
 mod txn;
 
 use std::collections::{HashMap, HashSet};
@@ -112,6 +113,9 @@ pub(crate) struct WriteState {
     tree_cache: TreeCache,
     /// Large orphans committed but not yet purged (see `purge`).
     purges_due: Vec<u64>,
+    /// Files whose recorded trim a failed batch left unfinished: the next transaction
+    /// finishes them before anything else (see `trim`).
+    trims_unfinished: Vec<u64>,
 }
 
 /// Orphans deleted per batch when the kernel forgets many at once: each is a few keys
@@ -321,6 +325,7 @@ impl Engine {
                 quotas,
                 tree_cache: TreeCache::default(),
                 purges_due: Vec::new(),
+                trims_unfinished: Vec::new(),
             }),
             open_files: Mutex::new(OpenFiles::default()),
             committer: Committer::default(),
@@ -335,6 +340,7 @@ impl Engine {
             _lock: lock,
         });
         if !engine.read_only {
+            engine.finish_recorded_trims()?;
             engine.purge_orphans()?;
             if !engine.reclaim_roots()?.is_empty() {
                 engine.start_reclaim();
@@ -454,7 +460,7 @@ impl Engine {
         if self.read_only {
             return Err(FsError::ReadOnly);
         }
-        Ok(Txn {
+        let mut txn = Txn {
             engine: self,
             state: self.writer.lock(),
             batch: Batch::default(),
@@ -465,9 +471,14 @@ impl Engine {
             new_orphans: Vec::new(),
             removed: Vec::new(),
             purges_due: Vec::new(),
+            trims_due: Vec::new(),
             tree: TreeChanges::default(),
             now: Timestamp::now(),
-        })
+        };
+        if !txn.state.trims_unfinished.is_empty() {
+            txn.finish_trims()?;
+        }
+        Ok(txn)
     }
 
     /// Makes every completed operation durable. Concurrent callers share one store sync.

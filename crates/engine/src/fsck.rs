@@ -37,6 +37,8 @@ pub struct FsckReport {
     pub orphans: u64,
     /// Trees detached by rmtree, still being deleted.
     pub reclaims: u64,
+    /// Truncates and hole punches cut short, finished at the next read-write open.
+    pub trims: u64,
     pub data_bytes: u64,
     pub problem_count: u64,
     pub problems: Vec<String>,

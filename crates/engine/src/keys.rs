@@ -21,6 +21,10 @@
 //!   count:u32; kept only while nlink > 1 (with one link, the inode's `parent` says where)
 //! - `Z` dir:u64                  a detached tree to reclaim (format 2): the directory was
 //!   unnamed by `rmtree` (its `parent` is 0) and is deleted in the background
+//! - `T` ino:u64                  chunks of a file still to delete -> from:u64 to:u64 (chunk
+//!   indexes, `to` exclusive): the rest of a truncate or hole punch too large for one batch
+//!   (see `engine::trim`); present only until the operation's last batch, or, after a
+//!   crash, until the next read-write open finishes it
 //!
 //! Data space:
 //! - `D` ino:u64 chunk:u64        file bytes `[chunk * CHUNK_BYTES, ...)`, at most CHUNK_BYTES
@@ -52,6 +56,7 @@ const NEXT_INO: u8 = b'N';
 const TREE_USAGE: u8 = b'R';
 const LINK_PARENT: u8 = b'B';
 const RECLAIM: u8 = b'Z';
+const TRIM: u8 = b'T';
 
 const INODE_RECORD_VERSION: u8 = 1;
 /// Bits of the inode record's last header byte.
@@ -356,6 +361,39 @@ pub fn decode_orphan_key(key: &[u8]) -> Result<u64, FsError> {
     match (key.first(), read_u64(key, 1), key.len()) {
         (Some(&ORPHAN), Some(ino), 9) => Ok(ino),
         _ => Err(corrupt("orphan key", key)),
+    }
+}
+
+// ---- chunks still to delete ----
+
+pub fn trim_key(ino: u64) -> Vec<u8> {
+    prefixed(TRIM, ino, &[])
+}
+
+pub fn all_trims_range() -> (Vec<u8>, Vec<u8>) {
+    tag_range(TRIM)
+}
+
+pub fn decode_trim_key(key: &[u8]) -> Result<u64, FsError> {
+    match (key.first(), read_u64(key, 1), key.len()) {
+        (Some(&TRIM), Some(ino), 9) => Ok(ino),
+        _ => Err(corrupt("trim key", key)),
+    }
+}
+
+/// The chunk indexes `[from, to)` a trim record says are still to delete.
+pub fn encode_trim(from: u64, to: u64) -> Vec<u8> {
+    assert!(from < to, "empty trim range {from}..{to}");
+    let mut value = Vec::with_capacity(16);
+    value.extend_from_slice(&from.to_be_bytes());
+    value.extend_from_slice(&to.to_be_bytes());
+    value
+}
+
+pub fn decode_trim(value: &[u8]) -> Result<(u64, u64), FsError> {
+    match (read_u64(value, 0), read_u64(value, 8), value.len()) {
+        (Some(from), Some(to), 16) if from < to => Ok((from, to)),
+        _ => Err(corrupt("trim record", value)),
     }
 }
 
@@ -933,6 +971,13 @@ mod tests {
         );
         assert_eq!(decode_orphan_key(&orphan_key(4)).unwrap(), 4);
         assert_eq!(decode_reclaim_key(&reclaim_key(4)).unwrap(), 4);
+        assert_eq!(decode_trim_key(&trim_key(4)).unwrap(), 4);
+        assert!(decode_trim_key(&orphan_key(4)).is_err());
+        assert_eq!(
+            decode_trim(&encode_trim(3, u64::MAX)).unwrap(),
+            (3, u64::MAX)
+        );
+        assert!(decode_trim(&encode_trim(3, 4)[..15]).is_err());
         assert!(decode_reclaim_key(&orphan_key(4)).is_err());
         assert_eq!(decode_inode_key(&inode_key(4)).unwrap(), 4);
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::stores::FaultyStore;
 use common::*;
 use shoal_engine::defaults::BATCH_OPS;
-use shoal_engine::internals::store::{MemoryStore, StoreError};
+use shoal_engine::internals::store::MemoryStore;
 
 /// Chunks of the test file: two full purge batches and a few more for the last one.
 const CHUNKS: u64 = 2 * BATCH_OPS as u64 + 10;
@@ -57,17 +57,7 @@ fn a_purge_cut_short_leaves_a_clean_orphan_that_the_next_open_finishes() {
     let inner = Arc::new(MemoryStore::new());
     // Writes left before every write fails (a crash: nothing after it reaches the store).
     let writes_left = Arc::new(AtomicU64::new(u64::MAX));
-    let left = writes_left.clone();
-    let store = FaultyStore {
-        inner: inner.clone(),
-        plan: Box::new(move || match left.fetch_sub(1, Ordering::SeqCst) {
-            0 => {
-                left.store(0, Ordering::SeqCst);
-                Err(StoreError::Io(std::io::Error::from_raw_os_error(5)))
-            }
-            _ => Ok(()),
-        }),
-    };
+    let store = FaultyStore::failing_after(inner.clone(), writes_left.clone());
     let fs = Engine::open_with_store(Box::new(store), no_thread()).unwrap();
     let before = total(&fs);
     let ino = many_chunk_file(&fs, b"big");

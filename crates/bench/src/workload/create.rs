@@ -72,7 +72,7 @@ pub fn plan(root: &Path, params: &super::Params) -> Result<Vec<ThreadFiles>> {
 /// The per-file system calls of fs_mark 3.3, in its order: `mkdir` of the file's directory
 /// (it exists: EEXIST), `open(O_CREAT | O_RDWR | O_TRUNC, 0666)`, one `write` (even of 0
 /// bytes), optionally `fsync`, `close`. The cross-check compares like with like.
-fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<()> {
+pub(super) fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<()> {
     let payload = vec![b's'; size_bytes];
     for (index, path) in files.paths.iter().enumerate() {
         if index.is_multiple_of(INTERRUPT_CHECK_EVERY) {
@@ -112,7 +112,7 @@ fn create_files(files: &ThreadFiles, size_bytes: usize, fsync: bool) -> Result<(
     Ok(())
 }
 
-fn create_all(ctx: &Ctx, plan: &[ThreadFiles]) -> Result<()> {
+pub(super) fn create_all(ctx: &Ctx, plan: &[ThreadFiles]) -> Result<()> {
     let params = ctx.params;
     in_threads(plan.len(), |thread| {
         create_files(&plan[thread], params.file_size_bytes, params.fsync)
@@ -120,7 +120,7 @@ fn create_all(ctx: &Ctx, plan: &[ThreadFiles]) -> Result<()> {
     Ok(())
 }
 
-fn total_files(plan: &[ThreadFiles]) -> u64 {
+pub(super) fn total_files(plan: &[ThreadFiles]) -> u64 {
     plan.iter().map(|t| t.paths.len() as u64).sum()
 }
 

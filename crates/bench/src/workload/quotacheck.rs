@@ -3,7 +3,9 @@
 //! else is measured with a parallel scan: threads = cores, summing inodes
 //! and allocated bytes (st_blocks * 512) per uid, each hard-linked inode once. The scanned
 //! population is the generated tree, extracted untimed; caches are dropped first (root),
-//! as a quotacheck at mount time starts cold.
+//! as a quotacheck at mount time starts cold. On shoal, the counters are then checked
+//! against a scan of its own (`shoal fsck --counters`) on the live mount and, on a store
+//! made by `--make shoal`, offline, where the report is read from the store too.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -195,7 +197,41 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     outcome.count("inodes", inodes);
     outcome.count("users", usage.len() as u64);
     outcome.count(&format!("method_{method}"), 1);
+    if let Some((shoal, mountpoint)) = super::rmtree::shoal_of(ctx.target) {
+        check_counters(ctx, shoal, mountpoint, inodes, &mut outcome)?;
+    }
     Ok(outcome)
+}
+
+/// `shoal fsck --counters` on the mount, then (offline, so last) `quota report` and
+/// `fsck --counters` on the unmounted store; `inodes` is the filesystem's whole count.
+fn check_counters(
+    ctx: &Ctx,
+    shoal: &Path,
+    mountpoint: &Path,
+    inodes: u64,
+    outcome: &mut Outcome,
+) -> Result<()> {
+    let fsck =
+        |target: &Path| run_silent(Command::new(shoal).args(["fsck", "--counters"]).arg(target));
+    let ((), timed) = ctx.timed(|| fsck(mountpoint))?;
+    outcome.rate_and_cpu("fsck --counters online", "inode", inodes, &timed);
+    let offline = ctx.target.while_unmounted(|store| {
+        let ((), report) = ctx.timed(|| {
+            run_silent(
+                Command::new(shoal)
+                    .args(["quota", "report", "-u"])
+                    .arg(store),
+            )
+        })?;
+        let ((), check) = ctx.timed(|| fsck(store))?;
+        Ok((report, check))
+    })?;
+    if let Some((report, check)) = offline {
+        outcome.seconds("usage per user, offline (opens the store)", &report);
+        outcome.rate_and_cpu("fsck --counters offline", "inode", inodes, &check);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

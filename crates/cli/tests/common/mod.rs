@@ -143,14 +143,20 @@ pub fn is_mounted(path: &Path) -> bool {
     shoal_sys::mounts::is_mountpoint(path)
 }
 
-/// Alive means running or sleeping; a zombie has already released its files and locks.
+/// Alive means running or sleeping; a zombie has already released its files and locks,
+/// unless only its main thread is one: a killed daemon's main thread turns zombie while
+/// its other threads are still exiting (one in the middle of a store write holds the
+/// store's lock until it is gone), and `/proc/PID/task` lists those.
 pub fn process_alive(pid: i32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name, which may itself contain ") ".
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .map(|(_, rest)| !rest.starts_with('Z'))
-            .unwrap_or(false),
+        Ok(stat) => {
+            let zombie = stat
+                .rsplit_once(") ")
+                .is_none_or(|(_, rest)| rest.starts_with('Z'));
+            let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+            !zombie || threads > 1
+        }
         Err(_) => false,
     }
 }

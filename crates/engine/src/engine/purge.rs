@@ -68,31 +68,14 @@ impl Txn<'_> {
             }
             return Ok(true);
         }
-        let chunks = self.first_chunks(ino, BATCH_OPS + 1)?;
+        let chunks = self.chunks_in(ino, 0, u64::MAX, BATCH_OPS + 1)?;
         if chunks.len() > BATCH_OPS {
             return Ok(false);
         }
-        for (key, _) in chunks {
-            self.delete(Space::Data, key);
+        for chunk in chunks {
+            self.delete(Space::Data, chunk.key);
         }
         Ok(true)
-    }
-
-    /// The first `limit` chunk keys of `ino` as the store has them, with their lengths.
-    fn first_chunks(&self, ino: u64, limit: usize) -> FsResult<Vec<(Vec<u8>, u64)>> {
-        let (start, end) = keys::chunk_range(ino);
-        let mut found = Vec::new();
-        self.engine
-            .store
-            .scan(Space::Data, &start, &end, &mut |key, value| {
-                found.push((key.to_vec(), value.len() as u64));
-                if found.len() < limit {
-                    Scan::Continue
-                } else {
-                    Scan::Stop
-                }
-            })?;
-        Ok(found)
     }
 
     /// One batch of the purge of orphan `ino`: `BATCH_OPS` of its chunks, or, when no
@@ -107,16 +90,16 @@ impl Txn<'_> {
             Err(error) => return Err(error),
         };
         assert!(inode.nlink == 0, "purging linked inode {ino}");
-        let mut chunks = self.first_chunks(ino, BATCH_OPS + 1)?;
+        let mut chunks = self.chunks_in(ino, 0, u64::MAX, BATCH_OPS + 1)?;
         if chunks.len() <= BATCH_OPS {
             self.purge_inode(ino)?;
             return Ok(true);
         }
         chunks.truncate(BATCH_OPS);
         let mut freed = 0;
-        for (key, len) in chunks {
-            freed += len;
-            self.delete(Space::Data, key);
+        for chunk in chunks {
+            freed += chunk.len;
+            self.delete(Space::Data, chunk.key);
         }
         assert!(
             freed <= inode.allocated_bytes,
@@ -161,30 +144,36 @@ impl Engine {
     /// Removes inodes that were unlinked while open when the previous daemon stopped, and
     /// large files whose purge it did not finish.
     pub(super) fn purge_orphans(&self) -> FsResult<()> {
-        let mut orphans = Vec::new();
-        let (start, end) = keys::all_orphans_range();
+        let orphans = self.recorded_inos(keys::all_orphans_range(), keys::decode_orphan_key)?;
+        for ino in orphans {
+            self.purge_in_batches(ino)?;
+        }
+        Ok(())
+    }
+
+    /// The inode numbers of the Meta records in `range` (orphan markers, trim records),
+    /// each key decoded by `decode`.
+    pub(super) fn recorded_inos(
+        &self,
+        (start, end): (Vec<u8>, Vec<u8>),
+        decode: fn(&[u8]) -> FsResult<u64>,
+    ) -> FsResult<Vec<u64>> {
+        let mut inos = Vec::new();
         let mut decode_error = None;
-        self.store.scan(
-            Space::Meta,
-            &start,
-            &end,
-            &mut |key, _| match keys::decode_orphan_key(key) {
+        self.store
+            .scan(Space::Meta, &start, &end, &mut |key, _| match decode(key) {
                 Ok(ino) => {
-                    orphans.push(ino);
+                    inos.push(ino);
                     Scan::Continue
                 }
                 Err(error) => {
                     decode_error = Some(error);
                     Scan::Stop
                 }
-            },
-        )?;
-        if let Some(error) = decode_error {
-            return Err(error);
+            })?;
+        match decode_error {
+            Some(error) => Err(error),
+            None => Ok(inos),
         }
-        for ino in orphans {
-            self.purge_in_batches(ino)?;
-        }
-        Ok(())
     }
 }

@@ -35,6 +35,9 @@ pub(crate) struct Txn<'a> {
     pub(super) removed: Vec<Inode>,
     /// Orphans too large to delete in this batch, purged after it commits (see `purge`).
     pub(super) purges_due: Vec<u64>,
+    /// Files whose chunk range is too large for this batch: the rest goes in further
+    /// batches of this transaction, under its writer lock (see `trim`).
+    pub(super) trims_due: Vec<u64>,
     /// Recursive usage changes, applied to every ancestor at commit.
     pub(crate) tree: TreeChanges,
     pub(crate) now: Timestamp,
@@ -284,7 +287,20 @@ impl<'a> Txn<'a> {
 
     /// Writes the batch, with the new absolute counter values, as one atomic store write;
     /// then the in-memory state follows. Nothing changes in memory if the write fails.
+    /// Chunk ranges too large for the batch are then deleted in batches of their own
+    /// before the writer lock is released (see `trim`).
     pub(crate) fn commit(mut self) -> FsResult<()> {
+        self.write_out()?;
+        // The operation is done: its batch holds the new size and no stale byte is
+        // readable. A failed trim batch is retried by the next transaction to start.
+        if let Err(error) = self.finish_trims() {
+            tracing::warn!(%error, "deleting a file's chunks failed; the next write retries it");
+        }
+        Ok(())
+    }
+
+    /// The store write of `commit`; leaves the transaction empty, still holding the lock.
+    pub(super) fn write_out(&mut self) -> FsResult<()> {
         let mut changed_quotas = self.stage_quota_records()?;
         let tree_staged = self.stage_tree_usage()?;
         let new_usage = self.stage_usage_counters();

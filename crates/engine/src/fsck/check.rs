@@ -46,7 +46,8 @@ pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     report.orphans = orphans.len() as u64;
     let reclaims = check_reclaims(store, &inodes, &mut report)?;
     check_links_and_tree(&inodes, &links, &orphans, &reclaims, &mut report);
-    check_chunks(store, &inodes, &mut report)?;
+    let trims = check_trims(store, &inodes, &mut report)?;
+    check_chunks(store, &inodes, &trims, &mut report)?;
     check_xattrs(store, &inodes, &mut report)?;
     check_counters(store, &mut report)?;
     if format_version == Some(FORMAT_VERSION) {
@@ -360,6 +361,7 @@ pub(super) fn chunk_bytes(store: &dyn Store) -> FsResult<Option<u64>> {
 fn check_chunks(
     store: &dyn Store,
     inodes: &HashMap<u64, InodeFacts>,
+    trims: &Trims,
     report: &mut FsckReport,
 ) -> FsResult<()> {
     let Some(chunk_bytes) = chunk_bytes(store)? else {
@@ -376,7 +378,9 @@ fn check_chunks(
             report.chunks += 1;
             report.data_bytes += value.len() as u64;
             *stored.entry(ino).or_default() += value.len() as u64;
-            if let Some(problem) = chunk_problem(inodes, chunk_bytes, ino, chunk, value.len()) {
+            if let Some(problem) =
+                chunk_problem(inodes, trims, chunk_bytes, ino, chunk, value.len())
+            {
                 problems.push(problem);
             }
             Ok(())
@@ -399,17 +403,58 @@ fn check_chunks(
     Ok(())
 }
 
-/// What is wrong with chunk `chunk` of `ino` (`len` bytes), if anything.
+/// The chunk ranges still to delete (`engine::trim`), by inode.
+pub(super) type Trims = HashMap<u64, (u64, u64)>;
+
+pub(super) fn read_trims(store: &dyn Store) -> FsResult<Trims> {
+    let mut trims = Trims::new();
+    scan_all(store, Space::Meta, keys::all_trims_range(), |key, value| {
+        trims.insert(keys::decode_trim_key(key)?, keys::decode_trim(value)?);
+        Ok(())
+    })?;
+    Ok(trims)
+}
+
+/// Each truncate or hole punch cut short belongs to a chunked inode.
+fn check_trims(
+    store: &dyn Store,
+    inodes: &HashMap<u64, InodeFacts>,
+    report: &mut FsckReport,
+) -> FsResult<Trims> {
+    let trims = read_trims(store)?;
+    report.trims = trims.len() as u64;
+    let mut stray: Vec<_> = trims
+        .keys()
+        .filter(|ino| !inodes.get(ino).is_some_and(|facts| facts.chunked))
+        .collect();
+    stray.sort();
+    for ino in stray {
+        report.problem(format!(
+            "trim record of {ino}, which is not a chunked inode"
+        ));
+    }
+    Ok(trims)
+}
+
+/// What is wrong with chunk `chunk` of `ino` (`len` bytes), if anything. Chunks past the
+/// size in a range still to delete are the rest of a truncate cut short.
 pub(super) fn chunk_problem(
     inodes: &HashMap<u64, InodeFacts>,
+    trims: &Trims,
     chunk_bytes: u64,
     ino: u64,
     chunk: u64,
     len: usize,
 ) -> Option<String> {
+    let trimmed = |chunk: u64| {
+        trims
+            .get(&ino)
+            .is_some_and(|&(from, to)| (from..to).contains(&chunk))
+    };
     match inodes.get(&ino) {
         None => Some(format!("chunk {chunk} of missing inode {ino}")),
         Some(facts) if !facts.chunked => Some(format!("chunk {chunk} of inline inode {ino}")),
+        Some(_) if trimmed(chunk) => None,
         Some(facts) if chunk * chunk_bytes + len as u64 > facts.size => Some(format!(
             "chunk {chunk} of inode {ino} extends past its size {}",
             facts.size

@@ -183,7 +183,7 @@ fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
     type Decoder = fn(&[u8], &[u8]) -> FsResult<()>;
     /// What a range holds, where, and how each of its records decodes.
     type RecordRange = (&'static str, Space, (Vec<u8>, Vec<u8>), Decoder);
-    let ranges: [RecordRange; 10] = [
+    let ranges: [RecordRange; 11] = [
         ("inode", Space::Meta, keys::all_inodes_range(), |k, v| {
             keys::decode_inode(keys::decode_inode_key(k)?, v).map(drop)
         }),
@@ -232,6 +232,15 @@ fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
             Space::Meta,
             keys::all_reclaims_range(),
             |k, _| keys::decode_reclaim_key(k).map(drop),
+        ),
+        (
+            "trim record",
+            Space::Meta,
+            keys::all_trims_range(),
+            |k, v| {
+                keys::decode_trim_key(k)?;
+                keys::decode_trim(v).map(drop)
+            },
         ),
         (
             "quota record",
@@ -354,6 +363,12 @@ fn drop_records_of_missing_inodes(repairs: &mut Repairs) -> FsResult<()> {
             stray.push((keys::orphan_key(ino), text));
         }
     }
+    for ino in check::read_trims(repairs.store)?.into_keys() {
+        if !inodes.get(&ino).is_some_and(|facts| facts.chunked) {
+            let text = format!("the trim record of {ino}, not a chunked inode");
+            stray.push((keys::trim_key(ino), text));
+        }
+    }
     for dir in check::read_reclaims(repairs.store)? {
         if !check::is_detached_directory(&inodes, dir) {
             let text = format!("the reclaim record of {dir}, not a detached directory");
@@ -372,6 +387,7 @@ fn drop_stray_chunks(repairs: &mut Repairs, inodes: &HashMap<u64, InodeFacts>) -
     let Some(chunk_bytes) = check::chunk_bytes(repairs.store)? else {
         return Ok(());
     };
+    let trims = check::read_trims(repairs.store)?;
     let mut doomed: BTreeMap<u64, (Vec<Vec<u8>>, String)> = BTreeMap::new();
     scan_all(
         repairs.store,
@@ -380,7 +396,7 @@ fn drop_stray_chunks(repairs: &mut Repairs, inodes: &HashMap<u64, InodeFacts>) -
         |key, value| {
             let (ino, chunk) = keys::decode_chunk_key(key)?;
             if let Some(problem) =
-                check::chunk_problem(inodes, chunk_bytes, ino, chunk, value.len())
+                check::chunk_problem(inodes, &trims, chunk_bytes, ino, chunk, value.len())
             {
                 let (keys, first) = doomed.entry(ino).or_default();
                 if keys.is_empty() {

@@ -393,13 +393,9 @@ impl Txn<'_> {
         }
         let chunk_bytes = self.engine.chunk_bytes();
         if size < inode.size {
+            // In bounded batches: a large file's tail may go after this batch (see `trim`).
             let first_dropped = size.div_ceil(chunk_bytes);
-            let (start, end) = keys::chunk_range_from(inode.ino, first_dropped);
-            for key in self.scan_keys(Space::Data, &start, &end)? {
-                let old = self.get(Space::Data, &key)?.unwrap_or_default();
-                inode.allocated_bytes -= old.len() as u64;
-                self.delete(Space::Data, key);
-            }
+            self.delete_chunks(inode, first_dropped, u64::MAX, false)?;
             let partial = size % chunk_bytes;
             if partial != 0 {
                 let key = keys::chunk_key(inode.ino, size / chunk_bytes);
@@ -414,7 +410,9 @@ impl Txn<'_> {
             }
         }
         inode.size = size;
-        if size <= inline_max {
+        // Chunks left for later batches must stay chunks of a chunked file (fsck, and
+        // their bytes in `allocated_bytes`); the file is small either way.
+        if size <= inline_max && !self.trim_pending(inode.ino) {
             self.make_inline(inode)?;
         }
         Ok(())

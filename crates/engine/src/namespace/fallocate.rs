@@ -103,7 +103,9 @@ impl Engine {
 }
 
 impl Txn<'_> {
-    /// Makes `[start, stop)` (within the size) read as zeros, freeing whole chunks.
+    /// Makes `[start, stop)` (within the size) read as zeros, freeing whole chunks: the
+    /// partly covered chunks at its edges are zeroed or shortened, the chunks wholly
+    /// inside are deleted, in bounded batches (see `trim`).
     fn zero_range(&mut self, inode: &mut Inode, start: u64, stop: u64) -> FsResult<()> {
         if start >= stop {
             return Ok(());
@@ -114,33 +116,53 @@ impl Txn<'_> {
             return Ok(());
         }
         let chunk_bytes = self.engine.chunk_bytes();
-        let start_key = keys::chunk_key(inode.ino, start / chunk_bytes);
-        let end_key = keys::chunk_key(inode.ino, (stop - 1) / chunk_bytes + 1);
-        // Only chunks that exist need work: a huge range over holes costs one scan.
-        for key in self.scan_keys(Space::Data, &start_key, &end_key)? {
-            let (_, chunk) = keys::decode_chunk_key(&key)?;
-            let Some(mut value) = self.get(Space::Data, &key)? else {
-                continue;
-            };
-            let chunk_start = chunk * chunk_bytes;
-            let from = (start.max(chunk_start) - chunk_start) as usize;
-            let to = ((stop - chunk_start).min(chunk_bytes) as usize).min(value.len());
-            if from >= to {
-                continue;
-            }
-            let old_len = value.len() as u64;
-            if to == value.len() {
-                // The tail goes: a chunk shorter than its span reads as zeros past its end.
-                value.truncate(from);
-            } else {
-                value[from..to].fill(0);
-            }
-            inode.allocated_bytes = inode.allocated_bytes - old_len + value.len() as u64;
-            if value.is_empty() {
-                self.delete(Space::Data, key);
-            } else {
-                self.put(Space::Data, key, value);
-            }
+        let (head, tail) = (start / chunk_bytes, stop / chunk_bytes);
+        let head_partial = !start.is_multiple_of(chunk_bytes);
+        let tail_partial = !stop.is_multiple_of(chunk_bytes);
+        if head_partial {
+            self.zero_in_chunk(inode, head, start, stop)?;
+        }
+        // A range inside one chunk has that chunk as head and tail: zeroed once.
+        let tail_done = head_partial && tail == head;
+        if tail_partial && !tail_done {
+            self.zero_in_chunk(inode, tail, start, stop)?;
+        }
+        // Only chunks that exist cost anything: a huge range over holes is one scan.
+        self.delete_chunks(inode, start.div_ceil(chunk_bytes), tail, false)
+    }
+
+    /// Zeroes the part of chunk `chunk` that `[start, stop)` covers.
+    fn zero_in_chunk(
+        &mut self,
+        inode: &mut Inode,
+        chunk: u64,
+        start: u64,
+        stop: u64,
+    ) -> FsResult<()> {
+        let chunk_bytes = self.engine.chunk_bytes();
+        let key = keys::chunk_key(inode.ino, chunk);
+        let Some(mut value) = self.get(Space::Data, &key)? else {
+            return Ok(());
+        };
+        let chunk_start = chunk * chunk_bytes;
+        debug_assert!(chunk_start < stop && start < chunk_start + chunk_bytes);
+        let from = (start.max(chunk_start) - chunk_start) as usize;
+        let to = ((stop - chunk_start).min(chunk_bytes) as usize).min(value.len());
+        if from >= to {
+            return Ok(());
+        }
+        let old_len = value.len() as u64;
+        if to == value.len() {
+            // The tail goes: a chunk shorter than its span reads as zeros past its end.
+            value.truncate(from);
+        } else {
+            value[from..to].fill(0);
+        }
+        inode.allocated_bytes = inode.allocated_bytes - old_len + value.len() as u64;
+        if value.is_empty() {
+            self.delete(Space::Data, key);
+        } else {
+            self.put(Space::Data, key, value);
         }
         Ok(())
     }

@@ -23,17 +23,15 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fjall::{AbstractTree, Database, Keyspace};
 
+use super::fjall_store::write_out_memtables_unless;
 use crate::defaults::{
     RECLAIM_CHECK_INTERVAL, RECLAIM_HOLD_MAX, RECLAIM_HOLD_MIN_BYTES, RECLAIM_HOLD_SHARE,
     RECLAIM_MIN_BYTES, RECLAIM_START_SHARE,
 };
-
-/// The longest a round waits for a memtable flush.
-const FLUSH_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// Progress, for `shoal stats`.
 #[derive(Default)]
@@ -307,23 +305,10 @@ impl Shared {
         self.flush(&self.data)
     }
 
-    /// Seals `keyspace`'s memtable and waits for its flushes, as fjall's
-    /// `rotate_memtable_and_wait` does, but gives up when the reclaimer stops or after
-    /// `FLUSH_WAIT_MAX`: on a failed device flushes never finish, and fjall's wait would
-    /// hold the unmount forever.
+    /// Writes `keyspace`'s memtables out (bounded, see `write_out_memtables_unless`),
+    /// giving up when the reclaimer stops: the unmount must not wait on a failed device.
     fn flush(&self, keyspace: &Keyspace) -> Result<(), fjall::Error> {
-        keyspace.rotate_memtable()?;
-        let deadline = Instant::now() + FLUSH_WAIT_MAX;
-        while keyspace.sealed_memtable_count() > 0 {
-            if self.state().stopping || Instant::now() >= deadline {
-                return Err(fjall::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "a memtable flush did not finish",
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
+        write_out_memtables_unless(keyspace, &|| self.state().stopping)
     }
 }
 

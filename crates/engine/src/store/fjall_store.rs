@@ -437,18 +437,32 @@ fn last_key_of(mut range: fjall::Iter) -> Result<Option<Vec<u8>>, StoreError> {
 /// memtable takes well under a second; one that has not happened by then is failing (the
 /// store's directory gone, the device broken) and is retried by fjall for ever, so waiting
 /// on (as fjall's `rotate_memtable_and_wait` does) would hang the caller: an fsync, a
-/// commit that wants space, a reclaim.
+/// commit that wants space, a reclaim, an unmount.
 const MEMTABLE_WRITE_OUT_LIMIT: Duration = Duration::from_secs(10);
 
 /// Seals the active memtable and waits, bounded, until no sealed memtable is left.
 pub(crate) fn write_out_memtables(keyspace: &Keyspace) -> Result<(), StoreError> {
+    Ok(write_out_memtables_unless(keyspace, &|| false)?)
+}
+
+/// `write_out_memtables` for a caller that may be told to stop while it waits (the blob
+/// reclaimer at unmount): gives up as soon as `stopping()` says so, or after
+/// `MEMTABLE_WRITE_OUT_LIMIT`, with a `TimedOut` error.
+pub(crate) fn write_out_memtables_unless(
+    keyspace: &Keyspace,
+    stopping: &dyn Fn() -> bool,
+) -> Result<(), fjall::Error> {
     keyspace.rotate_memtable()?;
     let deadline = Instant::now() + MEMTABLE_WRITE_OUT_LIMIT;
     while keyspace.sealed_memtable_count() > 0 {
-        if Instant::now() >= deadline {
-            return Err(StoreError::Engine(format!(
-                "memtables not written out within {} s: the store's flushes are failing",
-                MEMTABLE_WRITE_OUT_LIMIT.as_secs()
+        if stopping() || Instant::now() >= deadline {
+            return Err(fjall::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "memtables not written out (stopping, or not within {} s: the store's \
+                     flushes are failing)",
+                    MEMTABLE_WRITE_OUT_LIMIT.as_secs()
+                ),
             )));
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -1,5 +1,6 @@
 //! A memory store that fails writes and syncs when its plan says so (fault tests).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use shoal_engine::internals::store::{
@@ -17,6 +18,22 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// Fails every write once `writes_left` (read and counted down at each write) is used
+    /// up: a crash, nothing after it reaches the store. Tests set it to cut an operation
+    /// short after so many batches.
+    pub fn failing_after(inner: Arc<MemoryStore>, writes_left: Arc<AtomicU64>) -> Self {
+        FaultyStore {
+            inner,
+            plan: Box::new(move || match writes_left.fetch_sub(1, Ordering::SeqCst) {
+                0 => {
+                    writes_left.store(0, Ordering::SeqCst);
+                    Err(StoreError::Io(std::io::Error::from_raw_os_error(5)))
+                }
+                _ => Ok(()),
+            }),
+        }
+    }
+
     /// The same store without faults, for the engine that checks the outcome.
     pub fn plain(inner: Arc<MemoryStore>) -> Self {
         FaultyStore {
