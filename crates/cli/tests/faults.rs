@@ -304,14 +304,19 @@ fn a_full_disk_is_enospc_and_the_mount_lives_on() {
         "a write fit again {:?} after the deletions",
         started.elapsed()
     );
-    let out = shoal(&[OsStr::new("stats"), os(&m.mnt), OsStr::new("--json")]);
-    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    assert!(
+    // The round that returns the deleted files' blob space ends within a minute (the
+    // write above may fit while it is still running).
+    let stats = || {
+        let out = shoal(&[OsStr::new("stats"), os(&m.mnt), OsStr::new("--json")]);
+        serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let reclaimed = |report: &serde_json::Value| {
         report["store"]["reclaims"].as_u64().unwrap_or(0) > 0
-            && report["store"]["reclaimed_bytes"].as_u64().unwrap_or(0) > 10 << 20,
-        "{}",
-        out.stdout
-    );
+            && report["store"]["reclaimed_bytes"].as_u64().unwrap_or(0) > 10 << 20
+    };
+    common::poll(std::time::Duration::from_secs(60), || reclaimed(&stats()));
+    let report = stats();
+    assert!(reclaimed(&report), "{report}");
     // df shows shoal's own bytes as used (the reserve is neither used nor available).
     let df = common::run_ok(
         std::process::Command::new("df")
