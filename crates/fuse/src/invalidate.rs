@@ -29,9 +29,8 @@ const PENDING_TREES: usize = 64;
 struct RemovedName {
     parent: u64,
     name: Vec<u8>,
-    /// The tree's root: if the name leads elsewhere by the time the thread gets to it, the
-    /// kernel has already replaced the expired dentry and the new one must be left alone
-    /// (dropping it would make a cwd inside it read as deleted, and detach a mount on it).
+    /// The tree's root, whose names the thread drops (never the name `parent/name`
+    /// itself: a directory made there since must be left alone, see `drop_removed_names`).
     ino: u64,
     /// The names directly in the tree, read before it was detached: the reclaimer may
     /// delete them before the thread gets to the tree.
@@ -169,22 +168,18 @@ fn ignore_uncached(result: io::Result<()>) -> io::Result<()> {
 /// The background thread, one removed tree after another. The kernel evicts what it
 /// cached below a name inside the notification, holding the lock of the directory the
 /// name is in; so first each name directly in the removed tree is dropped (the lock held
-/// is the removed directory's, which nobody reaches by name any more), and only then the
-/// tree's own name, whose eviction under the live parent's lock is then short. An unmount
-/// waits for the notification in progress (the kernel's `killsb` lock); later ones fail
-/// harmlessly.
+/// is the removed directory's, which nobody reaches by name any more). The tree's own name
+/// is left as `forget_tree` left it, expired: dropping it here could drop a directory
+/// made under the same name since (a check of the name first cannot close that race: a
+/// mkdir may land between the check and the notification, and a cwd in the new
+/// directory would then read as deleted). The next lookup of the name drops the old
+/// dentry; until then it holds one inode. An unmount waits for the notification in
+/// progress (the kernel's `killsb` lock); later ones fail harmlessly.
 fn drop_removed_names(notifier: &Notifier, engine: &Weak<Engine>, pending: &Receiver<RemovedName>) {
     for removed in pending {
         drop_children(notifier, engine, removed.ino, &removed.children);
-        let Some(live) = engine.upgrade() else {
+        if engine.strong_count() == 0 {
             return; // unmounting: the kernel drops its whole cache anyway
-        };
-        let replaced = live
-            .lookup_child(removed.parent, &removed.name)
-            .is_ok_and(|inode| inode.ino != removed.ino);
-        drop(live);
-        if !replaced {
-            report(notifier.inval_entry(INodeNo(removed.parent), OsStr::from_bytes(&removed.name)));
         }
     }
 }
