@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::engine::OpenError;
 use crate::error::FsResult;
-use crate::store::{FjallStore, FjallTuning, Scan, Space, Store};
+use crate::store::{FjallStore, FjallTuning, Scan, Space, Store, StoreView};
 use crate::store_dir::shadow::StoreShadow;
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, SharedStoreLock, StoreLock};
@@ -174,8 +174,8 @@ pub(crate) fn open_for_check(dir: &Path) -> Result<(StoreLock, FjallStore), Open
     Ok((lock, store))
 }
 
-fn scan_all(
-    store: &dyn Store,
+pub(crate) fn scan_all<S: StoreView + ?Sized>(
+    store: &S,
     space: Space,
     range: (Vec<u8>, Vec<u8>),
     mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,

@@ -7,7 +7,7 @@ use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
 use crate::keys::{self, FORMAT_VERSION};
 use crate::namespace::inode::{FileKind, Timestamp, TreeUsage, ROOT_INO};
-use crate::store::{Batch, Scan, Space, Store, StoreView};
+use crate::store::{Batch, Space, Store, StoreView};
 use crate::store_dir;
 
 /// Bound on directory depth when walking up; deeper means a cycle, i.e. corruption.
@@ -37,23 +37,10 @@ pub(crate) struct Expected {
 
 fn scan<S: StoreView + ?Sized>(
     store: &S,
-    (start, end): (Vec<u8>, Vec<u8>),
-    mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,
+    range: (Vec<u8>, Vec<u8>),
+    visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,
 ) -> FsResult<()> {
-    let mut failure = None;
-    store.scan(
-        Space::Meta,
-        &start,
-        &end,
-        &mut |key, value| match visit(key, value) {
-            Ok(()) => Scan::Continue,
-            Err(error) => {
-                failure = Some(error);
-                Scan::Stop
-            }
-        },
-    )?;
-    failure.map_or(Ok(()), Err)
+    super::scan_all(store, Space::Meta, range, visit)
 }
 
 /// Recomputes recursive usage and link parents from every inode and entry.
