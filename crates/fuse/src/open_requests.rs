@@ -16,11 +16,6 @@
 //!   `write` to new files, and when the kernel writes back to files that existed (`close`
 //!   and `fsync` report EDQUOT) until the next mount.
 
-use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use shoal_engine::Engine;
@@ -62,22 +57,4 @@ impl OpenRequests {
         tracing::info!("opens without requests from now on (FUSE no_open)");
         true
     }
-}
-
-/// Lets the kernel skip OPEN and RELEASE from the mount's first request on, instead of
-/// from the first open of an existing file: it opens an unnamed file (O_TMPFILE) in
-/// `mountpoint` and reopens it by its /proc link, an OPEN the daemon answers as above.
-/// Without it a mount that only creates files (fs_mark, bonnie, `tar x` into an empty
-/// tree) pays a RELEASE per file. The file is gone at its close (its FORGET).
-/// Call it from a thread other than the ones serving the mount, once serving started.
-pub fn skip_opens_from_the_start(mountpoint: &Path) -> io::Result<()> {
-    let unnamed = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(mountpoint)?;
-    let by_link = Path::new("/proc/self/fd").join(unnamed.as_raw_fd().to_string());
-    File::open(by_link)?;
-    Ok(())
 }
