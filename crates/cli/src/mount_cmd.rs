@@ -367,6 +367,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         writeback_cache: request.options.writeback,
         io_uring: request.options.uring,
         spin_window: request.options.spin,
+        follow: request.options.follow,
     };
     let session = shoal_fuse::mount(
         engine.clone(),

@@ -43,6 +43,9 @@ pub struct MountOptions {
     /// How long the keep-awake spinners go on after the last request (`spin=MICROSECONDS`;
     /// 0: no spinners). See `shoal_fuse::MountConfig::spin_window`.
     pub spin: Duration,
+    /// Serve a lone caller's requests from another CPU (`follow=on|off`). See
+    /// `shoal_fuse::MountConfig::follow`.
+    pub follow: bool,
     /// The mount's source in /proc/mounts (`fsname=`); `None`: the store's path.
     pub fsname: Option<String>,
     /// The mount's type is `fuse.SUBTYPE` (`subtype=`).
@@ -69,6 +72,7 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "writeback=on|off",
     "uring=on|off",
     "spin=MICROSECONDS",
+    "follow=on|off",
     "fsname=NAME",
     "subtype=NAME",
     "defaults",
@@ -128,6 +132,7 @@ impl Default for MountOptions {
             writeback: true,
             uring: true,
             spin: Duration::from_micros(DEFAULT_SPIN_MICROSECONDS),
+            follow: true,
             fsname: None,
             subtype: "shoal".into(),
             kernel_flags: Vec::new(),
@@ -144,7 +149,7 @@ pub fn help() -> String {
          allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
          compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
          [{checkpoint}], memory=SIZE [{memory}], metrics=IP:PORT [off], writeback=on|off [on], \
-         uring=on|off [on], spin=MICROSECONDS [{spin}], fsname=NAME [the store's path], \
+         uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fsname=NAME [the store's path], \
          subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
          atime, relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are \
          accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
@@ -245,6 +250,7 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
             "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
+            "follow" => options.follow = on_off(key, value)?,
             "fsname" => options.fsname = Some(mount_name(key, value)?),
             "subtype" => options.subtype = mount_name(key, value)?,
             _ if value.is_some() && KNOWN_OPTIONS.contains(&key) => {
@@ -319,6 +325,8 @@ mod tests {
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
         assert!(options.uring, "io_uring offered by default");
         assert!(!parse(&["uring=off".into()]).unwrap().uring);
+        assert!(options.follow, "lone callers followed by default");
+        assert!(!parse(&["follow=off".into()]).unwrap().follow);
         assert_eq!(
             options.spin,
             Duration::from_micros(DEFAULT_SPIN_MICROSECONDS)

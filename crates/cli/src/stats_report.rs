@@ -27,6 +27,8 @@ pub struct StatsReport {
     pub store: StoreMetrics,
     pub memory: MemoryReport,
     pub spin_cpu_ns: u64,
+    #[serde(default)]
+    pub ring_follows: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -375,6 +377,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "CPU time of the keep-awake spinners (idle CPUs kept from halting while requests flow).",
         |r| r.spin_cpu_ns,
     ),
+    exposed(
+        "ring_follows",
+        "shoal_ring_follows_total",
+        Counter,
+        Count,
+        "Times a FUSE ring thread began serving a lone caller's requests from another CPU (follow=).",
+        |r| r.ring_follows,
+    ),
 ];
 
 /// What the daemon reports from: shared with the FUSE session and the engine.
@@ -450,6 +460,7 @@ impl StatsSource {
                 heap_trim_max_ns: fuse.heap_trim_max_ns,
             },
             spin_cpu_ns: fuse.spin_cpu_ns,
+            ring_follows: fuse.ring_follows,
         })
     }
 }

@@ -427,3 +427,82 @@ fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed()
     );
     m.finish();
 }
+
+/// Pins the calling thread to `cpu`.
+fn pin_this_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pin to CPU {cpu}"
+        );
+    }
+}
+
+/// Writes and reads back `files` small files from a thread pinned to CPU 0 (one caller
+/// on one CPU: the case a follower serves from another CPU).
+fn lone_caller_writes_and_reads(dir: &Path, files: usize) {
+    let dir = dir.to_owned();
+    std::thread::spawn(move || {
+        pin_this_thread(0);
+        fs::create_dir(&dir).unwrap();
+        for i in 0..files {
+            fs::write(dir.join(format!("f{i}")), format!("content {i}")).unwrap();
+        }
+        for i in 0..files {
+            let back = fs::read_to_string(dir.join(format!("f{i}"))).unwrap();
+            assert_eq!(back, format!("content {i}"), "file f{i} read back");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// utime + stime of a process, in clock ticks.
+fn process_ticks(pid: i32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of /proc/PID/stat; 3 is the first after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let can_follow = cpus > 1 && Path::new("/dev/cpu_dma_latency").exists();
+
+    let mut m = Mounted::new();
+    lone_caller_writes_and_reads(&m.path("lone"), 2_000);
+    let follows = stats_json(&m.mnt)["ring_follows"].as_u64().unwrap();
+    if can_follow {
+        assert!(follows > 0, "no follow for a lone caller ({cpus} CPUs)");
+    } else {
+        assert_eq!(
+            follows, 0,
+            "a follow with {cpus} CPU(s) or no latency device"
+        );
+    }
+
+    // Idle: the follower went back to sleep, the spinners parked.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = m.daemon_pid().unwrap();
+    let before = process_ticks(pid);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let spent = process_ticks(pid) - before;
+    assert!(
+        spent <= 2,
+        "an idle mount used {spent} clock ticks in a second"
+    );
+
+    // follow=off: the queue threads stay on their CPUs.
+    m.umount();
+    m.set_options(&["follow=off"]);
+    m.mount();
+    lone_caller_writes_and_reads(&m.path("home"), 500);
+    assert_eq!(stats_json(&m.mnt)["ring_follows"].as_u64(), Some(0));
+    m.finish();
+}

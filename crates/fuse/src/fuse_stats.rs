@@ -185,6 +185,8 @@ pub struct FuseStatsSnapshot {
     pub heap_trim_max_ns: u64,
     /// CPU time the keep-awake spinners used (nanoseconds).
     pub spin_cpu_ns: u64,
+    /// Times a ring thread began serving a lone caller from another CPU (`follow=`).
+    pub ring_follows: u64,
 }
 
 impl FuseStats {
@@ -223,6 +225,7 @@ impl FuseStats {
             heap_trim_ns: heap_trims.sum_ns,
             heap_trim_max_ns: heap_trims.max_ns,
             spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
+            ring_follows: fuser::ring_follows_started(),
         }
     }
 }

@@ -26,6 +26,8 @@ use crate::fuse_stats::FuseStats;
 const SPINS_PER_CHECK: u32 = 512;
 /// A parked spinner looks again at least this often, in case a wake-up raced its parking.
 const PARK_TIMEOUT: Duration = Duration::from_secs(1);
+/// While a ring thread follows a lone caller, spinners sleep and look again this often.
+const STAND_ASIDE: Duration = Duration::from_millis(5);
 
 /// The shared state of the spinners: whether they are parked, and what they cost.
 #[derive(Default)]
@@ -87,9 +89,19 @@ fn spin(cpu: usize, window: Duration, shared: &Weak<KeepAwake>, stats_weak: &Wea
         if keep_awake.stopped.load(Ordering::Acquire) {
             return;
         }
+        if fuser::ring_following() {
+            // A ring thread polls for a lone caller; here the caller's CPU must fall to
+            // its polling idle loop, which a spinner would take the place of.
+            drop((keep_awake, stats));
+            thread::sleep(STAND_ASIDE);
+            continue;
+        }
         let started_cpu_ns = thread_cpu_ns();
         let last_seen = spin_while_busy(window, &stats, &keep_awake.stopped);
         stats.record_spin(thread_cpu_ns().saturating_sub(started_cpu_ns));
+        if fuser::ring_following() {
+            continue;
+        }
         keep_awake.parked.store(true, Ordering::Release);
         // A request that came between the last look and `parked` saw no parked flag and
         // woke nobody: look once more before sleeping.
@@ -124,6 +136,9 @@ fn spin_while_busy(window: Duration, stats: &FuseStats, stopped: &AtomicBool) ->
     loop {
         for _ in 0..SPINS_PER_CHECK {
             std::hint::spin_loop();
+        }
+        if fuser::ring_following() {
+            return seen;
         }
         let now_seen = stats.requests_total();
         if now_seen != seen {

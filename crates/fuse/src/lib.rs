@@ -55,6 +55,10 @@ pub struct MountConfig {
     /// How long spinner threads keep the CPUs from halting after the last request
     /// (`keep_awake`); zero: no spinners.
     pub spin_window: Duration,
+    /// With FUSE over io_uring: while requests come from callers on one CPU only, serve
+    /// them from another CPU that polls for them (no context switch on the caller's CPU;
+    /// see vendor/fuser's `ring_follow.rs`). Needs `/dev/cpu_dma_latency` (root).
+    pub follow: bool,
 }
 
 impl Default for MountConfig {
@@ -71,6 +75,7 @@ impl Default for MountConfig {
             writeback_cache: true,
             io_uring: true,
             spin_window: Duration::from_millis(2),
+            follow: true,
         }
     }
 }
@@ -155,6 +160,7 @@ pub fn mount(
     fuse_config.mount_options = options;
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
+    fuse_config.ring_follow = config.follow;
     if config.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }

@@ -57,6 +57,8 @@ pub use crate::open_flags::OpenFlags;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
 pub use crate::rename_flags::RenameFlags;
+pub use crate::ring_follow::follows_started as ring_follows_started;
+pub use crate::ring_follow::following as ring_following;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;
 pub use crate::reply::ReplyCreate;
@@ -100,6 +102,7 @@ mod reply;
 mod request;
 mod request_param;
 mod ring;
+mod ring_follow;
 mod session;
 mod time;
 

@@ -31,6 +31,8 @@ use log::warn;
 use crate::Filesystem;
 use crate::ll;
 use crate::request::RequestWithSender;
+use crate::ring_follow::Activity;
+use crate::ring_follow::Follow;
 use crate::session::SessionEventLoop;
 
 const FUSE_IO_URING_CMD_REGISTER: u32 = 1;
@@ -267,12 +269,16 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     payload_size: usize,
     session: &SessionEventLoop<FS>,
     stop: &AtomicBool,
+    activity: &Activity,
 ) -> io::Result<()> {
-    pin_to_cpu(usize::from(qid));
+    let local_cpu = usize::from(qid);
+    pin_to_cpu(local_cpu);
     let device_fd = session.ch.as_fd().as_raw_fd();
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
+        // A following thread polls this flag to see a request without a system call.
+        .setup_taskrun_flag()
         .build((QUEUE_DEPTH * 2) as u32)?;
     let mut entries: Vec<RingEntry> = (0..QUEUE_DEPTH)
         .map(|_| RingEntry::new(payload_size))
@@ -285,9 +291,34 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     let mut request = Vec::with_capacity(payload_size + 512);
     let mut completions = Vec::with_capacity(QUEUE_DEPTH);
     let wait = types::Timespec::from(STOP_POLL);
+    let mut follow: Option<Follow<'_>> = None;
     while entries.iter().any(|entry| entry.live) && !stop.load(Ordering::Acquire) {
+        if follow.is_none() {
+            follow = activity.try_follow(local_cpu);
+            if let Some(following) = &follow {
+                pin_to_cpu(following.cpu);
+            }
+        }
+        // Following: replies go out at once, the next request is polled for.
+        let mut arrived = false;
+        if let Some(following) = &follow {
+            ring.submit()?;
+            arrived = following.poll(|| {
+                let flagged = ring.submission().taskrun();
+                flagged || !ring.completion().is_empty()
+            });
+            if !arrived {
+                follow = None;
+                pin_to_cpu(local_cpu);
+            }
+        }
         let args = types::SubmitArgs::new().timespec(&wait);
-        match ring.submitter().submit_with_args(1, &args) {
+        let waited = if arrived {
+            ring.submitter().submit_and_wait(1)
+        } else {
+            ring.submitter().submit_with_args(1, &args)
+        };
+        match waited {
             Ok(_) => {}
             Err(error)
                 if matches!(
@@ -314,6 +345,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 entry.live = false;
                 continue;
             }
+            activity.request_arrived(local_cpu);
             let commit_id = entry.header.ent_in_out.commit_id;
             answer(entry, session, &mut request);
             let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);

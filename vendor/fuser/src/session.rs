@@ -328,6 +328,10 @@ impl<FS: Filesystem> Session<FS> {
         let ring_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut ring_threads = Vec::new();
         if let Some(payload_size) = ring_payload_size {
+            let activity = Arc::new(crate::ring_follow::Activity::new(
+                crate::ring::queue_count(),
+                config.ring_follow,
+            ));
             for qid in 0..crate::ring::queue_count() {
                 for worker in 0..crate::ring::THREADS_PER_QUEUE {
                     let thread_name = format!("fuse-ring-{qid}-{worker}");
@@ -340,9 +344,18 @@ impl<FS: Filesystem> Session<FS> {
                         forget_gather: Duration::ZERO,
                     };
                     let stop = ring_stop.clone();
+                    let activity = activity.clone();
                     let qid = u16::try_from(qid).map_err(io::Error::other)?;
                     ring_threads.push(thread::Builder::new().name(thread_name).spawn(
-                        move || crate::ring::serve_queue(qid, payload_size, &event_loop, &stop),
+                        move || {
+                            crate::ring::serve_queue(
+                                qid,
+                                payload_size,
+                                &event_loop,
+                                &stop,
+                                &activity,
+                            )
+                        },
                     )?);
                 }
             }

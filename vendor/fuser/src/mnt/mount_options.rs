@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// With FUSE over io_uring: while callers on one CPU alone send requests, a queue
+    /// thread serves them from another CPU, polling (`ring_follow.rs`).
+    pub ring_follow: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type

@@ -1,0 +1,244 @@
+//! Following a lone busy queue from another CPU.
+//!
+//! A queue's threads are pinned to its CPU, so a request costs two context switches on
+//! that CPU (caller to daemon and back). In a VM each switch between processes is
+//! expensive, and a single-threaded tool (`tar`, `cp`, `rm`) leaves the other CPUs idle.
+//! While only one queue receives requests, the thread of that queue that answered last
+//! moves to another CPU and polls its ring instead of sleeping: the caller's CPU then only
+//! switches to its idle loop and back (kept polling, not halted, by a zero
+//! `/dev/cpu_dma_latency` request held meanwhile), and no wake-up crosses CPUs. As soon as
+//! another queue gets requests (callers on several CPUs need every CPU), or no request
+//! came for `FOLLOW_IDLE`, the thread goes back to its CPU and sleeps as before.
+//!
+//! The kernel hands a queue's next request to the entry that was re-armed last, so the
+//! following thread, which re-arms its entry with each reply, keeps getting them.
+
+use std::fs::File;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use log::info;
+
+/// A queue counts as alone while no other queue got a request for this long. Shorter
+/// follows a caller the scheduler moved to another CPU sooner; longer keeps two callers
+/// that share a CPU for a moment from starting a follow that the next moment ends
+/// (measured on 2 CPUs: 1 ms cost fs_mark with 2 threads 20%, 20 ms lost half of `tar x`'s
+/// gain, 5 ms kept both).
+const OTHERS_QUIET: Duration = Duration::from_millis(5);
+/// How long a following thread polls without a request before it goes back to sleep.
+const FOLLOW_IDLE: Duration = Duration::from_millis(2);
+/// While polling, the follower yields this often; a yield that took this long means other
+/// work waits for this CPU, and the follower stops.
+const YIELD_EVERY: Duration = Duration::from_micros(20);
+const YIELD_CONTENDED: Duration = Duration::from_millis(5);
+/// `/dev/cpu_dma_latency` values: none allowed (idle CPUs poll), and no constraint.
+const NO_LATENCY_US: i32 = 0;
+const ANY_LATENCY_US: i32 = 2_000_000_000;
+
+/// Followers polling now, in this process.
+static FOLLOWERS: AtomicUsize = AtomicUsize::new(0);
+/// Follows started, in this process (for tests and diagnosis).
+static FOLLOWS_STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a queue thread of this process is following a queue from another CPU now.
+/// Busy-waiters of the filesystem's own (keep-awake threads) stand aside meanwhile: on the
+/// followed caller's CPU they would take the place of the polling idle loop.
+pub fn following() -> bool {
+    FOLLOWERS.load(Ordering::Relaxed) > 0
+}
+
+/// How many follows this process started.
+pub fn follows_started() -> u64 {
+    FOLLOWS_STARTED.load(Ordering::Relaxed)
+}
+
+/// What the queue threads of one session share.
+pub(crate) struct Activity {
+    epoch: Instant,
+    /// Per queue: nanoseconds after `epoch` of its last request.
+    last_request_ns: Vec<AtomicU64>,
+    /// Per queue: one of its threads is following.
+    following: Vec<AtomicBool>,
+    /// The CPUs this process may run on; a follower of queue q runs on the next one after q.
+    cpus: Vec<usize>,
+    /// `/dev/cpu_dma_latency` and how many followers hold it.
+    latency: Mutex<(Option<File>, usize)>,
+    /// The latency device is open: following is on.
+    enabled: bool,
+}
+
+impl Activity {
+    /// `wanted`: the session asked for following. It is off where it cannot help (one
+    /// CPU) or would hurt (no latency request: the caller's CPU would halt between
+    /// requests, and waking it costs more than the switches saved).
+    pub(crate) fn new(queues: usize, wanted: bool) -> Self {
+        let cpus = allowed_cpus();
+        let device = if wanted && cpus.len() > 1 {
+            match OpenOptions::new().write(true).open("/dev/cpu_dma_latency") {
+                Ok(file) => Some(file),
+                Err(error) => {
+                    info!("fuse ring: no following of lone callers: /dev/cpu_dma_latency: {error}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            enabled: device.is_some(),
+            epoch: Instant::now(),
+            last_request_ns: (0..queues).map(|_| AtomicU64::new(0)).collect(),
+            following: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+            cpus,
+            latency: Mutex::new((device, 0)),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Records that queue `qid` received a request.
+    pub(crate) fn request_arrived(&self, qid: usize) {
+        if let Some(last) = self.last_request_ns.get(qid) {
+            last.store(self.now_ns(), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a queue other than `qid` got a request within `OTHERS_QUIET`.
+    fn others_active(&self, qid: usize) -> bool {
+        let now = self.now_ns();
+        let quiet = OTHERS_QUIET.as_nanos() as u64;
+        self.last_request_ns.iter().enumerate().any(|(other, last)| {
+            let last = last.load(Ordering::Relaxed);
+            other != qid && last != 0 && now.saturating_sub(last) < quiet
+        })
+    }
+
+    /// Starts following queue `qid` if it is alone and nobody follows it yet; the caller
+    /// then runs on the returned follow's `cpu`.
+    pub(crate) fn try_follow(&self, qid: usize) -> Option<Follow<'_>> {
+        let cpu = self.follower_cpu(qid)?;
+        if self.others_active(qid) {
+            return None;
+        }
+        self.following
+            .get(qid)?
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        self.hold_latency(true);
+        FOLLOWS_STARTED.fetch_add(1, Ordering::Relaxed);
+        Some(Follow {
+            activity: self,
+            qid,
+            cpu,
+        })
+    }
+
+    /// The CPU after `qid` among the allowed ones; None while following is off.
+    fn follower_cpu(&self, qid: usize) -> Option<usize> {
+        if !self.enabled {
+            return None;
+        }
+        let next = self.cpus.iter().position(|&cpu| cpu > qid).unwrap_or(0);
+        let cpu = self.cpus[next];
+        (cpu != qid).then_some(cpu)
+    }
+
+    /// Counts a follower in or out; the first in asks for no idle latency, the last out
+    /// withdraws it.
+    fn hold_latency(&self, start: bool) {
+        let Ok(mut guard) = self.latency.lock() else {
+            return;
+        };
+        let (device, holders) = &mut *guard;
+        let before = *holders;
+        *holders = if start {
+            before + 1
+        } else {
+            before.saturating_sub(1)
+        };
+        FOLLOWERS.store(*holders, Ordering::Relaxed);
+        let value = match (before, *holders) {
+            (0, 1) => NO_LATENCY_US,
+            (1, 0) => ANY_LATENCY_US,
+            _ => return,
+        };
+        if let Some(device) = device.as_mut() {
+            if let Err(error) = device.write_all(&value.to_ne_bytes()) {
+                info!("fuse ring: /dev/cpu_dma_latency: {error}");
+            }
+        }
+    }
+}
+
+/// One thread following one queue; ends (and frees the queue) when dropped.
+pub(crate) struct Follow<'a> {
+    activity: &'a Activity,
+    qid: usize,
+    /// Where the follower runs.
+    pub(crate) cpu: usize,
+}
+
+impl Follow<'_> {
+    /// Spins until `ready()` (a request is there) or the follow should end; returns
+    /// whether a request is there.
+    pub(crate) fn poll(&self, mut ready: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        let mut next_yield = YIELD_EVERY;
+        let mut spins: u32 = 0;
+        loop {
+            if ready() {
+                return true;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let elapsed = start.elapsed();
+            if elapsed > FOLLOW_IDLE || self.activity.others_active(self.qid) {
+                return false;
+            }
+            if elapsed >= next_yield {
+                let before = Instant::now();
+                std::thread::yield_now();
+                if before.elapsed() > YIELD_CONTENDED {
+                    return false;
+                }
+                next_yield = start.elapsed() + YIELD_EVERY;
+            }
+        }
+    }
+}
+
+impl Drop for Follow<'_> {
+    fn drop(&mut self) {
+        self.activity.hold_latency(false);
+        if let Some(following) = self.activity.following.get(self.qid) {
+            following.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The CPUs this process may run on, ascending.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data, filled by the kernel.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-parameter of the size given.
+    let ok = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if ok != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: cpu < CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
