@@ -20,7 +20,8 @@ pub struct CpuUsage {
     pub workload: Duration,
     /// The daemon's work: every thread but its keep-awake spinners.
     pub daemon: Duration,
-    /// The daemon's keep-awake spinners (`shoal mount -o spin=`): CPU time that would
+    /// The daemon's keep-awake spinners (`shoal mount -o spin=`) and its ring threads'
+    /// polling for a followed caller (`follow=`, from `shoal stats`): CPU time that would
     /// otherwise have been idle, kept apart from the work on requests.
     pub spin: Duration,
 }

@@ -90,6 +90,13 @@ pub struct Target {
     teardown: Option<Teardown>,
 }
 
+/// What a shoal daemon has counted so far (see [`Target::daemon_counts`]).
+pub struct DaemonCounts {
+    pub requests: BTreeMap<String, u64>,
+    /// Polling by ring threads that follow a lone caller (`follow=`): idle time, not work.
+    pub ring_poll: Duration,
+}
+
 /// What the report says about a target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TargetInfo {
@@ -102,9 +109,10 @@ pub struct TargetInfo {
 }
 
 impl Target {
-    /// FUSE requests the shoal daemon serving this target has answered so far, by type
-    /// (`shoal stats --json`); `None` for other filesystems.
-    pub fn request_counts(&self) -> Option<BTreeMap<String, u64>> {
+    /// FUSE requests the shoal daemon serving this target has answered so far, by type,
+    /// and the time its ring threads spent polling (`shoal stats --json`); `None` for
+    /// other filesystems.
+    pub fn daemon_counts(&self) -> Option<DaemonCounts> {
         let mount = self.mount.as_ref().filter(|mount| mount.is_shoal())?;
         let output = std::process::Command::new(self.shoal_bin.as_ref()?)
             .arg("stats")
@@ -114,11 +122,15 @@ impl Target {
             .ok()
             .filter(|output| output.status.success())?;
         let stats: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-        stats["ops"]
+        let requests = stats["ops"]
             .as_array()?
             .iter()
             .map(|op| Some((op["op"].as_str()?.to_string(), op["count"].as_u64()?)))
-            .collect()
+            .collect::<Option<_>>()?;
+        Some(DaemonCounts {
+            requests,
+            ring_poll: Duration::from_nanos(stats["ring_poll_ns"].as_u64().unwrap_or(0)),
+        })
     }
 
     /// An existing directory: must exist, be a directory and be writable.

@@ -403,24 +403,29 @@ impl Ctx<'_> {
     pub fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Timed)> {
         // Request counts are read outside the timed and CPU-measured window (asking the
         // daemon runs `shoal stats`, a child process).
-        let requests_before = self.target.request_counts();
+        let counts_before = self.target.daemon_counts();
         let before = CpuSnapshot::take(&self.target.daemon_pids);
         let started = Instant::now();
         let value = f()?;
         let elapsed = started.elapsed();
-        let cpu = CpuSnapshot::take(&self.target.daemon_pids).since(&before);
-        let requests = requests_before.and_then(|before| {
-            let after = self.target.request_counts()?;
-            Some(
-                after
-                    .into_iter()
-                    .map(|(op, count)| {
-                        let delta = count.saturating_sub(before.get(&op).copied().unwrap_or(0));
-                        (op, delta)
-                    })
-                    .filter(|(_, delta)| *delta > 0)
-                    .collect(),
-            )
+        let mut cpu = CpuSnapshot::take(&self.target.daemon_pids).since(&before);
+        let counts_after = counts_before.as_ref().and(self.target.daemon_counts());
+        let requests = counts_before.zip(counts_after).map(|(before, after)| {
+            // A follower's polling is CPU the daemon would otherwise have left idle: it
+            // counts with the spinners', not as work on requests.
+            let polled = after.ring_poll.saturating_sub(before.ring_poll);
+            cpu.daemon = cpu.daemon.saturating_sub(polled);
+            cpu.spin += polled;
+            after
+                .requests
+                .into_iter()
+                .map(|(op, count)| {
+                    let delta =
+                        count.saturating_sub(before.requests.get(&op).copied().unwrap_or(0));
+                    (op, delta)
+                })
+                .filter(|(_, delta)| *delta > 0)
+                .collect()
         });
         Ok((
             value,

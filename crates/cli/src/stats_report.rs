@@ -29,6 +29,8 @@ pub struct StatsReport {
     pub spin_cpu_ns: u64,
     #[serde(default)]
     pub ring_follows: u64,
+    #[serde(default)]
+    pub ring_poll_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -385,6 +387,15 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Times a FUSE ring thread began serving a lone caller's requests from another CPU (follow=).",
         |r| r.ring_follows,
     ),
+    // Like spin_cpu_ns: idle time spent polling, not work on requests.
+    exposed(
+        "ring_poll_ns",
+        "shoal_ring_poll_seconds_total",
+        Counter,
+        Nanoseconds,
+        "Time FUSE ring threads spent polling for a followed caller's next request (CPU that would otherwise idle).",
+        |r| r.ring_poll_ns,
+    ),
 ];
 
 /// What the daemon reports from: shared with the FUSE session and the engine.
@@ -461,6 +472,7 @@ impl StatsSource {
             },
             spin_cpu_ns: fuse.spin_cpu_ns,
             ring_follows: fuse.ring_follows,
+            ring_poll_ns: fuse.ring_poll_ns,
         })
     }
 }

@@ -187,6 +187,8 @@ pub struct FuseStatsSnapshot {
     pub spin_cpu_ns: u64,
     /// Times a ring thread began serving a lone caller from another CPU (`follow=`).
     pub ring_follows: u64,
+    /// Time ring threads spent polling for a followed caller's requests (nanoseconds).
+    pub ring_poll_ns: u64,
 }
 
 impl FuseStats {
@@ -226,6 +228,7 @@ impl FuseStats {
             heap_trim_max_ns: heap_trims.max_ns,
             spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
             ring_follows: fuser::ring_follows_started(),
+            ring_poll_ns: fuser::ring_poll_ns(),
         }
     }
 }

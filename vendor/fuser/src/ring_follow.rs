@@ -46,6 +46,9 @@ const ANY_LATENCY_US: i32 = 2_000_000_000;
 static FOLLOWERS: AtomicUsize = AtomicUsize::new(0);
 /// Follows started, in this process (for tests and diagnosis).
 static FOLLOWS_STARTED: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds followers spent polling, in this process: CPU time that would otherwise
+/// have been idle, to be told apart from work on requests.
+static POLL_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Whether a queue thread of this process is following a queue from another CPU now.
 /// Busy-waiters of the filesystem's own (keep-awake threads) stand aside meanwhile: on the
@@ -57,6 +60,11 @@ pub fn following() -> bool {
 /// How many follows this process started.
 pub fn follows_started() -> u64 {
     FOLLOWS_STARTED.load(Ordering::Relaxed)
+}
+
+/// Nanoseconds this process's followers spent polling for requests.
+pub fn poll_ns() -> u64 {
+    POLL_NS.load(Ordering::Relaxed)
 }
 
 /// What the queue threads of one session share.
@@ -190,8 +198,15 @@ pub(crate) struct Follow<'a> {
 impl Follow<'_> {
     /// Spins until `ready()` (a request is there) or the follow should end; returns
     /// whether a request is there.
-    pub(crate) fn poll(&self, mut ready: impl FnMut() -> bool) -> bool {
+    pub(crate) fn poll(&self, ready: impl FnMut() -> bool) -> bool {
         let start = Instant::now();
+        let arrived = self.spin(start, ready);
+        let polled = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        POLL_NS.fetch_add(polled, Ordering::Relaxed);
+        arrived
+    }
+
+    fn spin(&self, start: Instant, mut ready: impl FnMut() -> bool) -> bool {
         let mut next_yield = YIELD_EVERY;
         let mut spins: u32 = 0;
         loop {
