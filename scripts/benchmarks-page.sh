@@ -41,6 +41,7 @@ compare within a table). `scripts/benchmarks-page.sh` assembles this page from t
 under `docs/bench/`; earlier headline figures are in the [history](#history) at the end.
 
 - [everyday tools against XFS: time, requests per entry, daemon CPU](#everyday): `docs/bench/everyday.md`, `docs/bench/everyday/`
+- [following a lone caller: `follow=on` against `follow=off`](#follow): `docs/bench/follow.md`, `docs/bench/follow/`
 - [whole trees: `shoal rmtree` and `shoal du` of a 1M-entry tree, with XFS](#whole-trees): `docs/bench/whole-trees/` (`shoal import`/`export` rows: in the everyday tree run)
 - [space amplification under churn, with XFS](#churn): `docs/bench/churn/`
 - [shoal bench, all workloads (small size)](#all-workloads): `docs/bench/small/`
@@ -56,6 +57,7 @@ under `docs/bench/`; earlier headline figures are in the [history](#history) at 
 
 EOF
 section everyday docs/bench/everyday.md
+section follow docs/bench/follow.md
 echo '<a id="whole-trees"></a>'
 echo
 embed docs/bench/whole-trees/rmtree-1m "shoal bench: whole trees of 1M entries (rm -rf against shoal rmtree; du -s cold against shoal du)"
