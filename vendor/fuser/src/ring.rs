@@ -292,8 +292,11 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     let mut completions = Vec::with_capacity(QUEUE_DEPTH);
     let wait = types::Timespec::from(STOP_POLL);
     let mut follow: Option<Follow<'_>> = None;
+    // Only a thread that just answered may start a follow: the kernel hands the queue's
+    // next request to it.
+    let mut answered = false;
     while entries.iter().any(|entry| entry.live) && !stop.load(Ordering::Acquire) {
-        if follow.is_none() {
+        if follow.is_none() && answered {
             follow = activity.try_follow(local_cpu);
             if let Some(following) = &follow {
                 pin_to_cpu(following.cpu);
@@ -332,6 +335,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
             ring.completion()
                 .map(|cqe| (cqe.user_data() as usize, cqe.result())),
         );
+        answered = !completions.is_empty();
         for &(index, result) in &completions {
             let entry = &mut entries[index];
             if result < 0 {

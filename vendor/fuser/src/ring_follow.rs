@@ -17,7 +17,6 @@ use std::fs::File;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -72,8 +71,12 @@ pub(crate) struct Activity {
     epoch: Instant,
     /// Per queue: nanoseconds after `epoch` of its last request.
     last_request_ns: Vec<AtomicU64>,
-    /// Per queue: one of its threads is following.
-    following: Vec<AtomicBool>,
+    /// Per queue: follows started on it. The newest follow of a queue is its follower; an
+    /// older one that sees the count move on steps back. The thread that answered last is
+    /// the one the kernel hands the next request (see the module comment), so when a
+    /// request lands on a sleeping thread of a followed queue (the follower was busy with
+    /// the one before), that thread takes over instead of leaving the follower idle.
+    generation: Vec<AtomicU64>,
     /// The CPUs this process may run on; a follower of queue q runs on the next one after q.
     cpus: Vec<usize>,
     /// `/dev/cpu_dma_latency` and how many followers hold it.
@@ -103,7 +106,7 @@ impl Activity {
             enabled: device.is_some(),
             epoch: Instant::now(),
             last_request_ns: (0..queues).map(|_| AtomicU64::new(0)).collect(),
-            following: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+            generation: (0..queues).map(|_| AtomicU64::new(0)).collect(),
             cpus,
             latency: Mutex::new((device, 0)),
         }
@@ -130,24 +133,27 @@ impl Activity {
         })
     }
 
-    /// Starts following queue `qid` if it is alone and nobody follows it yet; the caller
-    /// then runs on the returned follow's `cpu`.
+    /// Starts following queue `qid` if it is alone (an older follower of it steps back);
+    /// the caller then runs on the returned follow's `cpu`.
     pub(crate) fn try_follow(&self, qid: usize) -> Option<Follow<'_>> {
         let cpu = self.follower_cpu(qid)?;
         if self.others_active(qid) {
             return None;
         }
-        self.following
-            .get(qid)?
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-            .ok()?;
+        let generation = self.generation.get(qid)?.fetch_add(1, Ordering::AcqRel) + 1;
         self.hold_latency(true);
         FOLLOWS_STARTED.fetch_add(1, Ordering::Relaxed);
         Some(Follow {
             activity: self,
             qid,
+            generation,
             cpu,
         })
+    }
+
+    /// Whether a newer follow of `qid` than `generation` started.
+    fn superseded(&self, qid: usize, generation: u64) -> bool {
+        self.generation[qid].load(Ordering::Acquire) != generation
     }
 
     /// The CPU after `qid` among the allowed ones; None while following is off.
@@ -191,6 +197,7 @@ impl Activity {
 pub(crate) struct Follow<'a> {
     activity: &'a Activity,
     qid: usize,
+    generation: u64,
     /// Where the follower runs.
     pub(crate) cpu: usize,
 }
@@ -219,7 +226,10 @@ impl Follow<'_> {
                 continue;
             }
             let elapsed = start.elapsed();
-            if elapsed > FOLLOW_IDLE || self.activity.others_active(self.qid) {
+            if elapsed > FOLLOW_IDLE
+                || self.activity.superseded(self.qid, self.generation)
+                || self.activity.others_active(self.qid)
+            {
                 return false;
             }
             if elapsed >= next_yield {
@@ -237,9 +247,6 @@ impl Follow<'_> {
 impl Drop for Follow<'_> {
     fn drop(&mut self) {
         self.activity.hold_latency(false);
-        if let Some(following) = self.activity.following.get(self.qid) {
-            following.store(false, Ordering::Release);
-        }
     }
 }
 
