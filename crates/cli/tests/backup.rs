@@ -20,12 +20,7 @@ fn restore(file: &Path, store: &Path) -> CmdOutput {
 #[test]
 fn live_backup_restores_a_consistent_prefix_while_writes_go_on() {
     let mut m = Mounted::new();
-    shoal_ok(&[
-        OsStr::new("gen-tree"),
-        m.path("tree").as_os_str(),
-        OsStr::new("--files"),
-        OsStr::new("500"),
-    ]);
+    gen_tree(&m.path("tree"), 500);
     let expected = read_tree(&m.path("tree")).unwrap();
     fs::create_dir(m.path("live")).unwrap();
 

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::{run_ok, shoal_ok, Mounted, SHOAL_TIMEOUT};
+use common::{gen_tree, run_ok, shoal_ok, Mounted, SHOAL_TIMEOUT};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -97,12 +97,7 @@ fn find_count(dir: &Path, extra: &[&str]) -> u64 {
 fn du_and_virtual_xattrs_follow_every_change_and_match_the_unmounted_store() {
     let m = Mounted::new();
     let src = m.path("src");
-    shoal_ok(&[
-        OsStr::new("gen-tree"),
-        src.as_os_str(),
-        OsStr::new("--files"),
-        OsStr::new("1500"),
-    ]);
+    gen_tree(&src, 1500);
     let line = assert_du_matches_walk(&src);
     assert_eq!(line.entries, find_count(&src, &[]));
     assert_eq!(line.files, find_count(&src, &["-type", "f"]));

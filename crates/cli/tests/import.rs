@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{poll, run, run_ok, shoal, shoal_ok, MountGuard, Mounted};
+use common::{gen_tree, poll, run, run_ok, shoal, shoal_ok, MountGuard, Mounted};
 
 const TAR_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -468,12 +468,7 @@ fn kill_9_during_a_large_import_leaves_a_clean_store_and_no_partial_tree() {
     let mut m = Mounted::with_options(&["checkpoint=0"]);
     let work = m.dir.path().join("work");
     let src = work.join("src");
-    shoal_ok(&[
-        OsStr::new("gen-tree"),
-        src.as_os_str(),
-        OsStr::new("--files"),
-        OsStr::new("20000"),
-    ]);
+    gen_tree(&src, 20000);
     let archive = work.join("big.tar");
     sh(Command::new("tar")
         .arg("-cf")
@@ -630,12 +625,7 @@ fn an_archive_of_many_batches_matches_tar_xf() {
     let m = Mounted::new();
     let work = m.dir.path().join("work");
     let src = work.join("src");
-    shoal_ok(&[
-        OsStr::new("gen-tree"),
-        src.as_os_str(),
-        OsStr::new("--files"),
-        OsStr::new("5000"),
-    ]);
+    gen_tree(&src, 5000);
     let late = src.join("zz-late");
     fs::create_dir_all(&late).unwrap();
     let huge: Vec<u8> = (0..20_000_000u32)

@@ -15,16 +15,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use common::{assert_errno, poll, shoal, shoal_ok, Mounted};
-
-fn gen_tree(dir: &Path, files: u32) {
-    shoal_ok(&[
-        OsStr::new("gen-tree"),
-        dir.as_os_str(),
-        OsStr::new("--files"),
-        OsStr::new(&files.to_string()),
-    ]);
-}
+use common::{assert_errno, gen_tree, poll, shoal, shoal_ok, Mounted};
 
 fn du(path: &Path) -> serde_json::Value {
     let out = shoal_ok(&[OsStr::new("du"), OsStr::new("--json"), path.as_os_str()]);

@@ -106,6 +106,16 @@ pub fn shoal_ok<S: AsRef<OsStr>>(args: &[S]) -> CmdOutput {
     run_ok(Command::new(SHOAL).args(args), SHOAL_TIMEOUT)
 }
 
+/// `shoal gen-tree DIR --files FILES`: a generated source-like tree.
+pub fn gen_tree(dir: &Path, files: u32) {
+    shoal_ok(&[
+        OsStr::new("gen-tree"),
+        dir.as_os_str(),
+        OsStr::new("--files"),
+        OsStr::new(&files.to_string()),
+    ]);
+}
+
 /// A fresh directory under /tmp, removed on drop. Mode 0755 so that the test users of the
 /// permission tests can reach a mountpoint inside it.
 pub fn test_dir() -> TempDir {
