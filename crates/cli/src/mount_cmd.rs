@@ -409,9 +409,13 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         request.mountpoint.display(),
         request.options
     );
-    if let Some(mut pipe) = ready.take() {
-        pipe.write_all(b"ok\n").context("reporting readiness")?;
-    }
+    let pipe = ready.take();
+    let mountpoint = request.mountpoint.clone();
+    let read_only = request.options.read_only;
+    std::thread::Builder::new()
+        .name("shoal-ready".into())
+        .spawn(move || report_ready(pipe, &mountpoint, read_only))
+        .context("cannot start the readiness thread")?;
     shoal_fuse::run(session).context("serving FUSE requests")?;
     final_sync(&engine)?;
     drop(engine);
@@ -421,6 +425,25 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())
+}
+
+/// Runs once the mount serves: lets the kernel skip opens from the start (writable
+/// mounts), then tells the waiting parent the mount is live. A mount that stopped
+/// serving meanwhile reports nothing: the parent then says the daemon exited.
+fn report_ready(pipe: Option<File>, mountpoint: &Path, read_only: bool) {
+    if !read_only {
+        if let Err(error) = shoal_fuse::skip_opens_from_the_start(mountpoint) {
+            if error.raw_os_error() == Some(libc::ENOTCONN) {
+                return;
+            }
+            tracing::info!("the kernel sends OPEN and RELEASE until a file is opened: {error}");
+        }
+    }
+    if let Some(mut pipe) = pipe {
+        if let Err(error) = pipe.write_all(b"ok\n") {
+            tracing::warn!("cannot report readiness: {error}");
+        }
+    }
 }
 
 /// The sync at unmount; on failure the error says how much acknowledged work is not

@@ -346,9 +346,12 @@ fn hard_inode_limit_stops_a_real_user_at_the_limit() {
 
 #[test]
 fn hard_byte_limit_is_reached_exactly_and_write_returns_edquot() {
-    let m = Mounted::with_options(&["allow_other"]);
+    let mut m = Mounted::with_options(&["allow_other"]);
     let dir = open_dir(&m, "d");
     quota_ok(&["set", "-u", "60001", "--bhard", "20000"], &m.mnt);
+    // Mounted with a byte limit, every open reaches the daemon (no `no_open`), so writes
+    // to existing files meet the limit at `write` too.
+    m.remount();
     let file = dir.join("data");
     let cfile = cpath(&file);
     let content: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
@@ -704,12 +707,63 @@ fn chown_and_chgrp_move_usage_and_are_never_refused() {
     m.finish();
 }
 
+/// A mount that started without byte limits lets the kernel open files without asking
+/// the daemon (`no_open`). A byte limit set on it then meets new files at `write`, and
+/// files that existed at the kernel's writeback: `close` reports EDQUOT and nothing of the
+/// refused write is stored. From the next mount every open reaches the daemon again.
+#[test]
+fn a_byte_limit_set_on_a_live_mount_reaches_old_files_at_close_and_after_a_remount_at_write() {
+    let mut m = Mounted::with_options(&["allow_other"]);
+    let dir = open_dir(&m, "d");
+    let old = cpath(&dir.join("old"));
+    let old_bytes = vec![b'o'; 1000];
+    assert_user_op(
+        as_user(USER_A, || write_as(&old, &old_bytes, 0)),
+        0,
+        "write old",
+    );
+    quota_ok(&["set", "-u", "60001", "--bhard", "3000"], &m.mnt);
+
+    let new = cpath(&dir.join("new"));
+    assert_user_op(
+        as_user(USER_A, || write_as(&new, &[b'n'; 5000], 0)),
+        EDQUOT,
+        "write() of 5000 bytes to a new file at a bhard of 3000",
+    );
+    assert_user_op(
+        as_user(USER_A, || write_as(&old, &[b'x'; 5000], 1000)),
+        CLOSE_FAILED,
+        "5000 bytes more to an old file: refused at close",
+    );
+    assert_eq!(usage(&m.mnt, "-u", USER_A), (2, 1000));
+    m.remount();
+    assert!(
+        fs::read(dir.join("old")).unwrap() == old_bytes,
+        "the refused write left nothing behind"
+    );
+    assert_user_op(
+        as_user(USER_A, || write_as(&old, &[b'x'; 5000], 1000)),
+        EDQUOT,
+        "after a remount: write() to the old file",
+    );
+    assert_user_op(
+        as_user(USER_A, || write_as(&old, &[b'x'; 2000], 1000)),
+        0,
+        "after a remount: 2000 more bytes fit",
+    );
+    assert_eq!(usage(&m.mnt, "-u", USER_A), (2, 3000));
+    assert_counters_clean(&m.mnt);
+    m.finish();
+}
+
 #[test]
 fn hard_links_count_once_and_bytes_are_allocated_bytes() {
-    let m = Mounted::new();
-    // A byte limit far away makes the daemon open the file with direct I/O, so writes
-    // reach it exactly as written (the writeback cache would write whole pages).
+    let mut m = Mounted::new();
+    // A byte limit far away, present at mount, makes the daemon open the file with direct
+    // I/O, so writes reach it exactly as written (the writeback cache would write whole
+    // pages).
     quota_ok(&["set", "-u", "60001", "--bhard", "4g"], &m.mnt);
+    m.remount();
     let file = m.path("f");
     fs::write(&file, vec![3u8; 5000]).unwrap();
     chown(&file, Some(USER_A), Some(USER_A)).unwrap();

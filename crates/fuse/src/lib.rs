@@ -27,6 +27,7 @@ pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
 pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
 pub use invalidate::{ChildNames, EntryInvalidator};
 pub use memory_budget::resident_bytes;
+pub use open_requests::skip_opens_from_the_start;
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]
