@@ -30,6 +30,8 @@ pub struct StatsReport {
     #[serde(default)]
     pub ring_follows: u64,
     #[serde(default)]
+    pub ring_follow_step_backs: u64,
+    #[serde(default)]
     pub ring_poll_ns: u64,
 }
 
@@ -387,6 +389,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Times a FUSE ring thread began serving a lone caller's requests from another CPU (follow=).",
         |r| r.ring_follows,
     ),
+    exposed(
+        "ring_follow_step_backs",
+        "shoal_ring_follow_step_backs_total",
+        Counter,
+        Count,
+        "Follows ended because a second caller shared the followed CPU (the queue is then not followed for 50 ms).",
+        |r| r.ring_follow_step_backs,
+    ),
     // Like spin_cpu_ns: idle time spent polling, not work on requests.
     exposed(
         "ring_poll_ns",
@@ -472,6 +482,7 @@ impl StatsSource {
             },
             spin_cpu_ns: fuse.spin_cpu_ns,
             ring_follows: fuse.ring_follows,
+            ring_follow_step_backs: fuse.ring_follow_step_backs,
             ring_poll_ns: fuse.ring_poll_ns,
         })
     }

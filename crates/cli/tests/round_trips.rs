@@ -485,6 +485,19 @@ fn a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing()
             "a follow with {cpus} CPU(s) or no latency device"
         );
     }
+    let step_backs = || stats_json(&m.mnt)["ring_follow_step_backs"].as_u64().unwrap();
+    assert_eq!(step_backs(), 0, "a lone caller made a follower step back");
+
+    // Two callers on one CPU: the follower steps back so the scheduler can spread them.
+    std::thread::scope(|scope| {
+        for caller in ["one", "two"] {
+            let dir = m.path(caller);
+            scope.spawn(move || lone_caller_writes_and_reads(&dir, 2_000));
+        }
+    });
+    if can_follow {
+        assert!(step_backs() > 0, "two callers on CPU 0 stayed followed");
+    }
 
     // Idle: the follower went back to sleep, the spinners parked.
     std::thread::sleep(std::time::Duration::from_millis(200));

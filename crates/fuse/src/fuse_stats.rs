@@ -187,6 +187,8 @@ pub struct FuseStatsSnapshot {
     pub spin_cpu_ns: u64,
     /// Times a ring thread began serving a lone caller from another CPU (`follow=`).
     pub ring_follows: u64,
+    /// Follows ended because a second caller shared the followed CPU.
+    pub ring_follow_step_backs: u64,
     /// Time ring threads spent polling for a followed caller's requests (nanoseconds).
     pub ring_poll_ns: u64,
 }
@@ -228,6 +230,7 @@ impl FuseStats {
             heap_trim_max_ns: heap_trims.max_ns,
             spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
             ring_follows: fuser::ring_follows_started(),
+            ring_follow_step_backs: fuser::ring_follow_step_backs(),
             ring_poll_ns: fuser::ring_poll_ns(),
         }
     }

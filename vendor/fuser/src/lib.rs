@@ -58,6 +58,7 @@ pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
 pub use crate::rename_flags::RenameFlags;
 pub use crate::ring_follow::follows_started as ring_follows_started;
+pub use crate::ring_follow::follow_step_backs as ring_follow_step_backs;
 pub use crate::ring_follow::poll_ns as ring_poll_ns;
 pub use crate::ring_follow::following as ring_following;
 pub use crate::reply::ReplyAttr;

@@ -141,6 +141,11 @@ impl RingEntry {
         }
     }
 
+    /// The thread that sent the request (`fuse_in_header.pid`); 0 for the kernel's own.
+    fn caller_pid(&self) -> u32 {
+        u32::from_ne_bytes(self.header.in_out[32..36].try_into().expect("4 bytes"))
+    }
+
     /// The request as /dev/fuse would deliver it: in header, op header, payload.
     fn request_bytes(&self, out: &mut Vec<u8>) -> io::Result<()> {
         let in_header = &self.header.in_out[..IN_HEADER_SIZE];
@@ -350,6 +355,12 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 continue;
             }
             activity.request_arrived(local_cpu);
+            if let Some(following) = follow.as_mut() {
+                if !following.note_caller(entry.caller_pid()) {
+                    follow = None;
+                    pin_to_cpu(local_cpu);
+                }
+            }
             let commit_id = entry.header.ent_in_out.commit_id;
             answer(entry, session, &mut request);
             let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);
