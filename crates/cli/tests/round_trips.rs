@@ -485,7 +485,11 @@ fn a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing()
             "a follow with {cpus} CPU(s) or no latency device"
         );
     }
-    let step_backs = || stats_json(&m.mnt)["ring_follow_step_backs"].as_u64().unwrap();
+    let step_backs = || {
+        stats_json(&m.mnt)["ring_follow_step_backs"]
+            .as_u64()
+            .unwrap()
+    };
     assert_eq!(step_backs(), 0, "a lone caller made a follower step back");
 
     // Two callers on one CPU: the follower steps back so the scheduler can spread them.
