@@ -85,6 +85,29 @@ pub fn process_cpu(pid: u32) -> Duration {
 const SPINNER_THREAD_PREFIX: &str = "shoal-spin-";
 
 /// A process's CPU without its keep-awake spinners.
+/// A daemon counts as idle once it used less than this share of one CPU over a window.
+const IDLE_SHARE_PERCENT: u32 = 5;
+const IDLE_WINDOW: Duration = Duration::from_millis(200);
+
+/// Waits until the daemons' work (spinners aside) drops below `IDLE_SHARE_PERCENT` of a
+/// CPU over `IDLE_WINDOW`, or `limit` passed: background work a step left behind (flushes,
+/// reclaim of what it removed) then does not land in the next step's timing. Returns how
+/// long it waited.
+pub fn wait_until_daemons_idle(daemon_pids: &[u32], limit: Duration) -> Duration {
+    let start = std::time::Instant::now();
+    let work = || -> Duration { daemon_pids.iter().map(|&pid| work_cpu(pid)).sum() };
+    let mut before = work();
+    while start.elapsed() < limit {
+        std::thread::sleep(IDLE_WINDOW);
+        let now = work();
+        if now.saturating_sub(before) * 100 < IDLE_WINDOW * IDLE_SHARE_PERCENT {
+            break;
+        }
+        before = now;
+    }
+    start.elapsed()
+}
+
 fn work_cpu(pid: u32) -> Duration {
     process_cpu(pid).saturating_sub(spinner_cpu(pid))
 }

@@ -3,17 +3,25 @@
 //! archive applied inside the engine (`shoal import`, durable when it returns, so it
 //! compares with `tar x + sync`) and the tree read back inside it (`shoal export`, compared
 //! with `tar c cold`). Cold means sync + drop_caches first (root only; a FUSE daemon's own
-//! caches stay, the kernel's go). The import runs last, after `rm -rf`: the store's work
-//! on what it wrote and on its removal (flushes, reclaim) would otherwise overlap the rows
-//! every target shares (run before `cp -a`, it made shoal's copy
-//! take 7.3-8.9 s; run last, 5.3-6.0 s, medians 8.00 and 5.51 s in two sessions of 3).
+//! caches stay, the kernel's go). The import runs last, after `rm -rf`, and the bench then
+//! waits (untimed, at most `SETTLE_LIMIT`) until the daemon is idle: the store's work on
+//! what the import wrote and on its removal (flushes, then reclaim of the stale blob files
+//! as later writes trigger compactions) would otherwise land in rows every target shares.
+//! Run before `cp -a` it made shoal's copy take 7.3-8.9 s (medians 8.00 and 7.55 s in two
+//! sessions of 3, the second with a wait for an idle daemon before the copy); run last,
+//! 5.3-6.0 s (median 5.51 s).
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use super::rmtree::shoal_of;
 use super::{count_tree, Better, Ctx, Outcome, Timed};
+use crate::cpu::wait_until_daemons_idle;
 use crate::error::{BenchError, Result};
+
+/// Longest wait for the daemon to finish the import's background work.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 use crate::tools::{drop_caches, run_silent};
 
 fn tool(ctx: &Ctx, outcome: &mut Outcome, name: &str, cmd: &mut Command) -> Result<Timed> {
@@ -170,7 +178,9 @@ fn archive_rows(ctx: &Ctx, outcome: &mut Outcome, root: &Path, entries: u64) -> 
     Ok(())
 }
 
-/// On shoal, `shoal import` of the tarball into a new tree, removed again untimed.
+/// On shoal, `shoal import` of the tarball into a new tree, removed again untimed; then
+/// waits for the daemon to go idle, so the next target's run does not share the CPUs with
+/// its background work.
 fn import_row(ctx: &Ctx, outcome: &mut Outcome, tarball: &Path, entries: u64) -> Result<()> {
     let Some((shoal, _)) = shoal_of(ctx.target) else {
         return Ok(());
@@ -188,5 +198,13 @@ fn import_row(ctx: &Ctx, outcome: &mut Outcome, tarball: &Path, entries: u64) ->
     )?;
     outcome.rate_and_cpu("shoal import", "entry", entries, &timed);
     outcome.count("entries_imported", count_tree(&imported)?);
-    run_silent(Command::new(shoal).arg("rmtree").arg(&imported))
+    run_silent(Command::new(shoal).arg("rmtree").arg(&imported))?;
+    let waited = wait_until_daemons_idle(&ctx.target.daemon_pids, SETTLE_LIMIT);
+    outcome.metric(
+        "idle wait after import",
+        "s",
+        Better::Lower,
+        waited.as_secs_f64(),
+    );
+    Ok(())
 }
