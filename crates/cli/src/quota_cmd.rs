@@ -127,7 +127,33 @@ pub fn set(args: &SetArgs) -> Result<ExitCode> {
     } else {
         print_report(args.kind, &target.describe(), &[line], false);
     }
+    if let QuotaTarget::Mount(mountpoint) = &target {
+        note_byte_limits_on_a_mount_without_opens(mountpoint, &args.change);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A mount that started without byte limits lets the kernel open files without asking the
+/// daemon (docs/quotas.md): a byte limit set on it meets files that existed at close or
+/// fsync, not at write, until the next mount. Says so on stderr.
+fn note_byte_limits_on_a_mount_without_opens(mountpoint: &Path, change: &LimitsChange) {
+    let sets_bytes = [change.bytes_soft, change.bytes_hard]
+        .iter()
+        .any(|limit| limit.is_some_and(|bytes| bytes > 0));
+    if !sets_bytes {
+        return;
+    }
+    let opens_skipped = crate::stats_cmd::live_report(mountpoint)
+        .is_ok_and(|report| report.opens_without_requests > 0);
+    if opens_skipped {
+        eprintln!(
+            "shoal quota: note: {} was mounted without byte limits, so the kernel opens files \
+             without asking shoal: until the next mount, files that already existed meet \
+             this limit when written back (close or fsync report the error), not at write \
+             (docs/quotas.md)",
+            mountpoint.display()
+        );
+    }
 }
 
 pub fn config(change: SettingsChange, json: bool, target: &Path) -> Result<ExitCode> {

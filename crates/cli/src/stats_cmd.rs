@@ -121,6 +121,11 @@ pub fn find_daemon(mountpoint: &Path) -> Result<u32> {
     }
 }
 
+/// The statistics of the daemon serving `mountpoint`, once.
+pub fn live_report(mountpoint: &Path) -> Result<StatsReport> {
+    fetch(find_daemon(mountpoint)?, &ControlRequest::Stats)
+}
+
 fn fetch(daemon: u32, request: &ControlRequest) -> Result<StatsReport> {
     let value = control::request(daemon, request)?;
     serde_json::from_value(value).context("the daemon's statistics are unreadable")

@@ -28,6 +28,8 @@ pub struct StatsReport {
     pub memory: MemoryReport,
     pub spin_cpu_ns: u64,
     #[serde(default)]
+    pub opens_without_requests: u64,
+    #[serde(default)]
     pub ring_follows: u64,
     #[serde(default)]
     pub ring_follow_step_backs: u64,
@@ -382,6 +384,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.spin_cpu_ns,
     ),
     exposed(
+        "opens_without_requests",
+        "shoal_opens_without_requests",
+        Gauge,
+        Count,
+        "1 once the kernel opens and closes files without asking the daemon (no OPEN or RELEASE; byte limits set since reach files that existed at close or fsync, see docs/quotas.md).",
+        |r| r.opens_without_requests,
+    ),
+    exposed(
         "ring_follows",
         "shoal_ring_follows_total",
         Counter,
@@ -481,6 +491,7 @@ impl StatsSource {
                 heap_trim_max_ns: fuse.heap_trim_max_ns,
             },
             spin_cpu_ns: fuse.spin_cpu_ns,
+            opens_without_requests: fuse.opens_without_requests,
             ring_follows: fuse.ring_follows,
             ring_follow_step_backs: fuse.ring_follow_step_backs,
             ring_poll_ns: fuse.ring_poll_ns,

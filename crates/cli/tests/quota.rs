@@ -722,7 +722,12 @@ fn a_byte_limit_set_on_a_live_mount_reaches_old_files_at_close_and_after_a_remou
         0,
         "write old",
     );
-    quota_ok(&["set", "-u", "60001", "--bhard", "3000"], &m.mnt);
+    let set = quota_ok(&["set", "-u", "60001", "--bhard", "3000"], &m.mnt);
+    assert!(
+        set.stderr.contains("mounted without byte limits"),
+        "no note that old files meet the limit at close:\n{}",
+        set.describe()
+    );
 
     let new = cpath(&dir.join("new"));
     assert_user_op(
@@ -737,6 +742,12 @@ fn a_byte_limit_set_on_a_live_mount_reaches_old_files_at_close_and_after_a_remou
     );
     assert_eq!(usage(&m.mnt, "-u", USER_A), (2, 1000));
     m.remount();
+    let set = quota_ok(&["set", "-u", "60001", "--bhard", "3000"], &m.mnt);
+    assert!(
+        !set.stderr.contains("mounted without byte limits"),
+        "a mount with byte limits said opens skip the daemon:\n{}",
+        set.describe()
+    );
     assert!(
         fs::read(dir.join("old")).unwrap() == old_bytes,
         "the refused write left nothing behind"

@@ -621,6 +621,8 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.begin(FuseOp::Open);
         if self.open_requests.skip(&self.engine) {
+            // Sent once: the kernel asks for no other open.
+            self.stats.record_opens_without_requests();
             return reply.error(Errno::ENOSYS);
         }
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (one round trip less

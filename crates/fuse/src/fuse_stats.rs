@@ -2,7 +2,7 @@
 //! type (from the handler's entry to its reply), and the size of the kernel's inode
 //! references. Shared with whoever reports them (the daemon's control socket, Prometheus).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,6 +141,8 @@ pub struct FuseStats {
     heap_trim_latency: Histogram,
     /// CPU time of the keep-awake spinners (`keep_awake`): not work on any request.
     spin_cpu_ns: AtomicU64,
+    /// The kernel opens and closes files without asking (`open_requests`).
+    opens_without_requests: AtomicBool,
 }
 
 impl Default for FuseStats {
@@ -152,6 +154,7 @@ impl Default for FuseStats {
             failed_evictions: AtomicU64::new(0),
             heap_trim_latency: Histogram::default(),
             spin_cpu_ns: AtomicU64::new(0),
+            opens_without_requests: AtomicBool::new(false),
         }
     }
 }
@@ -185,6 +188,8 @@ pub struct FuseStatsSnapshot {
     pub heap_trim_max_ns: u64,
     /// CPU time the keep-awake spinners used (nanoseconds).
     pub spin_cpu_ns: u64,
+    /// 1 once the kernel opens and closes files without asking the daemon (`no_open`).
+    pub opens_without_requests: u64,
     /// Times a ring thread began serving a lone caller from another CPU (`follow=`).
     pub ring_follows: u64,
     /// Follows ended because a second caller shared the followed CPU.
@@ -196,6 +201,10 @@ pub struct FuseStatsSnapshot {
 impl FuseStats {
     pub(crate) fn record_heap_trim(&self, took: Duration) {
         self.heap_trim_latency.record(took);
+    }
+
+    pub(crate) fn record_opens_without_requests(&self) {
+        self.opens_without_requests.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn record_spin(&self, cpu_ns: u64) {
@@ -229,6 +238,7 @@ impl FuseStats {
             heap_trim_ns: heap_trims.sum_ns,
             heap_trim_max_ns: heap_trims.max_ns,
             spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
+            opens_without_requests: u64::from(self.opens_without_requests.load(Ordering::Relaxed)),
             ring_follows: fuser::ring_follows_started(),
             ring_follow_step_backs: fuser::ring_follow_step_backs(),
             ring_poll_ns: fuser::ring_poll_ns(),
