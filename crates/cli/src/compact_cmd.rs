@@ -6,19 +6,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
-use shoal_engine::{Engine, EngineConfig};
+use shoal_engine::Engine;
 
 pub fn run(store: &Path) -> Result<ExitCode> {
-    let config = EngineConfig {
-        commit_interval: None,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(store, config).map_err(|error| {
-        anyhow!(
-            "cannot open store {}: {error} (unmount it first)",
-            store.display()
-        )
-    })?;
+    let engine = crate::offline_store::open(store, false, "unmount it first")?;
     let before = sizes(&engine);
     engine
         .compact()

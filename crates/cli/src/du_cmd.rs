@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use shoal_engine::{
-    format_rctime, Engine, EngineConfig, FileKind, Timestamp, TreeUsage, ROOT_INO, XATTR_RBYTES,
-    XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
+    format_rctime, Engine, FileKind, Timestamp, TreeUsage, ROOT_INO, XATTR_RBYTES, XATTR_RCTIME,
+    XATTR_RENTRIES, XATTR_RFILES,
 };
 
 pub struct DuArgs {
@@ -125,17 +125,11 @@ fn getxattr(path: &Path, name: &[u8]) -> Result<String> {
 
 /// Opens an unmounted store read-only and reads the usage of the directory at `inside`.
 fn store_usage(store: &Path, inside: &str) -> Result<TreeUsage> {
-    let config = EngineConfig {
-        read_only: true,
-        commit_interval: None,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(store, config).map_err(|error| {
-        anyhow!(
-            "cannot open store {}: {error} (if it is mounted, give a directory in the mount)",
-            store.display()
-        )
-    })?;
+    let engine = crate::offline_store::open(
+        store,
+        true,
+        "if it is mounted, give a directory in the mount",
+    )?;
     let dir = resolve(&engine, inside).with_context(|| format!("{inside} in the store"))?;
     Ok(engine.tree_usage(dir)?)
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use shoal_engine::{BulkAttrs, Engine, EngineConfig, Timestamp, ROOT_INO};
+use shoal_engine::{BulkAttrs, Engine, Timestamp, ROOT_INO};
 
 use crate::control::{self, ControlRequest, PeerCredentials};
 use crate::tar_export::{self, Exported};
@@ -275,17 +275,11 @@ pub fn serve_export(
 }
 
 fn open_store(store: &Path, read_only: bool) -> Result<Arc<Engine>> {
-    let config = EngineConfig {
+    crate::offline_store::open(
+        store,
         read_only,
-        commit_interval: None,
-        ..EngineConfig::default()
-    };
-    Engine::open(store, config).map_err(|error| {
-        anyhow!(
-            "cannot open store {}: {error} (if it is mounted, give the path in the mount)",
-            store.display()
-        )
-    })
+        "if it is mounted, give the path in the mount",
+    )
 }
 
 /// `shoal import STORE --path P`: the archive applied here; a failed import's staged tree

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use shoal_engine::store_dir::identity;
-use shoal_engine::{store_dir, Engine, EngineConfig};
+use shoal_engine::{store_dir, Engine};
 
 use crate::control::{self, ControlRequest};
 use crate::mounts;
@@ -122,17 +122,7 @@ fn open_store(store: &Path) -> Result<InfoAnswer> {
             store.display()
         )
     })?;
-    let config = EngineConfig {
-        read_only: true,
-        commit_interval: None,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(store, config).map_err(|error| {
-        anyhow::anyhow!(
-            "cannot open store {}: {error} (if it is mounted, give the mountpoint)",
-            store.display()
-        )
-    })?;
+    let engine = crate::offline_store::open(store, true, "if it is mounted, give the mountpoint")?;
     answer(&engine, Some(mounts::absolute(store))).map_err(anyhow::Error::msg)
 }
 

@@ -19,6 +19,7 @@ mod mount_cmd;
 mod mount_helper;
 mod mount_options;
 mod mounts;
+mod offline_store;
 mod owner_names;
 mod progress_bar;
 mod quota_cli;

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use shoal_engine::{Engine, EngineConfig};
 
 use crate::mounts;
 use crate::owner_names;
@@ -46,16 +45,11 @@ impl QuotaTarget {
         match self {
             QuotaTarget::Mount(mountpoint) => crate::control::quota_request(mountpoint, request),
             QuotaTarget::Store(store) => {
-                let config = EngineConfig {
-                    commit_interval: None,
-                    ..EngineConfig::default()
-                };
-                let engine = Engine::open(store, config).map_err(|error| {
-                    anyhow::anyhow!(
-                        "cannot open store {}: {error} (if it is mounted, give the mountpoint)",
-                        store.display()
-                    )
-                })?;
+                let engine = crate::offline_store::open(
+                    store,
+                    false,
+                    "if it is mounted, give the mountpoint",
+                )?;
                 let answer = execute(&engine, request).map_err(anyhow::Error::msg)?;
                 engine.sync().context("syncing the store")?;
                 Ok(answer)

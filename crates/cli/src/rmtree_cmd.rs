@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use shoal_engine::{Engine, EngineConfig, ReclaimBacklog, TreeUsage, ROOT_INO};
+use shoal_engine::{Engine, ReclaimBacklog, TreeUsage, ROOT_INO};
 
 use shoal_fuse::ChildNames;
 
@@ -193,16 +193,8 @@ pub(crate) fn resolve_parent<'a>(engine: &Engine, path: &'a str) -> Result<(u64,
 
 /// `shoal rmtree STORE --path P`: detach, then delete here with progress.
 fn run_offline(store: &Path, inside: &str) -> Result<ExitCode> {
-    let config = EngineConfig {
-        commit_interval: None,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(store, config).map_err(|error| {
-        anyhow!(
-            "cannot open store {}: {error} (if it is mounted, give the path in the mount)",
-            store.display()
-        )
-    })?;
+    let engine =
+        crate::offline_store::open(store, false, "if it is mounted, give the path in the mount")?;
     let (parent, name) = resolve_parent(&engine, inside)?;
     let detached = engine
         .detach_tree(parent, name.as_bytes())

@@ -45,6 +45,17 @@ fn a_store_is_private_to_its_owner() {
     // Once more with fjall's flush and compaction files present.
     m.mount();
     m.umount();
+    // Commands that open the unmounted store themselves write to it too.
+    shoal_ok(&[OsStr::new("compact"), os(&m.store)]);
+    shoal_ok(&[
+        OsStr::new("quota"),
+        OsStr::new("set"),
+        OsStr::new("-u"),
+        OsStr::new("60001"),
+        OsStr::new("--ihard"),
+        OsStr::new("10"),
+        os(&m.store),
+    ]);
     let modes = modes_under(&m.store);
     assert!(modes.len() > 5, "{modes:?}");
     let open: Vec<_> = modes.iter().filter(|(_, mode)| mode & 0o077 != 0).collect();
