@@ -26,6 +26,7 @@ mod quota_cli;
 mod quota_cmd;
 mod quota_protocol;
 mod rmtree_cmd;
+mod run_cmd;
 mod stats_cmd;
 mod stats_report;
 mod tar_export;
@@ -234,6 +235,11 @@ enum Command {
         #[arg(long = "path", value_name = "PATH_IN_STORE")]
         inside: Option<String>,
     },
+    /// Run CMD (and every process it starts) on the fast path: file calls on shoal mounts go
+    /// to the daemon without the kernel's FUSE round trip; everything else, and what the
+    /// fast path cannot serve exactly as the kernel would, goes through the kernel.
+    /// SHOAL_RUN=off in CMD's environment turns it off.
+    Run(run_cmd::RunArgs),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
         /// Where to create the tree (created if missing).
@@ -326,6 +332,7 @@ fn main() -> ExitCode {
             import_cmd::run_export(&import_cmd::ExportArgs { dir, to, inside })
         }
         Command::GenTree { dir, files, seed } => gen_tree_cmd::run(&dir, files, seed),
+        Command::Run(args) => run_cmd::run(&args),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Compact { store_dir } => compact_cmd::run(&store_dir),
     };

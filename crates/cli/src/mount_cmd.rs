@@ -392,6 +392,12 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
     });
+    let fast_path = if request.options.fastpath {
+        let changes = shoal_fuse::OtherDoorChanges::new(&session, &stats.fuse_stats);
+        start_fast_path(&engine, changes, &request.mountpoint)
+    } else {
+        None
+    };
     start_reporting(
         stats,
         metrics,
@@ -417,6 +423,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         .spawn(move || report_ready(pipe, &mountpoint, read_only))
         .context("cannot start the readiness thread")?;
     shoal_fuse::run(session).context("serving FUSE requests")?;
+    drop(fast_path);
     final_sync(&engine)?;
     drop(engine);
     // Read-only too: fjall may have flushed or compacted what it recovered.
@@ -425,6 +432,50 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())
+}
+
+/// The fast path for `shoal run` processes; what it changes is told to the kernel through
+/// the FUSE session's notifications.
+/// It listens on an address named by the mount's device number; a mount that cannot
+/// (the address taken) serves the kernel alone, and says so.
+fn start_fast_path(
+    engine: &Arc<Engine>,
+    changes: shoal_fuse::OtherDoorChanges,
+    mountpoint: &Path,
+) -> Option<shoal_fastpath_server::FastPathHandle> {
+    let Some(mount) = shoal_sys::mounts::mount_at(mountpoint) else {
+        tracing::warn!("no fast path: the mount is not in /proc/self/mountinfo");
+        return None;
+    };
+    match shoal_fastpath_server::start(engine.clone(), Arc::new(KernelMount(changes)), mount.device)
+    {
+        Ok(handle) => Some(handle),
+        Err(error) => {
+            tracing::warn!(%error, "no fast path for `shoal run` on this mount");
+            None
+        }
+    }
+}
+
+/// The kernel mount, as the fast path sees it: a cache to keep true.
+struct KernelMount(shoal_fuse::OtherDoorChanges);
+
+impl shoal_fastpath_server::KernelCache for KernelMount {
+    fn name_added(&self, parent: u64, name: &[u8]) {
+        self.0.name_added(parent, name);
+    }
+
+    fn name_removed(&self, parent: u64, name: &[u8], ino: u64) {
+        self.0.name_removed(parent, name, ino);
+    }
+
+    fn renamed(&self, ino: u64, parent: u64, name: &[u8]) {
+        self.0.renamed(ino, parent, name);
+    }
+
+    fn inode_changed(&self, ino: u64, data: bool) {
+        self.0.inode_changed(ino, data);
+    }
 }
 
 /// Runs once the mount serves: lets the kernel skip opens from the start (writable

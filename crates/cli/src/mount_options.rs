@@ -46,6 +46,8 @@ pub struct MountOptions {
     /// Serve a lone caller's requests from another CPU (`follow=on|off`). See
     /// `shoal_fuse::MountConfig::follow`.
     pub follow: bool,
+    /// Serve `shoal run` processes over the fast path (`fastpath=on|off`).
+    pub fastpath: bool,
     /// The mount's source in /proc/mounts (`fsname=`); `None`: the store's path.
     pub fsname: Option<String>,
     /// The mount's type is `fuse.SUBTYPE` (`subtype=`).
@@ -73,6 +75,7 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "uring=on|off",
     "spin=MICROSECONDS",
     "follow=on|off",
+    "fastpath=on|off",
     "fsname=NAME",
     "subtype=NAME",
     "defaults",
@@ -133,6 +136,7 @@ impl Default for MountOptions {
             uring: true,
             spin: Duration::from_micros(DEFAULT_SPIN_MICROSECONDS),
             follow: true,
+            fastpath: true,
             fsname: None,
             subtype: "shoal".into(),
             kernel_flags: Vec::new(),
@@ -149,7 +153,7 @@ pub fn help() -> String {
          allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
          compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
          [{checkpoint}], memory=SIZE [{memory}], metrics=IP:PORT [off], writeback=on|off [on], \
-         uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fsname=NAME [the store's path], \
+         uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fastpath=on|off [on], fsname=NAME [the store's path], \
          subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
          atime, relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are \
          accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
@@ -251,6 +255,7 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "uring" => options.uring = on_off(key, value)?,
             "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
             "follow" => options.follow = on_off(key, value)?,
+            "fastpath" => options.fastpath = on_off(key, value)?,
             "fsname" => options.fsname = Some(mount_name(key, value)?),
             "subtype" => options.subtype = mount_name(key, value)?,
             _ if value.is_some() && KNOWN_OPTIONS.contains(&key) => {

@@ -132,6 +132,10 @@ struct OpenFiles {
     /// The kernel opens files without telling us (see `opens_untracked`): any inode it
     /// holds may be open, and its forget is the last close.
     untracked: bool,
+    /// Opens through the fast path (`shoal run`), which reports every open and close
+    /// whatever the kernel does: counted apart, so neither door's last close deletes an
+    /// orphan the other still holds.
+    pinned: HashMap<u64, u32>,
 }
 
 /// Group commit: concurrent `sync` callers share one store sync.
@@ -563,8 +567,43 @@ impl Engine {
                 return Ok(());
             }
             open.counts.remove(&ino);
+            if open.pinned.contains_key(&ino) {
+                return Ok(());
+            }
             open.tmpfiles.remove(&ino);
             open.orphans.remove(&ino)
+        };
+        if purge {
+            self.purge_orphans_now(&[ino])?;
+        }
+        Ok(())
+    }
+
+    /// A file opened through the fast path: an unlink keeps it as an orphan until
+    /// `unpin_file`, whatever the kernel holds.
+    pub fn pin_file(&self, ino: u64) {
+        *self.open_files.lock().pinned.entry(ino).or_insert(0) += 1;
+    }
+
+    /// The fast path closed `ino`: an orphan nobody else holds is deleted now.
+    pub fn unpin_file(&self, ino: u64) -> FsResult<()> {
+        let purge = {
+            let mut open = self.open_files.lock();
+            let Some(count) = open.pinned.get_mut(&ino) else {
+                debug_assert!(false, "unpin of ino {ino} that is not pinned");
+                return Ok(());
+            };
+            *count -= 1;
+            if *count > 0 {
+                return Ok(());
+            }
+            open.pinned.remove(&ino);
+            let kernel_holds = if open.untracked {
+                self.unlinked().referenced(ino)
+            } else {
+                open.counts.get(&ino).copied().unwrap_or(0) > 0
+            };
+            !kernel_holds && open.orphans.remove(&ino)
         };
         if purge {
             self.purge_orphans_now(&[ino])?;
@@ -613,6 +652,9 @@ impl Engine {
             .copied()
             .filter(|ino| {
                 open.counts.remove(ino);
+                if open.pinned.contains_key(ino) {
+                    return false;
+                }
                 open.tmpfiles.remove(ino);
                 open.orphans.remove(ino)
             })
@@ -642,7 +684,8 @@ impl Engine {
         // The reference probe is read under the lock `closed_by_forget` takes after the
         // count went to zero: either it sees the count or the forget finds the orphan.
         let held = open.untracked && self.unlinked().referenced(ino);
-        if held || open.counts.get(&ino).copied().unwrap_or(0) > 0 {
+        let counted = open.counts.get(&ino).copied().unwrap_or(0) > 0;
+        if held || counted || open.pinned.contains_key(&ino) {
             open.orphans.insert(ino);
             true
         } else {

@@ -45,3 +45,30 @@ pub enum FsError {
 }
 
 pub type FsResult<T> = Result<T, FsError>;
+
+impl FsError {
+    /// The errno a caller sees for this error, through either door (the FUSE adapter, the
+    /// fast path): the one place engine errors become errno values.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::NotPermitted(_) => libc::EPERM,
+            FsError::NoXattr => libc::ENODATA,
+            FsError::Range => libc::ERANGE,
+            FsError::XattrNotSupported => libc::EOPNOTSUPP,
+            FsError::FileTooBig => libc::EFBIG,
+            FsError::ReadOnly => libc::EROFS,
+            // The store's own ENOSPC too: the operation that needed the space gets it.
+            FsError::NoSpace | FsError::Store(StoreError::NoSpace) => libc::ENOSPC,
+            FsError::QuotaExceeded => libc::EDQUOT,
+            FsError::CrossProject => libc::EXDEV,
+            FsError::Store(_) | FsError::Corrupt(_) => libc::EIO,
+        }
+    }
+}

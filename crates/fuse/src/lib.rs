@@ -13,6 +13,7 @@ mod keep_awake;
 mod lookup_counts;
 mod memory_budget;
 mod open_requests;
+mod other_door;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
 pub use invalidate::{ChildNames, EntryInvalidator};
 pub use memory_budget::resident_bytes;
 pub use open_requests::skip_opens_from_the_start;
+pub use other_door::OtherDoorChanges;
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]

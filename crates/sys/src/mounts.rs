@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MountInfo {
     pub mountpoint: PathBuf,
+    /// The filesystem's device number (st_dev), as mountinfo's `major:minor` field.
+    #[serde(default)]
+    pub device: (u32, u32),
     pub fstype: String,
     pub source: String,
     /// Per-mount options and superblock options, as the kernel prints them.
@@ -56,6 +59,8 @@ pub fn parse_mountinfo_line(line: &str) -> Option<MountInfo> {
     let (before, after) = line.split_once(" - ")?;
     let fields: Vec<&str> = before.split(' ').collect();
     let mountpoint = unescape(fields.get(4)?);
+    let (major, minor) = fields.get(2)?.split_once(':')?;
+    let device = (major.parse().ok()?, minor.parse().ok()?);
     let mount_options = fields.get(5)?;
     let mut rest = after.split(' ');
     let fstype = rest.next()?.to_string();
@@ -63,6 +68,7 @@ pub fn parse_mountinfo_line(line: &str) -> Option<MountInfo> {
     let super_options = rest.next().unwrap_or("");
     Some(MountInfo {
         mountpoint,
+        device,
         fstype,
         source,
         options: format!("{mount_options} {super_options}"),

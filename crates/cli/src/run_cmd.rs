@@ -1,0 +1,205 @@
+//! `shoal run [-m MNT] [--stats] -- CMD ARGS...`: runs CMD (and what it starts) with the
+//! fast path library preloaded, so its file calls on shoal mounts go to the daemon without
+//! the kernel's FUSE round trip. The library is found next to this binary (the build tree)
+//! or in `../lib/shoal/` (an install); `SHOAL_PRELOAD` names another.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+
+use crate::mounts;
+
+/// The library's file name, as cargo builds it and scripts/install installs it.
+pub const LIBRARY_NAME: &str = "libshoal_preload.so";
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Serve only this mount on the fast path (default: every shoal mount).
+    #[arg(short = 'm', long = "mount", value_name = "MOUNTPOINT")]
+    pub mount: Option<PathBuf>,
+    /// When CMD ends, print per call how many went the fast way, fell back to the
+    /// kernel, or went to the kernel (all of CMD's processes together).
+    #[arg(long)]
+    pub stats: bool,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let library = library_path()?;
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    command.env("LD_PRELOAD", preload_value(&library));
+    if let Some(mount) = &args.mount {
+        command.env("SHOAL_RUN_MOUNT", mounts::shoal_mount_at(mount)?);
+    }
+    if !args.stats {
+        let error = command.exec();
+        bail!("cannot run {}: {error}", args.command[0].to_string_lossy());
+    }
+    let report = tempfile_path();
+    command.env("SHOAL_RUN_STATS", &report);
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    let text = std::fs::read_to_string(&report).unwrap_or_default();
+    let _ = std::fs::remove_file(&report);
+    eprint!("{}", render_report(&text));
+    Ok(exit_code(status))
+}
+
+/// LD_PRELOAD with the library first, keeping what the caller preloads.
+fn preload_value(library: &Path) -> OsString {
+    let mut value = library.as_os_str().to_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    value
+}
+
+/// Where the library is: `SHOAL_PRELOAD`, beside this binary, or `../lib/shoal/`.
+pub fn library_path() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("SHOAL_PRELOAD") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("cannot find the shoal binary's path")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join(LIBRARY_NAME),
+        dir.join("../lib/shoal").join(LIBRARY_NAME),
+    ];
+    candidates
+        .iter()
+        .find(|path| path.is_file())
+        .cloned()
+        .with_context(|| {
+            format!(
+                "the fast path library {LIBRARY_NAME} is not beside {} nor in ../lib/shoal \
+                 (build it with `cargo build --release -p shoal-preload`, or set SHOAL_PRELOAD)",
+                exe.display()
+            )
+        })
+}
+
+fn tempfile_path() -> PathBuf {
+    std::env::temp_dir().join(format!("shoal-run-stats-{}", std::process::id()))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(signal)) => ExitCode::from(128 + signal as u8),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// Sums the processes' lines (`pid nr:fast:fellback:kernel ... lost=N`) into one table.
+fn render_report(text: &str) -> String {
+    let mut totals: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
+    let mut processes = 0;
+    let mut lost = 0u64;
+    for line in text.lines() {
+        processes += 1;
+        for field in line.split_whitespace().skip(1) {
+            if let Some(n) = field.strip_prefix("lost=") {
+                lost += n.parse::<u64>().unwrap_or(0);
+                continue;
+            }
+            let parts: Vec<u64> = field.split(':').filter_map(|p| p.parse().ok()).collect();
+            if let [nr, fast, fell, kernel] = parts[..] {
+                let entry = totals.entry(nr as i64).or_default();
+                entry[0] += fast;
+                entry[1] += fell;
+                entry[2] += kernel;
+            }
+        }
+    }
+    let mut out = format!(
+        "shoal run: {processes} processes\n{:<16} {:>10} {:>12}\n",
+        "call", "fast", "fell back"
+    );
+    for (nr, [fast, fell, _]) in totals {
+        out.push_str(&format!("{:<16} {fast:>10} {fell:>12}\n", syscall_name(nr)));
+    }
+    if lost > 0 {
+        out.push_str(&format!(
+            "descriptors that could not become kernel ones: {lost}\n"
+        ));
+    }
+    out
+}
+
+fn syscall_name(nr: i64) -> String {
+    let names: &[(i64, &str)] = &[
+        (libc::SYS_read, "read"),
+        (libc::SYS_write, "write"),
+        (libc::SYS_open, "open"),
+        (libc::SYS_close, "close"),
+        (libc::SYS_stat, "stat"),
+        (libc::SYS_fstat, "fstat"),
+        (libc::SYS_lstat, "lstat"),
+        (libc::SYS_lseek, "lseek"),
+        (libc::SYS_pread64, "pread64"),
+        (libc::SYS_pwrite64, "pwrite64"),
+        (libc::SYS_readv, "readv"),
+        (libc::SYS_writev, "writev"),
+        (libc::SYS_access, "access"),
+        (libc::SYS_fsync, "fsync"),
+        (libc::SYS_fdatasync, "fdatasync"),
+        (libc::SYS_truncate, "truncate"),
+        (libc::SYS_ftruncate, "ftruncate"),
+        (libc::SYS_rename, "rename"),
+        (libc::SYS_mkdir, "mkdir"),
+        (libc::SYS_rmdir, "rmdir"),
+        (libc::SYS_creat, "creat"),
+        (libc::SYS_link, "link"),
+        (libc::SYS_unlink, "unlink"),
+        (libc::SYS_symlink, "symlink"),
+        (libc::SYS_readlink, "readlink"),
+        (libc::SYS_chmod, "chmod"),
+        (libc::SYS_fchmod, "fchmod"),
+        (libc::SYS_chown, "chown"),
+        (libc::SYS_fchown, "fchown"),
+        (libc::SYS_lchown, "lchown"),
+        (libc::SYS_sync, "sync"),
+        (libc::SYS_getxattr, "getxattr"),
+        (libc::SYS_lgetxattr, "lgetxattr"),
+        (libc::SYS_fgetxattr, "fgetxattr"),
+        (libc::SYS_listxattr, "listxattr"),
+        (libc::SYS_llistxattr, "llistxattr"),
+        (libc::SYS_flistxattr, "flistxattr"),
+        (libc::SYS_getdents64, "getdents64"),
+        (libc::SYS_openat, "openat"),
+        (libc::SYS_mkdirat, "mkdirat"),
+        (libc::SYS_fchownat, "fchownat"),
+        (libc::SYS_newfstatat, "newfstatat"),
+        (libc::SYS_unlinkat, "unlinkat"),
+        (libc::SYS_renameat, "renameat"),
+        (libc::SYS_linkat, "linkat"),
+        (libc::SYS_symlinkat, "symlinkat"),
+        (libc::SYS_readlinkat, "readlinkat"),
+        (libc::SYS_fchmodat, "fchmodat"),
+        (libc::SYS_faccessat, "faccessat"),
+        (libc::SYS_utimensat, "utimensat"),
+        (libc::SYS_syncfs, "syncfs"),
+        (libc::SYS_renameat2, "renameat2"),
+        (libc::SYS_statx, "statx"),
+        (libc::SYS_faccessat2, "faccessat2"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n == nr)
+        .map_or_else(|| format!("nr {nr}"), |(_, name)| (*name).to_string())
+}

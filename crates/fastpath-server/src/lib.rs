@@ -1,0 +1,19 @@
+//! The daemon's side of the fast path (`shoal run`): processes connect over a Unix socket
+//! and ask for file operations, served from the engine with the kernel's permission rules,
+//! without a FUSE round trip. What the kernel mount has cached is told of every change
+//! ([`KernelCache`]), so both doors show one filesystem.
+//!
+//! Layers: `walk` resolves paths, `permission` checks access, `ops` holds one function per
+//! request, `handles` the open files of each process, `server` the socket and threads.
+
+mod credentials;
+mod handles;
+mod ops;
+mod permission;
+mod refusal;
+mod server;
+mod stats;
+mod walk;
+
+pub use server::{start, FastPathHandle, KernelCache};
+pub use stats::{FastPathStats, KindCounts, REQUEST_KINDS};

@@ -1,0 +1,538 @@
+//! One function per request: the kernel's rules for the cases the fast path decides, a
+//! fallback for the rest. Nothing is changed before every check has passed, so a fallback
+//! never leaves half an operation behind.
+
+use shoal_engine::{Caller, FileKind, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp};
+use shoal_fastpath::{
+    At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, READDIR_BATCH_ENTRIES,
+};
+
+use crate::credentials::Credentials;
+use crate::handles::{release, Handle, Process};
+use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::refusal::{ensure, require, Refusal, Served};
+use crate::server::Server;
+use crate::walk::{walk, Walked};
+
+/// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
+/// kernel's `mode_strip_sgid` rules).
+const CREATE_MODE_BITS: u32 = 0o7777;
+const MKDIR_MODE_BITS: u32 = 0o1777;
+const SET_ID_BITS: u32 = 0o6000;
+const RENAME_NOREPLACE: u32 = 1;
+const BLOCK_BYTES: u32 = 4096;
+
+/// The caller of one request.
+pub struct Session<'a> {
+    pub caller: &'a Credentials,
+    pub process: &'a Process,
+}
+
+impl Session<'_> {
+    fn owner(&self) -> Caller {
+        Caller {
+            uid: self.caller.uid,
+            gid: self.caller.gid,
+        }
+    }
+
+    fn handle(&self, id: u64) -> Served<Handle> {
+        self.process.get(id).ok_or(Refusal::Errno(libc::EBADF))
+    }
+}
+
+pub fn attr(inode: &Inode) -> Attr {
+    let time = |t: Timestamp| (t.secs, t.nanos);
+    Attr {
+        ino: inode.ino,
+        mode: inode.mode(),
+        nlink: inode.nlink,
+        uid: inode.uid,
+        gid: inode.gid,
+        rdev: inode.rdev,
+        size: inode.size,
+        blocks: inode.blocks(),
+        blksize: BLOCK_BYTES,
+        atime: time(inode.atime),
+        mtime: time(inode.mtime),
+        ctime: time(inode.ctime),
+    }
+}
+
+impl Server {
+    fn writable(&self) -> Served<()> {
+        // A read-only mount answers EROFS, after checks whose order the kernel knows.
+        require(!self.engine.is_read_only())
+    }
+
+    pub fn stat(&self, s: &Session, at: &At) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        Ok(Reply::Attr(attr(walked.existing()?)))
+    }
+
+    pub fn resolve_directory(&self, s: &Session, at: &At) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        let inode = walked.existing()?;
+        ensure(inode.kind == FileKind::Directory, libc::ENOTDIR)?;
+        check(&self.engine, s.caller, inode, MAY_EXEC)?;
+        Ok(Reply::Attr(attr(inode)))
+    }
+
+    pub fn access(&self, s: &Session, at: &At, mask: u32) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        let inode = walked.existing()?;
+        let mask = (mask & 0o7) as u16;
+        if mask & MAY_WRITE != 0 {
+            self.writable()?;
+        }
+        check(&self.engine, s.caller, inode, mask)?;
+        Ok(Reply::Empty)
+    }
+
+    pub fn open(&self, s: &Session, at: &At, flags: i32, mode: u32, umask: u32) -> Served<Reply> {
+        require(flags & (libc::O_PATH | libc::O_TMPFILE | libc::O_NOATIME) == 0)?;
+        let accmode = flags & libc::O_ACCMODE;
+        require(accmode != libc::O_ACCMODE)?;
+        let creating = flags & libc::O_CREAT != 0;
+        require(!(creating && flags & libc::O_DIRECTORY != 0))?;
+        let walked = walk(&self.engine, s.caller, at)?;
+        let (inode, created) = match &walked.found {
+            Some(inode) => {
+                ensure(!(creating && flags & libc::O_EXCL != 0), libc::EEXIST)?;
+                (inode.clone(), false)
+            }
+            None if creating => (self.create_file(s, &walked, mode, umask)?, true),
+            None => return Err(Refusal::Errno(libc::ENOENT)),
+        };
+        if !created {
+            self.may_open(s, &inode, flags)?;
+        }
+        let readable = accmode != libc::O_WRONLY;
+        let writable = accmode != libc::O_RDONLY;
+        if !created && flags & libc::O_TRUNC != 0 && inode.kind == FileKind::Regular {
+            self.truncate_to_zero(s, &inode)?;
+        }
+        let directory = inode.kind == FileKind::Directory;
+        let handle = Handle {
+            ino: inode.ino,
+            readable,
+            writable,
+            directory,
+        };
+        if !directory {
+            self.engine.pin_file(inode.ino);
+        }
+        let Some(id) = s.process.insert(&self.handle_ids, handle) else {
+            release(&self.engine, &handle);
+            return Err(Refusal::Errno(libc::EMFILE));
+        };
+        let inode = if created || flags & libc::O_TRUNC == 0 {
+            inode
+        } else {
+            self.engine.getattr(inode.ino)?
+        };
+        Ok(Reply::Opened(Opened {
+            handle: id,
+            attr: attr(&inode),
+            created,
+        }))
+    }
+
+    /// `may_open`: the type and access checks on an existing file.
+    fn may_open(&self, s: &Session, inode: &Inode, flags: i32) -> Served<()> {
+        let accmode = flags & libc::O_ACCMODE;
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => {
+                ensure(accmode == libc::O_RDONLY, libc::EISDIR)?;
+                ensure(flags & libc::O_TRUNC == 0, libc::EISDIR)?;
+            }
+            FileKind::Symlink => return Err(Refusal::Errno(libc::ELOOP)),
+            // Fifos, sockets and devices are the kernel's to open.
+            _ => return Err(Refusal::Fallback),
+        }
+        ensure(
+            flags & libc::O_DIRECTORY == 0 || inode.kind == FileKind::Directory,
+            libc::ENOTDIR,
+        )?;
+        let mut mask = 0;
+        if accmode != libc::O_WRONLY {
+            mask |= MAY_READ;
+        }
+        if accmode != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            mask |= MAY_WRITE;
+            self.writable()?;
+        }
+        check(&self.engine, s.caller, inode, mask)
+    }
+
+    fn create_file(&self, s: &Session, walked: &Walked, mode: u32, umask: u32) -> Served<Inode> {
+        require(!walked.is_dots() && !walked.trailing_slash)?;
+        require(mode & SET_ID_BITS == 0)?;
+        self.may_create_in(s, &walked.dir)?;
+        let new = NewInode {
+            kind: FileKind::Regular,
+            perm: (mode & CREATE_MODE_BITS) as u16,
+            rdev: 0,
+            target: b"",
+        };
+        let inode = self.engine.create_masked(
+            walked.dir.ino,
+            &walked.name,
+            &new,
+            (umask & 0o777) as u16,
+            s.owner(),
+        )?;
+        self.kernel.name_added(walked.dir.ino, &walked.name);
+        Ok(inode)
+    }
+
+    fn may_create_in(&self, s: &Session, dir: &Inode) -> Served<()> {
+        self.writable()?;
+        check(&self.engine, s.caller, dir, MAY_WRITE | MAY_EXEC)
+    }
+
+    fn truncate_to_zero(&self, s: &Session, inode: &Inode) -> Served<()> {
+        let change = SetAttr {
+            size: Some(0),
+            kill_suidgid: !s.caller.privileged,
+            ..SetAttr::default()
+        };
+        self.engine.setattr(inode.ino, &change)?;
+        self.kernel.inode_changed(inode.ino, true);
+        Ok(())
+    }
+
+    pub fn close(&self, s: &Session, id: u64) -> Served<Reply> {
+        let handle = s.process.remove(id).ok_or(Refusal::Errno(libc::EBADF))?;
+        release(&self.engine, &handle);
+        Ok(Reply::Empty)
+    }
+
+    pub fn read(&self, s: &Session, id: u64, offset: u64, len: u32) -> Served<Reply> {
+        let handle = s.handle(id)?;
+        ensure(!handle.directory, libc::EISDIR)?;
+        ensure(handle.readable, libc::EBADF)?;
+        let len = len.min(shoal_fastpath::MAX_IO_BYTES as u32);
+        Ok(Reply::Data(self.engine.read(handle.ino, offset, len)?))
+    }
+
+    pub fn write(
+        &self,
+        s: &Session,
+        id: u64,
+        offset: u64,
+        append: bool,
+        data: &[u8],
+    ) -> Served<Reply> {
+        let handle = s.handle(id)?;
+        ensure(handle.writable && !handle.directory, libc::EBADF)?;
+        let kill = !s.caller.privileged;
+        // Appends from this door are serialized per inode, so each lands at the end.
+        let _append_guard = append.then(|| self.append_lock(handle.ino));
+        let offset = if append {
+            self.engine.getattr(handle.ino)?.size
+        } else {
+            offset
+        };
+        let written = self
+            .engine
+            .write_killing_privileges(handle.ino, offset, data, kill)?;
+        self.kernel.inode_changed(handle.ino, true);
+        Ok(Reply::Written {
+            written: u64::from(written),
+            end: offset + u64::from(written),
+        })
+    }
+
+    pub fn fstat(&self, s: &Session, id: u64) -> Served<Reply> {
+        let handle = s.handle(id)?;
+        Ok(Reply::Attr(attr(&self.engine.getattr(handle.ino)?)))
+    }
+
+    pub fn fsync(&self, s: &Session, id: u64) -> Served<Reply> {
+        s.handle(id)?;
+        self.sync()
+    }
+
+    pub fn sync(&self) -> Served<Reply> {
+        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
+        self.engine.sync()?;
+        Ok(Reply::Empty)
+    }
+
+    pub fn read_dir(&self, s: &Session, id: u64, after: Option<&[u8]>, max: u32) -> Served<Reply> {
+        let handle = s.handle(id)?;
+        ensure(handle.directory, libc::ENOTDIR)?;
+        let max = max.clamp(1, READDIR_BATCH_ENTRIES) as usize;
+        let mut entries = Vec::new();
+        if after.is_none() {
+            let dir = self.engine.getattr(handle.ino)?;
+            entries.push(dot_entry(b".", dir.ino));
+            entries.push(dot_entry(b"..", dir.parent));
+        }
+        let page = self.engine.readdir(handle.ino, after, max)?;
+        let done = page.len() < max;
+        entries.extend(page.into_iter().map(|entry| DirEntryWire {
+            ino: entry.ino,
+            kind: d_type(entry.kind),
+            name: entry.name,
+        }));
+        Ok(Reply::Entries { entries, done })
+    }
+
+    pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        require(!walked.is_dots())?;
+        ensure(walked.found.is_none(), libc::EEXIST)?;
+        self.may_create_in(s, &walked.dir)?;
+        let inode = self.engine.mkdir_masked(
+            walked.dir.ino,
+            &walked.name,
+            (mode & MKDIR_MODE_BITS) as u16,
+            (umask & 0o777) as u16,
+            s.owner(),
+        )?;
+        self.kernel.name_added(walked.dir.ino, &walked.name);
+        Ok(Reply::Attr(attr(&inode)))
+    }
+
+    pub fn symlink(&self, s: &Session, target: &[u8], at: &At) -> Served<Reply> {
+        ensure(!target.is_empty(), libc::ENOENT)?;
+        let walked = walk(&self.engine, s.caller, at)?;
+        require(!walked.is_dots() && !walked.trailing_slash)?;
+        ensure(walked.found.is_none(), libc::EEXIST)?;
+        self.may_create_in(s, &walked.dir)?;
+        let inode = self
+            .engine
+            .symlink(walked.dir.ino, &walked.name, target, s.owner())?;
+        self.kernel.name_added(walked.dir.ino, &walked.name);
+        Ok(Reply::Attr(attr(&inode)))
+    }
+
+    pub fn readlink(&self, s: &Session, at: &At) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        let inode = walked.existing()?;
+        ensure(inode.kind == FileKind::Symlink, libc::EINVAL)?;
+        Ok(Reply::Data(self.engine.readlink(inode.ino)?))
+    }
+
+    pub fn unlink(&self, s: &Session, at: &At, dir: bool) -> Served<Reply> {
+        let walked = walk(&self.engine, s.caller, at)?;
+        require(!walked.is_dots())?;
+        let victim = walked.existing()?.clone();
+        let is_dir = victim.kind == FileKind::Directory;
+        ensure(!dir || is_dir, libc::ENOTDIR)?;
+        ensure(dir || !is_dir, libc::EISDIR)?;
+        require(dir || !walked.trailing_slash)?;
+        self.writable()?;
+        may_remove(&self.engine, s.caller, &walked.dir, &victim)?;
+        if dir {
+            self.engine.rmdir(walked.dir.ino, &walked.name)?;
+        } else {
+            self.engine.unlink(walked.dir.ino, &walked.name)?;
+        }
+        self.kernel
+            .name_removed(walked.dir.ino, &walked.name, victim.ino);
+        Ok(Reply::Empty)
+    }
+
+    pub fn rename(&self, s: &Session, from: &At, to: &At, flags: u32) -> Served<Reply> {
+        require(flags & !RENAME_NOREPLACE == 0)?;
+        let source = walk(&self.engine, s.caller, from)?;
+        let target = walk(&self.engine, s.caller, to)?;
+        require(!source.is_dots() && !target.is_dots())?;
+        require(!source.trailing_slash && !target.trailing_slash)?;
+        let moved = source.existing()?.clone();
+        // Directories (loops, `..` updates) and replacing a directory are the kernel's.
+        require(moved.kind != FileKind::Directory)?;
+        if let Some(replaced) = &target.found {
+            ensure(flags & RENAME_NOREPLACE == 0, libc::EEXIST)?;
+            require(replaced.kind != FileKind::Directory && replaced.ino != moved.ino)?;
+            may_remove(&self.engine, s.caller, &target.dir, replaced)?;
+        } else {
+            check(&self.engine, s.caller, &target.dir, MAY_WRITE | MAY_EXEC)?;
+        }
+        self.writable()?;
+        may_remove(&self.engine, s.caller, &source.dir, &moved)?;
+        let mode = if flags & RENAME_NOREPLACE != 0 {
+            RenameMode::NoReplace
+        } else {
+            RenameMode::Replace
+        };
+        self.engine.rename(
+            source.dir.ino,
+            &source.name,
+            target.dir.ino,
+            &target.name,
+            mode,
+        )?;
+        self.kernel
+            .name_removed(source.dir.ino, &source.name, moved.ino);
+        if let Some(replaced) = &target.found {
+            self.kernel
+                .name_removed(target.dir.ino, &target.name, replaced.ino);
+        } else {
+            self.kernel.name_added(target.dir.ino, &target.name);
+        }
+        self.kernel.renamed(moved.ino, target.dir.ino, &target.name);
+        Ok(Reply::Empty)
+    }
+
+    pub fn link(&self, s: &Session, from: &At, to: &At) -> Served<Reply> {
+        let source = walk(&self.engine, s.caller, from)?;
+        let linked = source.existing()?.clone();
+        ensure(linked.kind != FileKind::Directory, libc::EPERM)?;
+        // protected_hardlinks: linking another user's file is the kernel's to judge.
+        require(owns(s.caller, &linked))?;
+        let target = walk(&self.engine, s.caller, to)?;
+        require(!target.is_dots() && !target.trailing_slash)?;
+        ensure(target.found.is_none(), libc::EEXIST)?;
+        self.may_create_in(s, &target.dir)?;
+        let inode = self.engine.link(linked.ino, target.dir.ino, &target.name)?;
+        self.kernel.name_added(target.dir.ino, &target.name);
+        self.kernel.inode_changed(linked.ino, false);
+        Ok(Reply::Attr(attr(&inode)))
+    }
+
+    pub fn set_attr(&self, s: &Session, target: &Target, change: &SetAttrWire) -> Served<Reply> {
+        let (inode, handle) = self.target(s, target)?;
+        self.writable()?;
+        let mut engine_change = SetAttr::default();
+        if let Some(size) = change.size {
+            self.authorize_size(s, &inode, handle)?;
+            engine_change.size = Some(size);
+            engine_change.kill_suidgid = !s.caller.privileged;
+        }
+        if let Some(mode) = change.mode {
+            require(owns(s.caller, &inode))?;
+            let mut perm = (mode & 0o7777) as u16;
+            if !s.caller.privileged && !s.caller.in_group(inode.gid) {
+                perm &= !0o2000;
+            }
+            engine_change.perm = Some(perm);
+        }
+        if change.uid.is_some() || change.gid.is_some() {
+            self.authorize_chown(s, &inode, change)?;
+            engine_change.uid = change.uid;
+            engine_change.gid = change.gid;
+        }
+        self.authorize_times(s, &inode, change)?;
+        engine_change.atime = set_time(change.atime);
+        engine_change.mtime = set_time(change.mtime);
+        let updated = self.engine.setattr(inode.ino, &engine_change)?;
+        self.kernel.inode_changed(inode.ino, change.size.is_some());
+        Ok(Reply::Attr(attr(&updated)))
+    }
+
+    fn authorize_size(&self, s: &Session, inode: &Inode, handle: Option<Handle>) -> Served<()> {
+        ensure(inode.kind != FileKind::Directory, libc::EISDIR)?;
+        require(inode.kind == FileKind::Regular)?;
+        match handle {
+            Some(handle) => require(handle.writable),
+            None => check(&self.engine, s.caller, inode, MAY_WRITE),
+        }
+    }
+
+    fn authorize_chown(&self, s: &Session, inode: &Inode, change: &SetAttrWire) -> Served<()> {
+        // Clearing set-id bits on chown has rules of its own: the kernel's.
+        require(inode.kind == FileKind::Directory || u32::from(inode.perm) & SET_ID_BITS == 0)?;
+        if s.caller.privileged {
+            return Ok(());
+        }
+        let uid_kept = change.uid.is_none_or(|uid| uid == inode.uid);
+        let gid_allowed = change
+            .gid
+            .is_none_or(|gid| gid == inode.gid || s.caller.in_group(gid));
+        require(s.caller.uid == inode.uid && uid_kept && gid_allowed)
+    }
+
+    fn authorize_times(&self, s: &Session, inode: &Inode, change: &SetAttrWire) -> Served<()> {
+        let explicit = |t: TimeWire| matches!(t, TimeWire::At { .. });
+        let any = |t: TimeWire| t != TimeWire::Omit;
+        if explicit(change.atime) || explicit(change.mtime) {
+            require(owns(s.caller, inode))
+        } else if any(change.atime) || any(change.mtime) {
+            require(owns(s.caller, inode) || granted(&self.engine, s.caller, inode, MAY_WRITE))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn get_xattr(&self, s: &Session, target: &Target, name: &[u8]) -> Served<Reply> {
+        let (inode, _) = self.target(s, target)?;
+        if name.starts_with(b"user.") {
+            require(matches!(
+                inode.kind,
+                FileKind::Regular | FileKind::Directory
+            ))?;
+            check(&self.engine, s.caller, &inode, MAY_READ)?;
+        } else if name.starts_with(b"trusted.") {
+            require(s.caller.privileged)?;
+        } else {
+            require(name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_"))?;
+        }
+        Ok(Reply::Data(self.engine.getxattr(inode.ino, name)?))
+    }
+
+    pub fn list_xattr(&self, s: &Session, target: &Target) -> Served<Reply> {
+        let (inode, _) = self.target(s, target)?;
+        let mut list = Vec::new();
+        for name in self.engine.listxattr(inode.ino)? {
+            list.extend_from_slice(&name);
+            list.push(0);
+        }
+        Ok(Reply::Data(list))
+    }
+
+    /// The inode a setattr or xattr call names, and the handle when it names one.
+    fn target(&self, s: &Session, target: &Target) -> Served<(Inode, Option<Handle>)> {
+        match target {
+            Target::Path(at) => {
+                let walked = walk(&self.engine, s.caller, at)?;
+                Ok((walked.existing()?.clone(), None))
+            }
+            Target::Handle(id) => {
+                let handle = s.handle(*id)?;
+                Ok((self.engine.getattr(handle.ino)?, Some(handle)))
+            }
+        }
+    }
+}
+
+fn set_time(time: TimeWire) -> Option<SetTime> {
+    match time {
+        TimeWire::Omit => None,
+        TimeWire::Now => Some(SetTime::Now),
+        TimeWire::At { secs, nanos } => Some(SetTime::At(Timestamp { secs, nanos })),
+    }
+}
+
+fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
+    DirEntryWire {
+        ino,
+        kind: libc::DT_DIR,
+        name: name.to_vec(),
+    }
+}
+
+pub fn d_type(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Regular => libc::DT_REG,
+        FileKind::Directory => libc::DT_DIR,
+        FileKind::Symlink => libc::DT_LNK,
+        FileKind::Fifo => libc::DT_FIFO,
+        FileKind::Socket => libc::DT_SOCK,
+        FileKind::CharDevice => libc::DT_CHR,
+        FileKind::BlockDevice => libc::DT_BLK,
+    }
+}
+
+impl From<Refusal> for (shoal_fastpath::Status, Reply) {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Errno(errno) => (shoal_fastpath::Status::Errno(errno), Reply::Empty),
+            Refusal::Fallback => (shoal_fastpath::Status::Fallback, Reply::Empty),
+        }
+    }
+}

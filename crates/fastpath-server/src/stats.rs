@@ -1,0 +1,116 @@
+//! What the fast path served: per request kind, how many were done, failed with an errno
+//! (as the kernel would fail them), or fell back to the kernel.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shoal_fastpath::{Reply, Request};
+
+use crate::refusal::{Refusal, Served};
+
+/// Request kinds, in the order `snapshot` lists them.
+pub const REQUEST_KINDS: [&str; 21] = [
+    "hello",
+    "stat",
+    "access",
+    "open",
+    "close",
+    "read",
+    "write",
+    "fstat",
+    "fsync",
+    "readdir",
+    "mkdir",
+    "unlink",
+    "rename",
+    "link",
+    "symlink",
+    "readlink",
+    "setattr",
+    "getxattr",
+    "listxattr",
+    "sync",
+    "resolve",
+];
+
+fn kind_index(request: &Request) -> usize {
+    match request {
+        Request::Hello { .. } => 0,
+        Request::Stat { .. } => 1,
+        Request::Access { .. } => 2,
+        Request::Open { .. } => 3,
+        Request::Close { .. } => 4,
+        Request::Read { .. } => 5,
+        Request::Write { .. } => 6,
+        Request::Fstat { .. } => 7,
+        Request::Fsync { .. } => 8,
+        Request::ReadDir { .. } => 9,
+        Request::Mkdir { .. } => 10,
+        Request::Unlink { .. } => 11,
+        Request::Rename { .. } => 12,
+        Request::Link { .. } => 13,
+        Request::Symlink { .. } => 14,
+        Request::Readlink { .. } => 15,
+        Request::SetAttr { .. } => 16,
+        Request::GetXattr { .. } => 17,
+        Request::ListXattr { .. } => 18,
+        Request::Sync => 19,
+        Request::Resolve { .. } => 20,
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    served: AtomicU64,
+    failed: AtomicU64,
+    fell_back: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct FastPathStats {
+    kinds: [Counts; REQUEST_KINDS.len()],
+    connections: AtomicU64,
+}
+
+/// One request kind's counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts {
+    pub kind: &'static str,
+    pub served: u64,
+    pub failed: u64,
+    pub fell_back: u64,
+}
+
+impl FastPathStats {
+    pub(crate) fn connected(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record(&self, request: &Request, result: &Served<Reply>) {
+        let counts = &self.kinds[kind_index(request)];
+        let counter = match result {
+            Ok(_) => &counts.served,
+            Err(Refusal::Errno(_)) => &counts.failed,
+            Err(Refusal::Fallback) => &counts.fell_back,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections accepted since the mount (one per client thread).
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Every request kind's counts, in `REQUEST_KINDS` order.
+    pub fn snapshot(&self) -> Vec<KindCounts> {
+        REQUEST_KINDS
+            .iter()
+            .zip(&self.kinds)
+            .map(|(&kind, counts)| KindCounts {
+                kind,
+                served: counts.served.load(Ordering::Relaxed),
+                failed: counts.failed.load(Ordering::Relaxed),
+                fell_back: counts.fell_back.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}

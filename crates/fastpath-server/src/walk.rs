@@ -1,0 +1,139 @@
+//! Path walks as the kernel's `link_path_walk` does them, for paths that stay inside the
+//! mount: search permission on every directory, symlinks followed (40 at most), `..`
+//! through each directory's parent. A path that leaves the mount (an absolute symlink, `..`
+//! above the root) falls back: the kernel knows what lies outside.
+
+use shoal_engine::{Engine, FileKind, FsError, Inode, ROOT_INO};
+use shoal_fastpath::At;
+
+use crate::credentials::Credentials;
+use crate::permission::{check, MAY_EXEC};
+use crate::refusal::{ensure, Refusal, Served};
+
+/// Symlinks one walk follows at most (the kernel's MAXSYMLINKS).
+const MAX_SYMLINKS: u32 = 40;
+/// Longest name a directory holds.
+const NAME_MAX: usize = 255;
+
+/// Where a walk ended: the directory holding the last component, its name, and what it
+/// names (`None`: nothing, for a call that creates it).
+pub struct Walked {
+    pub dir: Inode,
+    pub name: Vec<u8>,
+    pub found: Option<Inode>,
+    /// The path ended in `/`: what it names must be a directory.
+    pub trailing_slash: bool,
+}
+
+impl Walked {
+    /// The last component is `.` or `..` (which no call may create, remove or rename).
+    pub fn is_dots(&self) -> bool {
+        self.name == b"." || self.name == b".."
+    }
+
+    /// What the path names, which must exist.
+    pub fn existing(&self) -> Served<&Inode> {
+        self.found.as_ref().ok_or(Refusal::Errno(libc::ENOENT))
+    }
+}
+
+pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
+    ensure(!at.path.is_empty(), libc::ENOENT)?;
+    if at.path.first() == Some(&b'/') {
+        return Err(Refusal::Fallback);
+    }
+    let mut trailing_slash = at.path.last() == Some(&b'/');
+    let mut pending = components_reversed(&at.path);
+    let mut dir = engine.getattr(at.base)?;
+    ensure(dir.kind == FileKind::Directory, libc::ENOTDIR)?;
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        let last = pending.is_empty();
+        check(engine, caller, &dir, MAY_EXEC)?;
+        let child = match lookup(engine, &dir, &name)? {
+            Some(child) => child,
+            None if last => {
+                return Ok(Walked {
+                    dir,
+                    name,
+                    found: None,
+                    trailing_slash,
+                })
+            }
+            None => return Err(Refusal::Errno(libc::ENOENT)),
+        };
+        if child.kind == FileKind::Symlink && (!last || at.follow || trailing_slash) {
+            links += 1;
+            ensure(links <= MAX_SYMLINKS, libc::ELOOP)?;
+            let target = engine.readlink(child.ino)?;
+            ensure(!target.is_empty(), libc::ENOENT)?;
+            if target.first() == Some(&b'/') {
+                return Err(Refusal::Fallback);
+            }
+            if last && target.last() == Some(&b'/') {
+                trailing_slash = true;
+            }
+            pending.extend(components_reversed(&target));
+            continue;
+        }
+        if last {
+            ensure(
+                !trailing_slash || child.kind == FileKind::Directory,
+                libc::ENOTDIR,
+            )?;
+            return Ok(Walked {
+                dir,
+                name,
+                found: Some(child),
+                trailing_slash,
+            });
+        }
+        ensure(child.kind == FileKind::Directory, libc::ENOTDIR)?;
+        dir = child;
+    }
+    // Only slashes and dots were left (`a/.` was handled above): the path names `dir`.
+    Ok(Walked {
+        name: b".".to_vec(),
+        found: Some(dir.clone()),
+        dir,
+        trailing_slash,
+    })
+}
+
+/// The components of `path`, last first (a stack to pop), empty ones dropped.
+fn components_reversed(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&b| b == b'/')
+        .filter(|part| !part.is_empty())
+        .rev()
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// `name` in `dir`, with `.` and `..` (which leave the mount at its root: fall back).
+fn lookup(engine: &Engine, dir: &Inode, name: &[u8]) -> Served<Option<Inode>> {
+    match name {
+        b"." => Ok(Some(dir.clone())),
+        b".." if dir.ino == ROOT_INO => Err(Refusal::Fallback),
+        b".." => Ok(Some(engine.parent_of(dir.ino)?)),
+        _ if name.len() > NAME_MAX => Err(Refusal::Fallback),
+        _ => match engine.lookup_child(dir.ino, name) {
+            Ok(inode) => Ok(Some(inode)),
+            Err(FsError::NotFound) => Ok(None),
+            Err(error) => Err(error.into()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_skip_empty_parts() {
+        assert_eq!(
+            components_reversed(b"a//b/./c/"),
+            vec![b"c".to_vec(), b".".to_vec(), b"b".to_vec(), b"a".to_vec()]
+        );
+        assert!(components_reversed(b"///").is_empty());
+    }
+}

@@ -1,0 +1,52 @@
+//! The fast path's wire format: what a process under `shoal run` (the preload library)
+//! asks the daemon that serves a mount, and what it gets back, without the kernel's FUSE
+//! round trip.
+//!
+//! One connection per client thread: a Unix SOCK_SEQPACKET socket on the abstract address
+//! [`socket_name`] of the mount's device number, one request message answered by one reply
+//! message. The daemon learns who
+//! is calling from the socket (SO_PEERCRED, SO_PEERGROUPS), never from a message.
+//!
+//! Encoding: little-endian integers and length-prefixed byte strings, no padding, in the
+//! order each variant lists them. Every length is checked against the message before it is
+//! read, so a hostile message gets [`WireError`], never a panic.
+//!
+//! Both sides depend on this crate and on nothing of each other: the preload library
+//! (client) links no engine, the daemon's server links no interception code.
+
+#![deny(unsafe_code)]
+
+mod codec;
+mod message;
+
+pub use codec::{Decoder, Encoder, WireError};
+pub use message::{
+    At, Attr, Cookie, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status, Target,
+    TimeWire,
+};
+
+/// Bumped on any change of the messages; a client and a daemon that differ fall back to the
+/// kernel (the client says so in its statistics).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest message either side sends or accepts (a write's data plus its header).
+pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;
+
+/// Most bytes one read or write request carries; larger calls are split by the client, as
+/// the kernel splits them into FUSE requests of at most max_write. A message must fit the
+/// socket's default send buffer (net.core.wmem_default, 208 KiB), which only
+/// CAP_NET_ADMIN may raise.
+pub const MAX_IO_BYTES: usize = 128 * 1024;
+
+/// Longest path a request carries (PATH_MAX, terminating NUL included).
+pub const PATH_MAX_BYTES: usize = 4096;
+
+/// Directory entries one `ReadDir` reply carries at most.
+pub const READDIR_BATCH_ENTRIES: u32 = 512;
+
+/// The abstract Unix socket (no leading NUL here) where the daemon serving the mount with
+/// device number `major:minor` listens: a client finds it from /proc/self/mountinfo alone,
+/// and checks that the peer is the mount's owner (`user_id=`) before it trusts it.
+pub fn socket_name(major: u32, minor: u32) -> String {
+    format!("shoal-fastpath-{major}:{minor}")
+}

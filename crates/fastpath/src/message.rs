@@ -1,0 +1,800 @@
+//! Requests and replies. Each request names what it acts on by a directory inode and a
+//! path relative to it ([`At`], walked by the daemon as the kernel would), or by a handle
+//! the daemon gave out at open.
+
+use crate::codec::{Decoder, Encoder, WireError};
+use crate::{MAX_IO_BYTES, PATH_MAX_BYTES};
+
+/// Longest xattr name or value carried (the kernel's XATTR_SIZE_MAX is 64 KiB).
+const XATTR_MAX_BYTES: usize = 64 * 1024;
+/// Most entries a decoded `Entries` reply may hold (bounds the allocation).
+const ENTRIES_MAX: u32 = 4096;
+
+/// A path to walk: from directory inode `base` (the mount's root for an absolute path),
+/// following a final symlink or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct At {
+    pub base: u64,
+    pub path: Vec<u8>,
+    pub follow: bool,
+}
+
+/// A time in a setattr: leave it, set it to the daemon's now, or to a given instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeWire {
+    Omit,
+    Now,
+    At { secs: i64, nanos: u32 },
+}
+
+/// Attribute changes (chmod, chown, truncate, utimensat); `None`/`Omit` leaves a field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetAttrWire {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: TimeWire,
+    pub mtime: TimeWire,
+}
+
+/// What a setattr or an xattr call acts on: a path, or an open handle (the f- variants).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Path(At),
+    Handle(u64),
+}
+
+/// Where a directory listing resumes: after this name (`None`: from the start).
+pub type Cookie = Option<Vec<u8>>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Hello {
+        version: u32,
+    },
+    Stat {
+        at: At,
+    },
+    Access {
+        at: At,
+        mask: u32,
+    },
+    Open {
+        at: At,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    },
+    Close {
+        handle: u64,
+    },
+    Read {
+        handle: u64,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        handle: u64,
+        offset: u64,
+        append: bool,
+        data: Vec<u8>,
+    },
+    Fstat {
+        handle: u64,
+    },
+    Fsync {
+        handle: u64,
+    },
+    ReadDir {
+        handle: u64,
+        after: Cookie,
+        max: u32,
+    },
+    Mkdir {
+        at: At,
+        mode: u32,
+        umask: u32,
+    },
+    Unlink {
+        at: At,
+        dir: bool,
+    },
+    Rename {
+        from: At,
+        to: At,
+        flags: u32,
+    },
+    Link {
+        from: At,
+        to: At,
+    },
+    Symlink {
+        target: Vec<u8>,
+        at: At,
+    },
+    Readlink {
+        at: At,
+    },
+    SetAttr {
+        target: Target,
+        change: SetAttrWire,
+    },
+    GetXattr {
+        target: Target,
+        name: Vec<u8>,
+    },
+    ListXattr {
+        target: Target,
+    },
+    Sync,
+    /// The directory `at` names, searchable by the caller (chdir).
+    Resolve {
+        at: At,
+    },
+}
+
+/// File attributes as `stat` shows them (the mount's st_dev is the client's to add).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    /// Type and permission bits, as st_mode.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    pub blocks: u64,
+    pub blksize: u32,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryWire {
+    pub ino: u64,
+    /// d_type (DT_REG, DT_DIR, ...).
+    pub kind: u8,
+    pub name: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u32,
+    pub root: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opened {
+    pub handle: u64,
+    pub attr: Attr,
+    pub created: bool,
+}
+
+/// How a request ended: done, failed with an errno as the kernel would give it, or not
+/// attempted because the kernel must decide (nothing was changed: the client asks the
+/// kernel mount instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Errno(i32),
+    Fallback,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Empty,
+    Hello(Hello),
+    Attr(Attr),
+    Opened(Opened),
+    Data(Vec<u8>),
+    Written {
+        written: u64,
+        end: u64,
+    },
+    Entries {
+        entries: Vec<DirEntryWire>,
+        done: bool,
+    },
+}
+
+impl At {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.base).bytes(&self.path).bool(self.follow);
+    }
+
+    fn decode(d: &mut Decoder) -> Result<At, WireError> {
+        Ok(At {
+            base: d.u64()?,
+            path: d.bytes(PATH_MAX_BYTES)?.to_vec(),
+            follow: d.bool()?,
+        })
+    }
+}
+
+impl TimeWire {
+    fn encode(&self, e: &mut Encoder) {
+        match *self {
+            TimeWire::Omit => e.u8(0),
+            TimeWire::Now => e.u8(1),
+            TimeWire::At { secs, nanos } => e.u8(2).i64(secs).u32(nanos),
+        };
+    }
+
+    fn decode(d: &mut Decoder) -> Result<TimeWire, WireError> {
+        match d.u8()? {
+            0 => Ok(TimeWire::Omit),
+            1 => Ok(TimeWire::Now),
+            2 => Ok(TimeWire::At {
+                secs: d.i64()?,
+                nanos: d.u32()?,
+            }),
+            tag => Err(WireError::UnknownTag(u32::from(tag))),
+        }
+    }
+}
+
+fn encode_option_u32(e: &mut Encoder, value: Option<u32>) {
+    e.bool(value.is_some()).u32(value.unwrap_or(0));
+}
+
+fn decode_option_u32(d: &mut Decoder) -> Result<Option<u32>, WireError> {
+    let present = d.bool()?;
+    let value = d.u32()?;
+    Ok(present.then_some(value))
+}
+
+impl SetAttrWire {
+    fn encode(&self, e: &mut Encoder) {
+        encode_option_u32(e, self.mode);
+        encode_option_u32(e, self.uid);
+        encode_option_u32(e, self.gid);
+        e.bool(self.size.is_some()).u64(self.size.unwrap_or(0));
+        self.atime.encode(e);
+        self.mtime.encode(e);
+    }
+
+    fn decode(d: &mut Decoder) -> Result<SetAttrWire, WireError> {
+        let mode = decode_option_u32(d)?;
+        let uid = decode_option_u32(d)?;
+        let gid = decode_option_u32(d)?;
+        let has_size = d.bool()?;
+        let size = d.u64()?;
+        Ok(SetAttrWire {
+            mode,
+            uid,
+            gid,
+            size: has_size.then_some(size),
+            atime: TimeWire::decode(d)?,
+            mtime: TimeWire::decode(d)?,
+        })
+    }
+}
+
+impl Target {
+    fn encode(&self, e: &mut Encoder) {
+        match self {
+            Target::Path(at) => {
+                e.u8(0);
+                at.encode(e);
+            }
+            Target::Handle(handle) => {
+                e.u8(1).u64(*handle);
+            }
+        }
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Target, WireError> {
+        match d.u8()? {
+            0 => Ok(Target::Path(At::decode(d)?)),
+            1 => Ok(Target::Handle(d.u64()?)),
+            tag => Err(WireError::UnknownTag(u32::from(tag))),
+        }
+    }
+}
+
+impl Request {
+    fn tag(&self) -> u32 {
+        match self {
+            Request::Hello { .. } => 1,
+            Request::Stat { .. } => 2,
+            Request::Access { .. } => 3,
+            Request::Open { .. } => 4,
+            Request::Close { .. } => 5,
+            Request::Read { .. } => 6,
+            Request::Write { .. } => 7,
+            Request::Fstat { .. } => 8,
+            Request::Fsync { .. } => 9,
+            Request::ReadDir { .. } => 10,
+            Request::Mkdir { .. } => 11,
+            Request::Unlink { .. } => 12,
+            Request::Rename { .. } => 13,
+            Request::Link { .. } => 14,
+            Request::Symlink { .. } => 15,
+            Request::Readlink { .. } => 16,
+            Request::SetAttr { .. } => 17,
+            Request::GetXattr { .. } => 18,
+            Request::ListXattr { .. } => 19,
+            Request::Sync => 20,
+            Request::Resolve { .. } => 21,
+        }
+    }
+
+    /// Writes the message into `out` (cleared first).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut e = Encoder::new(out);
+        e.u32(self.tag());
+        match self {
+            Request::Hello { version } => {
+                e.u32(*version);
+            }
+            Request::Stat { at } | Request::Readlink { at } | Request::Resolve { at } => {
+                at.encode(&mut e)
+            }
+            Request::Access { at, mask } => {
+                at.encode(&mut e);
+                e.u32(*mask);
+            }
+            Request::Open {
+                at,
+                flags,
+                mode,
+                umask,
+            } => {
+                at.encode(&mut e);
+                e.i32(*flags).u32(*mode).u32(*umask);
+            }
+            Request::Close { handle } | Request::Fstat { handle } | Request::Fsync { handle } => {
+                e.u64(*handle);
+            }
+            Request::Read {
+                handle,
+                offset,
+                len,
+            } => {
+                e.u64(*handle).u64(*offset).u32(*len);
+            }
+            Request::Write {
+                handle,
+                offset,
+                append,
+                data,
+            } => {
+                e.u64(*handle).u64(*offset).bool(*append).bytes(data);
+            }
+            Request::ReadDir { handle, after, max } => {
+                e.u64(*handle).bool(after.is_some());
+                e.bytes(after.as_deref().unwrap_or_default()).u32(*max);
+            }
+            Request::Mkdir { at, mode, umask } => {
+                at.encode(&mut e);
+                e.u32(*mode).u32(*umask);
+            }
+            Request::Unlink { at, dir } => {
+                at.encode(&mut e);
+                e.bool(*dir);
+            }
+            Request::Rename { from, to, flags } => {
+                from.encode(&mut e);
+                to.encode(&mut e);
+                e.u32(*flags);
+            }
+            Request::Link { from, to } => {
+                from.encode(&mut e);
+                to.encode(&mut e);
+            }
+            Request::Symlink { target, at } => {
+                e.bytes(target);
+                at.encode(&mut e);
+            }
+            Request::SetAttr { target, change } => {
+                target.encode(&mut e);
+                change.encode(&mut e);
+            }
+            Request::GetXattr { target, name } => {
+                target.encode(&mut e);
+                e.bytes(name);
+            }
+            Request::ListXattr { target } => target.encode(&mut e),
+            Request::Sync => {}
+        }
+    }
+
+    pub fn decode(message: &[u8]) -> Result<Request, WireError> {
+        let mut d = Decoder::new(message);
+        let request = match d.u32()? {
+            1 => Request::Hello { version: d.u32()? },
+            2 => Request::Stat {
+                at: At::decode(&mut d)?,
+            },
+            3 => Request::Access {
+                at: At::decode(&mut d)?,
+                mask: d.u32()?,
+            },
+            4 => Request::Open {
+                at: At::decode(&mut d)?,
+                flags: d.i32()?,
+                mode: d.u32()?,
+                umask: d.u32()?,
+            },
+            5 => Request::Close { handle: d.u64()? },
+            6 => Request::Read {
+                handle: d.u64()?,
+                offset: d.u64()?,
+                len: d.u32()?,
+            },
+            7 => Request::Write {
+                handle: d.u64()?,
+                offset: d.u64()?,
+                append: d.bool()?,
+                data: d.bytes(MAX_IO_BYTES)?.to_vec(),
+            },
+            8 => Request::Fstat { handle: d.u64()? },
+            9 => Request::Fsync { handle: d.u64()? },
+            10 => {
+                let handle = d.u64()?;
+                let has_after = d.bool()?;
+                let after = d.bytes(PATH_MAX_BYTES)?.to_vec();
+                Request::ReadDir {
+                    handle,
+                    after: has_after.then_some(after),
+                    max: d.u32()?,
+                }
+            }
+            11 => Request::Mkdir {
+                at: At::decode(&mut d)?,
+                mode: d.u32()?,
+                umask: d.u32()?,
+            },
+            12 => Request::Unlink {
+                at: At::decode(&mut d)?,
+                dir: d.bool()?,
+            },
+            13 => Request::Rename {
+                from: At::decode(&mut d)?,
+                to: At::decode(&mut d)?,
+                flags: d.u32()?,
+            },
+            14 => Request::Link {
+                from: At::decode(&mut d)?,
+                to: At::decode(&mut d)?,
+            },
+            15 => Request::Symlink {
+                target: d.bytes(PATH_MAX_BYTES)?.to_vec(),
+                at: At::decode(&mut d)?,
+            },
+            16 => Request::Readlink {
+                at: At::decode(&mut d)?,
+            },
+            17 => Request::SetAttr {
+                target: Target::decode(&mut d)?,
+                change: SetAttrWire::decode(&mut d)?,
+            },
+            18 => Request::GetXattr {
+                target: Target::decode(&mut d)?,
+                name: d.bytes(XATTR_MAX_BYTES)?.to_vec(),
+            },
+            19 => Request::ListXattr {
+                target: Target::decode(&mut d)?,
+            },
+            20 => Request::Sync,
+            21 => Request::Resolve {
+                at: At::decode(&mut d)?,
+            },
+            tag => return Err(WireError::UnknownTag(tag)),
+        };
+        d.finish()?;
+        Ok(request)
+    }
+}
+
+impl Attr {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.ino).u32(self.mode).u32(self.nlink);
+        e.u32(self.uid).u32(self.gid).u32(self.rdev);
+        e.u64(self.size).u64(self.blocks).u32(self.blksize);
+        for (secs, nanos) in [self.atime, self.mtime, self.ctime] {
+            e.i64(secs).u32(nanos);
+        }
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Attr, WireError> {
+        Ok(Attr {
+            ino: d.u64()?,
+            mode: d.u32()?,
+            nlink: d.u32()?,
+            uid: d.u32()?,
+            gid: d.u32()?,
+            rdev: d.u32()?,
+            size: d.u64()?,
+            blocks: d.u64()?,
+            blksize: d.u32()?,
+            atime: (d.i64()?, d.u32()?),
+            mtime: (d.i64()?, d.u32()?),
+            ctime: (d.i64()?, d.u32()?),
+        })
+    }
+}
+
+impl Reply {
+    /// Writes a reply with its status into `out` (cleared first). A failed or fallen-back
+    /// request carries no body.
+    pub fn encode(status: Status, reply: &Reply, out: &mut Vec<u8>) {
+        let mut e = Encoder::new(out);
+        match status {
+            Status::Ok => e.u8(0),
+            Status::Errno(errno) => return void(e.u8(1).i32(errno)),
+            Status::Fallback => return void(e.u8(2)),
+        };
+        match reply {
+            Reply::Empty => {
+                e.u8(0);
+            }
+            Reply::Hello(hello) => {
+                e.u8(1).u32(hello.version).u64(hello.root);
+            }
+            Reply::Attr(attr) => {
+                e.u8(2);
+                attr.encode(&mut e);
+            }
+            Reply::Opened(opened) => {
+                e.u8(3).u64(opened.handle);
+                opened.attr.encode(&mut e);
+                e.bool(opened.created);
+            }
+            Reply::Data(data) => {
+                e.u8(4).bytes(data);
+            }
+            Reply::Written { written, end } => {
+                e.u8(5).u64(*written).u64(*end);
+            }
+            Reply::Entries { entries, done } => {
+                let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
+                e.u8(6).u32(count);
+                for entry in entries {
+                    e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
+                }
+                e.bool(*done);
+            }
+        }
+    }
+
+    pub fn decode(message: &[u8]) -> Result<(Status, Reply), WireError> {
+        let mut d = Decoder::new(message);
+        let status = match d.u8()? {
+            0 => Status::Ok,
+            1 => Status::Errno(d.i32()?),
+            2 => Status::Fallback,
+            tag => return Err(WireError::UnknownTag(u32::from(tag))),
+        };
+        if status != Status::Ok {
+            d.finish()?;
+            return Ok((status, Reply::Empty));
+        }
+        let reply = match d.u8()? {
+            0 => Reply::Empty,
+            1 => Reply::Hello(Hello {
+                version: d.u32()?,
+                root: d.u64()?,
+            }),
+            2 => Reply::Attr(Attr::decode(&mut d)?),
+            3 => Reply::Opened(Opened {
+                handle: d.u64()?,
+                attr: Attr::decode(&mut d)?,
+                created: d.bool()?,
+            }),
+            4 => Reply::Data(d.bytes(MAX_IO_BYTES.max(XATTR_MAX_BYTES))?.to_vec()),
+            5 => Reply::Written {
+                written: d.u64()?,
+                end: d.u64()?,
+            },
+            6 => decode_entries(&mut d)?,
+            tag => return Err(WireError::UnknownTag(u32::from(tag))),
+        };
+        d.finish()?;
+        Ok((status, reply))
+    }
+}
+
+fn decode_entries(d: &mut Decoder) -> Result<Reply, WireError> {
+    let count = d.u32()?;
+    if count > ENTRIES_MAX {
+        return Err(WireError::TooLong);
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        entries.push(DirEntryWire {
+            ino: d.u64()?,
+            kind: d.u8()?,
+            name: d.bytes(PATH_MAX_BYTES)?.to_vec(),
+        });
+    }
+    Ok(Reply::Entries {
+        entries,
+        done: d.bool()?,
+    })
+}
+
+fn void(_: &mut Encoder) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(path: &[u8]) -> At {
+        At {
+            base: 1,
+            path: path.to_vec(),
+            follow: true,
+        }
+    }
+
+    fn every_request() -> Vec<Request> {
+        let change = SetAttrWire {
+            mode: Some(0o644),
+            uid: None,
+            gid: Some(5),
+            size: Some(9),
+            atime: TimeWire::Now,
+            mtime: TimeWire::At { secs: -1, nanos: 5 },
+        };
+        vec![
+            Request::Hello { version: 1 },
+            Request::Stat { at: at(b"a/b") },
+            Request::Access {
+                at: at(b"x"),
+                mask: 4,
+            },
+            Request::Open {
+                at: at(b"f"),
+                flags: 0o1101,
+                mode: 0o644,
+                umask: 0o22,
+            },
+            Request::Close { handle: 3 },
+            Request::Read {
+                handle: 3,
+                offset: 10,
+                len: 4096,
+            },
+            Request::Write {
+                handle: 3,
+                offset: 0,
+                append: true,
+                data: b"hello".to_vec(),
+            },
+            Request::Fstat { handle: 3 },
+            Request::Fsync { handle: 3 },
+            Request::ReadDir {
+                handle: 4,
+                after: Some(b"m".to_vec()),
+                max: 64,
+            },
+            Request::ReadDir {
+                handle: 4,
+                after: None,
+                max: 64,
+            },
+            Request::Mkdir {
+                at: at(b"d"),
+                mode: 0o755,
+                umask: 0o22,
+            },
+            Request::Unlink {
+                at: at(b"d"),
+                dir: true,
+            },
+            Request::Rename {
+                from: at(b"a"),
+                to: at(b"b"),
+                flags: 1,
+            },
+            Request::Link {
+                from: at(b"a"),
+                to: at(b"c"),
+            },
+            Request::Symlink {
+                target: b"../t".to_vec(),
+                at: at(b"l"),
+            },
+            Request::Readlink { at: at(b"l") },
+            Request::SetAttr {
+                target: Target::Path(at(b"f")),
+                change: change.clone(),
+            },
+            Request::SetAttr {
+                target: Target::Handle(7),
+                change,
+            },
+            Request::GetXattr {
+                target: Target::Handle(7),
+                name: b"user.a".to_vec(),
+            },
+            Request::ListXattr {
+                target: Target::Path(at(b"f")),
+            },
+            Request::Sync,
+            Request::Resolve { at: at(b"d") },
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips_and_every_cut_is_an_error() {
+        let mut buf = Vec::new();
+        for request in every_request() {
+            request.encode(&mut buf);
+            assert_eq!(Request::decode(&buf), Ok(request.clone()));
+            for cut in 0..buf.len() {
+                assert!(
+                    Request::decode(&buf[..cut]).is_err(),
+                    "{request:?} cut at {cut}"
+                );
+            }
+            buf.push(0);
+            assert_eq!(Request::decode(&buf), Err(WireError::TrailingBytes));
+        }
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let attr = Attr {
+            ino: 9,
+            mode: 0o100644,
+            nlink: 1,
+            size: 5,
+            ..Attr::default()
+        };
+        let replies = [
+            Reply::Empty,
+            Reply::Hello(Hello {
+                version: 1,
+                root: 1,
+            }),
+            Reply::Attr(attr),
+            Reply::Opened(Opened {
+                handle: 2,
+                attr,
+                created: true,
+            }),
+            Reply::Data(b"bytes".to_vec()),
+            Reply::Written {
+                written: 5,
+                end: 10,
+            },
+            Reply::Entries {
+                entries: vec![DirEntryWire {
+                    ino: 3,
+                    kind: 4,
+                    name: b"d".to_vec(),
+                }],
+                done: false,
+            },
+        ];
+        let mut buf = Vec::new();
+        for reply in replies {
+            Reply::encode(Status::Ok, &reply, &mut buf);
+            assert_eq!(Reply::decode(&buf), Ok((Status::Ok, reply)));
+        }
+        Reply::encode(Status::Errno(2), &Reply::Empty, &mut buf);
+        assert_eq!(Reply::decode(&buf), Ok((Status::Errno(2), Reply::Empty)));
+        Reply::encode(Status::Fallback, &Reply::Empty, &mut buf);
+        assert_eq!(Reply::decode(&buf), Ok((Status::Fallback, Reply::Empty)));
+    }
+
+    #[test]
+    fn hostile_messages_are_errors_not_panics() {
+        // Lengths far past the message, unknown tags, huge entry counts.
+        let cases: [&[u8]; 4] = [
+            &[2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255],
+            &[99, 0, 0, 0],
+            &[0, 6, 255, 255, 255, 255],
+            &[],
+        ];
+        for case in cases {
+            assert!(Request::decode(case).is_err() || Reply::decode(case).is_err());
+        }
+        assert!(Reply::decode(&[0, 6, 255, 255, 255, 255]).is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! chmod, chown, utimensat, truncate and the xattr reads: attribute calls by path or by
+//! fast descriptor.
+
+use shoal_fastpath::{Reply, Request, SetAttrWire, Target, TimeWire};
+
+use super::stat::{named, Named};
+use super::{ask, copy_out, fail, kernel, Answer};
+use crate::fds;
+
+const UTIME_NOW: i64 = (1 << 30) - 1;
+const UTIME_OMIT: i64 = (1 << 30) - 2;
+
+fn no_change() -> SetAttrWire {
+    SetAttrWire {
+        mode: None,
+        uid: None,
+        gid: None,
+        size: None,
+        atime: TimeWire::Omit,
+        mtime: TimeWire::Omit,
+    }
+}
+
+/// The target of an f- call (a fast descriptor) or of a path call.
+fn target_of(named: Named) -> Result<Option<(usize, Target)>, i32> {
+    match named {
+        Named::Handle(mount, handle) => Ok(Some((mount, Target::Handle(handle)))),
+        Named::Path(mount, at) => Ok(Some((mount, Target::Path(at)))),
+        Named::Kernel => Ok(None),
+        Named::Fail(errno) => Err(errno),
+    }
+}
+
+fn descriptor(fd: i64) -> Named {
+    match fds::get(fd) {
+        Some(file) => Named::Handle(file.mount, file.handle),
+        None => Named::Kernel,
+    }
+}
+
+fn set_attr(
+    nr: i64,
+    args: [i64; 6],
+    positions: &[usize],
+    named: Named,
+    change: SetAttrWire,
+) -> Option<i64> {
+    let (mount, target) = match target_of(named) {
+        Ok(Some(found)) => found,
+        Ok(None) => return None,
+        Err(errno) => return Some(fail(errno)),
+    };
+    Some(match ask(nr, mount, &Request::SetAttr { target, change }) {
+        Answer::Done(_) => 0,
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
+}
+
+pub fn chmod(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (named, mode, positions): (Named, u32, &[usize]) = match nr {
+        libc::SYS_fchmod => (descriptor(args[0]), args[1] as u32, &[0]),
+        libc::SYS_chmod => (named(cwd, args[0], 0), args[1] as u32, &[]),
+        // fchmodat's flags argument is not the kernel's (glibc emulates NOFOLLOW).
+        _ => (named(args[0], args[1], 0), args[2] as u32, &[0]),
+    };
+    set_attr(
+        nr,
+        args,
+        positions,
+        named,
+        SetAttrWire {
+            mode: Some(mode & 0o7777),
+            ..no_change()
+        },
+    )
+}
+
+pub fn chown(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (named, uid, gid, positions): (Named, i64, i64, &[usize]) = match nr {
+        libc::SYS_fchown => (descriptor(args[0]), args[1], args[2], &[0]),
+        libc::SYS_chown => (named(cwd, args[0], 0), args[1], args[2], &[]),
+        libc::SYS_lchown => (
+            named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW),
+            args[1],
+            args[2],
+            &[],
+        ),
+        _ => (
+            named(args[0], args[1], args[4] as i32),
+            args[2],
+            args[3],
+            &[0],
+        ),
+    };
+    let id = |value: i64| (value as u32 != u32::MAX).then_some(value as u32);
+    set_attr(
+        nr,
+        args,
+        positions,
+        named,
+        SetAttrWire {
+            uid: id(uid),
+            gid: id(gid),
+            ..no_change()
+        },
+    )
+}
+
+fn time_of(spec: libc::timespec) -> Result<TimeWire, i32> {
+    match spec.tv_nsec {
+        UTIME_NOW => Ok(TimeWire::Now),
+        UTIME_OMIT => Ok(TimeWire::Omit),
+        0..=999_999_999 => Ok(TimeWire::At {
+            secs: spec.tv_sec,
+            nanos: spec.tv_nsec as u32,
+        }),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// utimensat(dirfd, path, times, flags); a NULL path is futimens on dirfd.
+pub fn utimensat(args: [i64; 6]) -> Option<i64> {
+    let nr = libc::SYS_utimensat;
+    let (atime, mtime) = if args[2] == 0 {
+        (TimeWire::Now, TimeWire::Now)
+    } else {
+        // SAFETY: the program passed two timespecs, as utimensat(2) requires.
+        let times = unsafe { std::ptr::read_unaligned(args[2] as *const [libc::timespec; 2]) };
+        match (time_of(times[0]), time_of(times[1])) {
+            (Ok(atime), Ok(mtime)) => (atime, mtime),
+            _ => return Some(fail(libc::EINVAL)),
+        }
+    };
+    let named = if args[1] == 0 {
+        descriptor(args[0])
+    } else {
+        named(args[0], args[1], args[3] as i32)
+    };
+    set_attr(
+        nr,
+        args,
+        &[0],
+        named,
+        SetAttrWire {
+            atime,
+            mtime,
+            ..no_change()
+        },
+    )
+}
+
+pub fn truncate(nr: i64, args: [i64; 6]) -> Option<i64> {
+    if args[1] < 0 {
+        return Some(fail(libc::EINVAL));
+    }
+    let (named, positions): (Named, &[usize]) = match nr {
+        libc::SYS_ftruncate => {
+            let file = fds::get(args[0])?;
+            if file.directory || !file.writable() {
+                return Some(fail(libc::EINVAL));
+            }
+            (Named::Handle(file.mount, file.handle), &[0])
+        }
+        _ => (named(i64::from(libc::AT_FDCWD), args[0], 0), &[]),
+    };
+    set_attr(
+        nr,
+        args,
+        positions,
+        named,
+        SetAttrWire {
+            size: Some(args[1] as u64),
+            ..no_change()
+        },
+    )
+}
+
+/// The value (size 0: its length) as getxattr(2) returns it into the program's buffer.
+fn xattr_result(value: &[u8], buf: i64, size: usize) -> i64 {
+    if size == 0 {
+        return value.len() as i64;
+    }
+    if value.len() > size {
+        return fail(libc::ERANGE);
+    }
+    // SAFETY: the program's buffer holds `size` bytes; `value.len() <= size`.
+    unsafe { copy_out(buf, value) };
+    value.len() as i64
+}
+
+pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (named, positions): (Named, &[usize]) = match nr {
+        libc::SYS_fgetxattr => (descriptor(args[0]), &[0]),
+        libc::SYS_lgetxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
+        _ => (named(cwd, args[0], 0), &[]),
+    };
+    let name = match crate::resolve::c_path(args[1]) {
+        Ok(name) => name.to_vec(),
+        Err(errno) => return Some(fail(errno)),
+    };
+    let (mount, target) = match target_of(named) {
+        Ok(Some(found)) => found,
+        Ok(None) => return None,
+        Err(errno) => return Some(fail(errno)),
+    };
+    Some(match ask(nr, mount, &Request::GetXattr { target, name }) {
+        Answer::Done(Reply::Data(value)) => xattr_result(&value, args[2], args[3] as usize),
+        Answer::Done(_) => fail(libc::EPROTO),
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
+}
+
+pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (named, positions): (Named, &[usize]) = match nr {
+        libc::SYS_flistxattr => (descriptor(args[0]), &[0]),
+        libc::SYS_llistxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
+        _ => (named(cwd, args[0], 0), &[]),
+    };
+    let (mount, target) = match target_of(named) {
+        Ok(Some(found)) => found,
+        Ok(None) => return None,
+        Err(errno) => return Some(fail(errno)),
+    };
+    Some(match ask(nr, mount, &Request::ListXattr { target }) {
+        Answer::Done(Reply::Data(list)) => xattr_result(&list, args[1], args[2] as usize),
+        Answer::Done(_) => fail(libc::EPROTO),
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
+}

@@ -1,0 +1,137 @@
+//! close, close_range, dup, dup2, dup3, fcntl, and the calls that hand descriptors to the
+//! kernel (sendmsg with SCM_RIGHTS, poll, select): the table follows the kernel's numbering.
+
+use super::{fail, kernel, raw};
+use crate::fds;
+
+pub fn close(args: [i64; 6]) -> Option<i64> {
+    let fd = args[0];
+    fds::get(fd)?;
+    fds::remove(fd);
+    Some(raw(libc::SYS_close, args))
+}
+
+pub fn close_range(args: [i64; 6]) -> Option<i64> {
+    let flags = args[2] as u32;
+    let result = raw(libc::SYS_close_range, args);
+    // With CLOSE_RANGE_CLOEXEC the kernel only marks the placeholders; they stay fast.
+    if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC == 0 {
+        fds::remove_range(args[0] as u32, args[1] as u32);
+    }
+    Some(result)
+}
+
+/// dup(2), dup2(2), dup3(2): the kernel numbers a copy of the placeholder; the copy shares
+/// the open file. A fast descriptor replaced by dup2 is closed.
+pub fn dup(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let old = fds::get(args[0]);
+    let replaces_fast = nr != libc::SYS_dup && fds::is_fast(args[1]) && args[0] != args[1];
+    if old.is_none() && !replaces_fast {
+        return None;
+    }
+    let result = raw(nr, args);
+    if result < 0 {
+        return Some(result);
+    }
+    if replaces_fast {
+        fds::remove(result);
+    }
+    if let Some(file) = old {
+        fds::insert(result as i32, file);
+    }
+    Some(result)
+}
+
+const SETTABLE_FLAGS: i32 = libc::O_APPEND | libc::O_NONBLOCK;
+
+pub fn fcntl(args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    let cmd = args[1] as i32;
+    Some(match cmd {
+        libc::F_GETFL => i64::from(file.status_flags() | libc::O_LARGEFILE),
+        libc::F_SETFL => {
+            let wanted = args[2] as i32;
+            // O_DIRECT, O_ASYNC and O_NOATIME change how I/O works: the kernel's.
+            if wanted & (libc::O_DIRECT | libc::O_ASYNC | libc::O_NOATIME) != 0 {
+                return Some(kernel(libc::SYS_fcntl, args, &[0]));
+            }
+            let kept = file.status_flags() & !SETTABLE_FLAGS;
+            file.flags.store(
+                kept | (wanted & SETTABLE_FLAGS),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            0
+        }
+        // Close-on-exec lives on the placeholder, in the kernel.
+        libc::F_GETFD | libc::F_SETFD => raw(libc::SYS_fcntl, args),
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let result = raw(libc::SYS_fcntl, args);
+            if result >= 0 {
+                fds::insert(result as i32, file);
+            }
+            result
+        }
+        // Locks, leases, pipe sizes, seals, owners: the kernel's, on the real file.
+        _ => kernel(libc::SYS_fcntl, args, &[0]),
+    })
+}
+
+/// sendmsg(2) passing fast descriptors (SCM_RIGHTS) passes kernel ones instead.
+pub fn sendmsg(args: [i64; 6]) -> Option<i64> {
+    if args[1] == 0 {
+        return None;
+    }
+    // SAFETY: the program passed a msghdr, as sendmsg(2) requires.
+    let message = unsafe { std::ptr::read_unaligned(args[1] as *const libc::msghdr) };
+    if message.msg_control.is_null() {
+        return None;
+    }
+    // SAFETY: the control buffer is the program's, walked with the libc macros within
+    // msg_controllen as the kernel walks it.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header) as *const i32;
+                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for index in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(index));
+                    if let Err(errno) = fds::to_kernel(i64::from(fd)) {
+                        return Some(fail(errno));
+                    }
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    None
+}
+
+/// poll(2), ppoll(2) on fast descriptors poll their kernel descriptors.
+pub fn poll(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let count = usize::try_from(args[1]).ok()?;
+    for index in 0..count.min(1 << 16) {
+        // SAFETY: the program passed `count` pollfds, as poll(2) requires.
+        let entry =
+            unsafe { std::ptr::read_unaligned((args[0] as *const libc::pollfd).add(index)) };
+        if let Err(errno) = fds::to_kernel(i64::from(entry.fd)) {
+            return Some(fail(errno));
+        }
+    }
+    let _ = nr;
+    None
+}
+
+/// select(2), pselect6(2): any fast descriptor below nfds becomes a kernel one first.
+pub fn select(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let nfds = args[0].clamp(0, 1024);
+    for (fd, _) in fds::snapshot() {
+        if i64::from(fd) < nfds {
+            if let Err(errno) = fds::to_kernel(i64::from(fd)) {
+                return Some(fail(errno));
+            }
+        }
+    }
+    let _ = nr;
+    None
+}

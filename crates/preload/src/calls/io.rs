@@ -1,0 +1,391 @@
+//! Reads, writes, seeks, directory listings and syncs on fast descriptors.
+
+use shoal_fastpath::{Reply, Request, MAX_IO_BYTES, READDIR_BATCH_ENTRIES};
+
+use super::{ask, copy_out, fail, kernel, Answer};
+use crate::fds::{self, OpenFile};
+use crate::mounts;
+
+/// A read or write the daemon left to the kernel: made there once the offset lock is
+/// released (the conversion to a kernel descriptor reads the offset).
+const TO_KERNEL: i64 = i64::MIN;
+
+/// The call's result, or the kernel's when the daemon left it to the kernel.
+fn finish(nr: i64, args: [i64; 6], result: i64) -> i64 {
+    if result == TO_KERNEL {
+        kernel(nr, args, &[0])
+    } else {
+        result
+    }
+}
+
+/// One chunk of a read or write, at most MAX_IO_BYTES.
+fn chunk(remaining: usize) -> usize {
+    remaining.min(MAX_IO_BYTES)
+}
+
+/// An iovec array as (pointer, length) pairs.
+fn iovecs(ptr: i64, count: i64) -> Result<Vec<(i64, usize)>, i32> {
+    if !(0..=1024).contains(&count) {
+        return Err(libc::EINVAL);
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    for index in 0..count as usize {
+        // SAFETY: the program passed `count` iovecs at `ptr`, as readv(2) requires.
+        let iov = unsafe { std::ptr::read_unaligned((ptr as *const libc::iovec).add(index)) };
+        out.push((iov.iov_base as i64, iov.iov_len));
+    }
+    Ok(out)
+}
+
+pub fn read(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    if file.directory {
+        return Some(fail(libc::EISDIR));
+    }
+    if !file.readable() {
+        return Some(fail(libc::EBADF));
+    }
+    let buffers = match nr {
+        libc::SYS_readv => match iovecs(args[1], args[2]) {
+            Ok(buffers) => buffers,
+            Err(errno) => return Some(fail(errno)),
+        },
+        _ => vec![(args[1], args[2] as usize)],
+    };
+    if nr == libc::SYS_pread64 {
+        if args[3] < 0 {
+            return Some(fail(libc::EINVAL));
+        }
+        let result = read_at(nr, &file, &buffers, args[3] as u64).map_or_else(|r| r, |(n, _)| n);
+        return Some(finish(nr, args, result));
+    }
+    let mut offset = file.lock_offset();
+    let result = match read_at(nr, &file, &buffers, *offset) {
+        Ok((n, end)) => {
+            *offset = end;
+            n
+        }
+        Err(result) => result,
+    };
+    drop(offset);
+    Some(finish(nr, args, result))
+}
+
+/// Fills `buffers` from `offset` until they are full or the file ends; returns the byte
+/// count and the offset after them (or what the call returns instead).
+fn read_at(
+    nr: i64,
+    file: &OpenFile,
+    buffers: &[(i64, usize)],
+    offset: u64,
+) -> Result<(i64, u64), i64> {
+    let mut position = offset;
+    let mut total = 0i64;
+    for &(ptr, len) in buffers {
+        let mut done = 0;
+        while done < len {
+            let want = chunk(len - done) as u32;
+            let request = Request::Read {
+                handle: file.handle,
+                offset: position,
+                len: want,
+            };
+            let data = match ask(nr, file.mount, &request) {
+                Answer::Done(Reply::Data(data)) => data,
+                Answer::Done(_) => return Err(fail(libc::EPROTO)),
+                Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
+                Answer::Errno(_) => return Ok((total, position)),
+                Answer::Kernel => return Err(TO_KERNEL),
+            };
+            let got = data.len().min(len - done);
+            // SAFETY: the program's buffer holds `len` bytes; `done + got <= len`.
+            unsafe { copy_out(ptr + done as i64, &data[..got]) };
+            done += got;
+            total += got as i64;
+            position += got as u64;
+            if got < want as usize {
+                return Ok((total, position));
+            }
+        }
+    }
+    Ok((total, position))
+}
+
+pub fn write(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    if file.directory || !file.writable() {
+        return Some(fail(libc::EBADF));
+    }
+    let buffers = match nr {
+        libc::SYS_writev => match iovecs(args[1], args[2]) {
+            Ok(buffers) => buffers,
+            Err(errno) => return Some(fail(errno)),
+        },
+        _ => vec![(args[1], args[2] as usize)],
+    };
+    let append = file.status_flags() & libc::O_APPEND != 0;
+    if nr == libc::SYS_pwrite64 {
+        if args[3] < 0 {
+            return Some(fail(libc::EINVAL));
+        }
+        // Linux appends a pwrite to an O_APPEND file, whatever its offset.
+        let result =
+            write_at(nr, &file, &buffers, args[3] as u64, append).map_or_else(|r| r, |(n, _)| n);
+        return Some(finish(nr, args, result));
+    }
+    let mut offset = file.lock_offset();
+    let result = match write_at(nr, &file, &buffers, *offset, append) {
+        Ok((n, end)) => {
+            *offset = end;
+            n
+        }
+        Err(result) => result,
+    };
+    drop(offset);
+    Some(finish(nr, args, result))
+}
+
+fn write_at(
+    nr: i64,
+    file: &OpenFile,
+    buffers: &[(i64, usize)],
+    offset: u64,
+    append: bool,
+) -> Result<(i64, u64), i64> {
+    let mut position = offset;
+    let mut total = 0i64;
+    for &(ptr, len) in buffers {
+        let mut done = 0;
+        while done < len {
+            let n = chunk(len - done);
+            // SAFETY: the program's buffer holds `len` bytes; `done + n <= len`.
+            let data = unsafe { std::slice::from_raw_parts((ptr + done as i64) as *const u8, n) };
+            let request = Request::Write {
+                handle: file.handle,
+                offset: position,
+                append,
+                data: data.to_vec(),
+            };
+            let (written, end) = match ask(nr, file.mount, &request) {
+                Answer::Done(Reply::Written { written, end }) => (written as usize, end),
+                Answer::Done(_) => return Err(fail(libc::EPROTO)),
+                Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
+                Answer::Errno(_) => return Ok((total, position)),
+                Answer::Kernel => return Err(TO_KERNEL),
+            };
+            done += written;
+            total += written as i64;
+            position = end;
+            if written < n {
+                return Ok((total, position));
+            }
+        }
+    }
+    if file.status_flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+        if let Answer::Errno(errno) = ask(
+            nr,
+            file.mount,
+            &Request::Fsync {
+                handle: file.handle,
+            },
+        ) {
+            return Err(fail(errno));
+        }
+    }
+    Ok((total, position))
+}
+
+pub fn lseek(args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    let (offset, whence) = (args[1], args[2] as i32);
+    if file.directory {
+        return Some(seek_directory(&file, offset, whence));
+    }
+    let base = match whence {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => *file.lock_offset() as i64,
+        libc::SEEK_END => match ask(
+            libc::SYS_lseek,
+            file.mount,
+            &Request::Fstat {
+                handle: file.handle,
+            },
+        ) {
+            Answer::Done(Reply::Attr(attr)) => attr.size as i64,
+            Answer::Errno(errno) => return Some(fail(errno)),
+            _ => return Some(kernel(libc::SYS_lseek, args, &[0])),
+        },
+        // SEEK_DATA, SEEK_HOLE: the kernel knows the rules.
+        _ => return Some(kernel(libc::SYS_lseek, args, &[0])),
+    };
+    let Some(target) = base.checked_add(offset).filter(|t| *t >= 0) else {
+        return Some(fail(libc::EINVAL));
+    };
+    *file.lock_offset() = target as u64;
+    Some(target)
+}
+
+/// A directory's offsets are entry counts: 0 rewinds, a position telldir gave resumes.
+fn seek_directory(file: &OpenFile, offset: i64, whence: i32) -> i64 {
+    let mut cursor = file.lock_cursor();
+    let target = match whence {
+        libc::SEEK_SET => offset,
+        libc::SEEK_CUR => cursor.position as i64 + offset,
+        _ => return fail(libc::EINVAL),
+    };
+    if target < 0 {
+        return fail(libc::EINVAL);
+    }
+    if target as u64 != cursor.position {
+        *cursor = crate::fds::DirCursor::default();
+        drop(cursor);
+        skip_entries(file, target as u64);
+    }
+    target
+}
+
+fn skip_entries(file: &OpenFile, count: u64) {
+    let mut cursor = file.lock_cursor();
+    while cursor.position < count {
+        if cursor.buffered.is_empty() && (cursor.done || fetch(file, &mut cursor).is_err()) {
+            return;
+        }
+        if cursor.buffered.pop_front().is_some() {
+            cursor.position += 1;
+        }
+    }
+}
+
+fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64> {
+    let request = Request::ReadDir {
+        handle: file.handle,
+        after: if cursor.started {
+            cursor.after.clone()
+        } else {
+            None
+        },
+        max: READDIR_BATCH_ENTRIES,
+    };
+    match ask(libc::SYS_getdents64, file.mount, &request) {
+        Answer::Done(Reply::Entries { entries, done }) => {
+            cursor.started = true;
+            if let Some(last) = entries
+                .iter()
+                .rev()
+                .find(|e| e.name != b"." && e.name != b"..")
+            {
+                cursor.after = Some(last.name.clone());
+            }
+            cursor.done = done;
+            cursor.buffered.extend(entries);
+            Ok(())
+        }
+        Answer::Done(_) => Err(fail(libc::EPROTO)),
+        Answer::Errno(errno) => Err(fail(errno)),
+        Answer::Kernel => Err(fail(libc::EIO)),
+    }
+}
+
+/// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
+const DIRENT_HEADER: usize = 19;
+
+pub fn getdents64(args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    if !file.directory {
+        return Some(fail(libc::ENOTDIR));
+    }
+    let (buf, size) = (args[1], args[2] as usize);
+    let mut cursor = file.lock_cursor();
+    let mut used = 0usize;
+    loop {
+        if cursor.buffered.is_empty() {
+            if cursor.done {
+                break;
+            }
+            if let Err(result) = fetch(&file, &mut cursor) {
+                return Some(if used > 0 { used as i64 } else { result });
+            }
+            if cursor.buffered.is_empty() {
+                break;
+            }
+        }
+        let Some(entry) = cursor.buffered.front() else {
+            break;
+        };
+        let reclen = (DIRENT_HEADER + entry.name.len() + 1).next_multiple_of(8);
+        if used + reclen > size {
+            if used == 0 {
+                return Some(fail(libc::EINVAL));
+            }
+            break;
+        }
+        let mut record = vec![0u8; reclen];
+        record[0..8].copy_from_slice(&entry.ino.to_ne_bytes());
+        record[8..16].copy_from_slice(&((cursor.position + 1) as i64).to_ne_bytes());
+        record[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
+        record[18] = entry.kind;
+        record[DIRENT_HEADER..DIRENT_HEADER + entry.name.len()].copy_from_slice(&entry.name);
+        // SAFETY: the program's buffer holds `size` bytes; `used + reclen <= size`.
+        unsafe { copy_out(buf + used as i64, &record) };
+        used += reclen;
+        cursor.buffered.pop_front();
+        cursor.position += 1;
+    }
+    Some(used as i64)
+}
+
+pub fn fsync(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let file = fds::get(args[0])?;
+    Some(
+        match ask(
+            nr,
+            file.mount,
+            &Request::Fsync {
+                handle: file.handle,
+            },
+        ) {
+            Answer::Done(_) => 0,
+            Answer::Errno(errno) => fail(errno),
+            Answer::Kernel => kernel(nr, args, &[0]),
+        },
+    )
+}
+
+/// sync(2) and syncfs(2): the kernel does not pass syncfs on to a FUSE daemon, so the
+/// fast path asks every daemon (sync) or the descriptor's (syncfs) itself, then the
+/// kernel does the rest.
+pub fn sync(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let mut targets: Vec<usize> = Vec::new();
+    if nr == libc::SYS_sync {
+        targets.extend((0..mounts::all().len()).filter(|&i| mounts::all()[i].usable()));
+    } else if let Some(file) = fds::get(args[0]) {
+        targets.push(file.mount);
+    } else if let Some(mount) = mount_of_kernel_fd(args[0]) {
+        targets.push(mount);
+    }
+    for mount in targets {
+        if let Answer::Errno(errno) = ask(nr, mount, &Request::Sync) {
+            return Some(fail(errno));
+        }
+    }
+    Some(kernel(
+        nr,
+        args,
+        if nr == libc::SYS_syncfs { &[0] } else { &[] },
+    ))
+}
+
+fn mount_of_kernel_fd(fd: i64) -> Option<usize> {
+    if !(0..=i64::from(i32::MAX)).contains(&fd) {
+        return None;
+    }
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if crate::sys::fstat(fd as i32, &mut stat) < 0 {
+        return None;
+    }
+    mounts::all()
+        .iter()
+        .position(|m| m.usable() && m.dev() == stat.st_dev)
+}

@@ -1,0 +1,286 @@
+//! The handler: every intercepted system call comes here, and goes to the daemon when it
+//! names a file on a usable shoal mount, to the kernel otherwise. A call the daemon cannot
+//! decide (it falls back) is made in the kernel exactly as the program made it, after any
+//! fast descriptor among its arguments has become a kernel one.
+
+mod attrs;
+mod descriptors;
+mod io;
+mod names;
+mod open;
+mod process;
+mod stat;
+
+use shoal_fastpath::{Reply, Request, Status};
+
+use crate::channel::{self, ChannelError};
+use crate::fds;
+use crate::stats::{self, Way};
+
+/// Every call the library intercepts.
+pub const NUMBERS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_open,
+    libc::SYS_close,
+    libc::SYS_stat,
+    libc::SYS_fstat,
+    libc::SYS_lstat,
+    libc::SYS_lseek,
+    libc::SYS_mmap,
+    libc::SYS_ioctl,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_access,
+    libc::SYS_dup,
+    libc::SYS_dup2,
+    libc::SYS_sendfile,
+    libc::SYS_sendmsg,
+    libc::SYS_execve,
+    libc::SYS_fcntl,
+    libc::SYS_flock,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_truncate,
+    libc::SYS_ftruncate,
+    libc::SYS_chdir,
+    libc::SYS_fchdir,
+    libc::SYS_rename,
+    libc::SYS_mkdir,
+    libc::SYS_rmdir,
+    libc::SYS_creat,
+    libc::SYS_link,
+    libc::SYS_unlink,
+    libc::SYS_symlink,
+    libc::SYS_readlink,
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_umask,
+    libc::SYS_setuid,
+    libc::SYS_setgid,
+    libc::SYS_setreuid,
+    libc::SYS_setregid,
+    libc::SYS_setgroups,
+    libc::SYS_setresuid,
+    libc::SYS_setresgid,
+    libc::SYS_setfsuid,
+    libc::SYS_setfsgid,
+    libc::SYS_capset,
+    libc::SYS_fstatfs,
+    libc::SYS_sync,
+    libc::SYS_readahead,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_getxattr,
+    libc::SYS_lgetxattr,
+    libc::SYS_fgetxattr,
+    libc::SYS_listxattr,
+    libc::SYS_llistxattr,
+    libc::SYS_flistxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_getdents64,
+    libc::SYS_fadvise64,
+    libc::SYS_openat,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_fchownat,
+    libc::SYS_newfstatat,
+    libc::SYS_unlinkat,
+    libc::SYS_renameat,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_readlinkat,
+    libc::SYS_fchmodat,
+    libc::SYS_faccessat,
+    libc::SYS_splice,
+    libc::SYS_tee,
+    libc::SYS_sync_file_range,
+    libc::SYS_utimensat,
+    libc::SYS_fallocate,
+    libc::SYS_dup3,
+    libc::SYS_preadv,
+    libc::SYS_pwritev,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_syncfs,
+    libc::SYS_execveat,
+    libc::SYS_renameat2,
+    libc::SYS_copy_file_range,
+    libc::SYS_preadv2,
+    libc::SYS_pwritev2,
+    libc::SYS_statx,
+    libc::SYS_close_range,
+    libc::SYS_openat2,
+    libc::SYS_faccessat2,
+    libc::SYS_utimes,
+    libc::SYS_futimesat,
+    libc::SYS_utime,
+    libc::SYS_mknod,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_ctl,
+    libc::SYS_getdents,
+    libc::SYS_statfs,
+];
+
+/// Argument positions that hold a descriptor, for the calls served only by the kernel:
+/// a fast descriptor there is made a kernel one first.
+fn descriptor_arguments(nr: i64) -> &'static [usize] {
+    match nr {
+        libc::SYS_mmap => &[4],
+        libc::SYS_ioctl
+        | libc::SYS_flock
+        | libc::SYS_fstatfs
+        | libc::SYS_readahead
+        | libc::SYS_fsetxattr
+        | libc::SYS_fremovexattr
+        | libc::SYS_fadvise64
+        | libc::SYS_sync_file_range
+        | libc::SYS_fallocate
+        | libc::SYS_preadv
+        | libc::SYS_pwritev
+        | libc::SYS_preadv2
+        | libc::SYS_pwritev2
+        | libc::SYS_getdents => &[0],
+        libc::SYS_epoll_ctl => &[2],
+        libc::SYS_sendfile | libc::SYS_splice | libc::SYS_copy_file_range => &[0, 2],
+        libc::SYS_tee => &[0, 1],
+        libc::SYS_mknodat
+        | libc::SYS_name_to_handle_at
+        | libc::SYS_openat2
+        | libc::SYS_futimesat
+        | libc::SYS_execveat => &[0],
+        _ => &[],
+    }
+}
+
+/// The one entry point (see `intercept::Handler`).
+pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
+    let served = match nr {
+        libc::SYS_open | libc::SYS_openat | libc::SYS_creat => open::open(nr, args),
+        libc::SYS_close => descriptors::close(args),
+        libc::SYS_close_range => descriptors::close_range(args),
+        libc::SYS_dup | libc::SYS_dup2 | libc::SYS_dup3 => descriptors::dup(nr, args),
+        libc::SYS_fcntl => descriptors::fcntl(args),
+        libc::SYS_read | libc::SYS_pread64 | libc::SYS_readv => io::read(nr, args),
+        libc::SYS_write | libc::SYS_pwrite64 | libc::SYS_writev => io::write(nr, args),
+        libc::SYS_lseek => io::lseek(args),
+        libc::SYS_getdents64 => io::getdents64(args),
+        libc::SYS_fsync | libc::SYS_fdatasync => io::fsync(nr, args),
+        libc::SYS_sync | libc::SYS_syncfs => io::sync(nr, args),
+        libc::SYS_stat | libc::SYS_lstat | libc::SYS_fstat | libc::SYS_newfstatat => {
+            stat::stat(nr, args)
+        }
+        libc::SYS_statx => stat::statx(args),
+        libc::SYS_access | libc::SYS_faccessat | libc::SYS_faccessat2 => stat::access(nr, args),
+        libc::SYS_readlink | libc::SYS_readlinkat => stat::readlink(nr, args),
+        libc::SYS_mkdir | libc::SYS_mkdirat => names::mkdir(nr, args),
+        libc::SYS_unlink | libc::SYS_rmdir | libc::SYS_unlinkat => names::unlink(nr, args),
+        libc::SYS_rename | libc::SYS_renameat | libc::SYS_renameat2 => names::rename(nr, args),
+        libc::SYS_link | libc::SYS_linkat => names::link(nr, args),
+        libc::SYS_symlink | libc::SYS_symlinkat => names::symlink(nr, args),
+        libc::SYS_chmod | libc::SYS_fchmod | libc::SYS_fchmodat => attrs::chmod(nr, args),
+        libc::SYS_chown | libc::SYS_lchown | libc::SYS_fchown | libc::SYS_fchownat => {
+            attrs::chown(nr, args)
+        }
+        libc::SYS_utimensat => attrs::utimensat(args),
+        libc::SYS_truncate | libc::SYS_ftruncate => attrs::truncate(nr, args),
+        libc::SYS_getxattr | libc::SYS_lgetxattr | libc::SYS_fgetxattr => attrs::getxattr(nr, args),
+        libc::SYS_listxattr | libc::SYS_llistxattr | libc::SYS_flistxattr => {
+            attrs::listxattr(nr, args)
+        }
+        libc::SYS_chdir | libc::SYS_fchdir => process::chdir(nr, args),
+        libc::SYS_execve | libc::SYS_execveat => process::execve(nr, args),
+        libc::SYS_umask => process::umask(args),
+        libc::SYS_setfsuid | libc::SYS_setfsgid => process::set_fs_ids(nr, args),
+        libc::SYS_setuid
+        | libc::SYS_setgid
+        | libc::SYS_setreuid
+        | libc::SYS_setregid
+        | libc::SYS_setgroups
+        | libc::SYS_setresuid
+        | libc::SYS_setresgid
+        | libc::SYS_capset => process::set_credentials(nr, args),
+        libc::SYS_sendmsg => descriptors::sendmsg(args),
+        libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
+        libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
+        _ => None,
+    };
+    served.unwrap_or_else(|| kernel(nr, args, descriptor_arguments(nr)))
+}
+
+/// The call made in the kernel as the program made it, after the fast descriptors at
+/// `positions` became kernel descriptors.
+pub fn kernel(nr: i64, args: [i64; 6], positions: &[usize]) -> i64 {
+    for &position in positions {
+        if let Err(errno) = fds::to_kernel(args[position]) {
+            return -i64::from(errno);
+        }
+    }
+    raw(nr, args)
+}
+
+pub fn raw(nr: i64, args: [i64; 6]) -> i64 {
+    // SAFETY: the program's own call, with its own arguments, as it would reach the kernel.
+    unsafe { crate::intercept::raw_syscall(nr, args) }
+}
+
+/// How the daemon answered.
+pub enum Answer {
+    Done(Reply),
+    Errno(i32),
+    /// The kernel decides (the daemon fell back, or cannot be reached).
+    Kernel,
+}
+
+/// Asks the daemon of `mount`, counting the outcome for call `nr`.
+pub fn ask(nr: i64, mount: usize, request: &Request) -> Answer {
+    match channel::call(mount, request) {
+        Ok((Status::Ok, reply)) => {
+            stats::note(nr, Way::Fast);
+            Answer::Done(reply)
+        }
+        Ok((Status::Errno(errno), _)) => {
+            stats::note(nr, Way::Fast);
+            Answer::Errno(errno)
+        }
+        Ok((Status::Fallback, _)) | Err(ChannelError::Unreachable) => {
+            stats::note(nr, Way::FellBack);
+            Answer::Kernel
+        }
+        // The daemon is gone: the mount is dead for the kernel too.
+        Err(ChannelError::Lost) => Answer::Errno(libc::ENOTCONN),
+    }
+}
+
+/// `-errno` as the kernel returns it.
+pub fn fail(errno: i32) -> i64 {
+    -i64::from(errno)
+}
+
+/// Writes `value` through a pointer the program passed.
+///
+/// # Safety
+/// `ptr` must be where the program expects the call to write a `T`.
+pub unsafe fn write_out<T>(ptr: i64, value: T) {
+    // SAFETY: the caller vouches for the pointer, as the kernel would write there.
+    unsafe { std::ptr::write_unaligned(ptr as *mut T, value) };
+}
+
+/// Copies `bytes` into the program's buffer at `ptr` (which holds at least that many).
+///
+/// # Safety
+/// `ptr` must be a buffer of the program's of at least `bytes.len()` bytes.
+pub unsafe fn copy_out(ptr: i64, bytes: &[u8]) {
+    // SAFETY: the caller vouches for the buffer's size.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr as *mut u8, bytes.len()) };
+}

@@ -1,0 +1,92 @@
+//! open, openat, creat: a file on the mount opens in the daemon and gets a placeholder
+//! descriptor the kernel numbers.
+
+use std::sync::atomic::AtomicI32;
+use std::sync::{Arc, Mutex};
+
+use shoal_fastpath::{Reply, Request};
+
+use super::{ask, fail, kernel, Answer};
+use crate::fds::{self, DirCursor, OpenFile};
+use crate::resolve::{self, Route};
+use crate::{process_state, sys};
+
+/// Flags the kernel alone serves: path-only descriptors, unnamed files, direct I/O
+/// (its alignment rules), signal-driven I/O.
+const KERNEL_ONLY_FLAGS: i32 = libc::O_PATH | libc::O_TMPFILE | libc::O_DIRECT | libc::O_ASYNC;
+
+pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (dirfd, path_ptr, flags, mode) = match nr {
+        libc::SYS_open => (
+            i64::from(libc::AT_FDCWD),
+            args[0],
+            args[1] as i32,
+            args[2] as u32,
+        ),
+        libc::SYS_creat => (
+            i64::from(libc::AT_FDCWD),
+            args[0],
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            args[1] as u32,
+        ),
+        _ => (args[0], args[1], args[2] as i32, args[3] as u32),
+    };
+    let dirfd_position: &[usize] = if nr == libc::SYS_openat { &[0] } else { &[] };
+    if flags & KERNEL_ONLY_FLAGS != 0 || !process_state::fast_path_on() {
+        return Some(kernel(nr, args, dirfd_position));
+    }
+    let path = match resolve::c_path(path_ptr) {
+        Ok(path) => path,
+        Err(errno) => return Some(fail(errno)),
+    };
+    // O_CREAT|O_EXCL never follows a final symlink (the name must be new).
+    let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+    let follow = flags & libc::O_NOFOLLOW == 0 && !exclusive;
+    let (mount, at) = match resolve::route(dirfd, path, follow) {
+        Route::Kernel => return None,
+        Route::Fail(errno) => return Some(fail(errno)),
+        Route::Fast { mount, at } => (mount, at),
+    };
+    let request = Request::Open {
+        at,
+        flags,
+        mode,
+        umask: process_state::umask(),
+    };
+    let opened = match ask(nr, mount, &request) {
+        Answer::Done(Reply::Opened(opened)) => opened,
+        Answer::Done(_) => return Some(fail(libc::EPROTO)),
+        Answer::Errno(errno) => return Some(fail(errno)),
+        Answer::Kernel => return Some(kernel(nr, args, dirfd_position)),
+    };
+    let file = Arc::new(OpenFile {
+        mount,
+        handle: opened.handle,
+        ino: opened.attr.ino,
+        directory: opened.attr.mode & libc::S_IFMT == libc::S_IFDIR,
+        flags: AtomicI32::new(
+            flags
+                & !(libc::O_CREAT
+                    | libc::O_EXCL
+                    | libc::O_TRUNC
+                    | libc::O_NOCTTY
+                    | libc::O_CLOEXEC),
+        ),
+        offset: Mutex::new(0),
+        cursor: Mutex::new(DirCursor::default()),
+        path: resolve::absolute(dirfd, path),
+    });
+    let fd = sys::placeholder(flags & libc::O_CLOEXEC != 0);
+    if fd < 0 {
+        // No number for it: the daemon's file is closed again.
+        let _ = crate::channel::call(
+            mount,
+            &Request::Close {
+                handle: opened.handle,
+            },
+        );
+        return Some(fd);
+    }
+    fds::insert(fd as i32, file);
+    Some(fd)
+}

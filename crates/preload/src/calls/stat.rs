@@ -1,0 +1,206 @@
+//! stat, lstat, fstat, newfstatat, statx, access, readlink.
+
+use shoal_fastpath::{At, Attr, Reply, Request};
+
+use super::{ask, copy_out, fail, kernel, write_out, Answer};
+use crate::fds;
+use crate::mounts;
+use crate::resolve::{self, Route};
+
+/// What a stat-like call names: a fast descriptor, a path for the daemon, or the kernel's.
+pub enum Named {
+    Handle(usize, u64),
+    Path(usize, At),
+    Kernel,
+    Fail(i32),
+}
+
+/// Resolves (dirfd, path) with AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW as the *at calls take
+/// them.
+pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
+    let path = match resolve::c_path(path_ptr) {
+        Ok(path) => path,
+        Err(errno) => return Named::Fail(errno),
+    };
+    if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        return match fds::get(dirfd) {
+            Some(file) => Named::Handle(file.mount, file.handle),
+            None => Named::Kernel,
+        };
+    }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+    match resolve::route(dirfd, path, follow) {
+        Route::Kernel => Named::Kernel,
+        Route::Fail(errno) => Named::Fail(errno),
+        Route::Fast { mount, at } => Named::Path(mount, at),
+    }
+}
+
+/// The daemon's attributes for what `named` names; `None` for the kernel.
+fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
+    let (mount, request) = match target {
+        Named::Handle(mount, handle) => (mount, Request::Fstat { handle }),
+        Named::Path(mount, at) => (mount, Request::Stat { at }),
+        Named::Kernel => return Ok(None),
+        Named::Fail(errno) => return Err(errno),
+    };
+    match ask(nr, mount, &request) {
+        Answer::Done(Reply::Attr(attr)) => Ok(Some((mount, attr))),
+        Answer::Done(_) => Err(libc::EPROTO),
+        Answer::Errno(errno) => Err(errno),
+        Answer::Kernel => Ok(None),
+    }
+}
+
+pub fn stat(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (target, out, positions): (Named, i64, &[usize]) = match nr {
+        libc::SYS_fstat => {
+            let file = fds::get(args[0])?;
+            (Named::Handle(file.mount, file.handle), args[1], &[0])
+        }
+        libc::SYS_stat => (named(i64::from(libc::AT_FDCWD), args[0], 0), args[1], &[]),
+        libc::SYS_lstat => (
+            named(
+                i64::from(libc::AT_FDCWD),
+                args[0],
+                libc::AT_SYMLINK_NOFOLLOW,
+            ),
+            args[1],
+            &[],
+        ),
+        _ => (named(args[0], args[1], args[3] as i32), args[2], &[0]),
+    };
+    Some(match attributes(nr, target) {
+        Ok(Some((mount, attr))) => {
+            // SAFETY: the program passed a struct stat to fill.
+            unsafe { write_out(out, to_stat(&attr, mounts::all()[mount].dev())) };
+            0
+        }
+        Ok(None) => kernel(nr, args, positions),
+        Err(errno) => fail(errno),
+    })
+}
+
+fn to_stat(attr: &Attr, dev: u64) -> libc::stat {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_dev = dev;
+    st.st_ino = attr.ino;
+    st.st_mode = attr.mode;
+    st.st_nlink = u64::from(attr.nlink);
+    st.st_uid = attr.uid;
+    st.st_gid = attr.gid;
+    st.st_rdev = u64::from(attr.rdev);
+    st.st_size = attr.size as i64;
+    st.st_blksize = i64::from(attr.blksize);
+    st.st_blocks = attr.blocks as i64;
+    (st.st_atime, st.st_atime_nsec) = (attr.atime.0, i64::from(attr.atime.1));
+    (st.st_mtime, st.st_mtime_nsec) = (attr.mtime.0, i64::from(attr.mtime.1));
+    (st.st_ctime, st.st_ctime_nsec) = (attr.ctime.0, i64::from(attr.ctime.1));
+    st
+}
+
+pub fn statx(args: [i64; 6]) -> Option<i64> {
+    let flags = args[2] as i32;
+    let target = named(args[0], args[1], flags);
+    if matches!(target, Named::Kernel) {
+        return None;
+    }
+    Some(match attributes(libc::SYS_statx, target) {
+        Ok(Some((mount, attr))) => {
+            // SAFETY: the program passed a struct statx to fill.
+            unsafe { write_out(args[4], to_statx(&attr, mounts::all()[mount].device)) };
+            0
+        }
+        Ok(None) => kernel(libc::SYS_statx, args, &[0]),
+        Err(errno) => fail(errno),
+    })
+}
+
+fn to_statx(attr: &Attr, device: (u32, u32)) -> libc::statx {
+    let time = |(secs, nanos): (i64, u32)| {
+        // SAFETY: statx_timestamp is plain data; all zeroes is a valid value.
+        let mut stamp: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+        stamp.tv_sec = secs;
+        stamp.tv_nsec = nanos;
+        stamp
+    };
+    // SAFETY: statx is plain data; all zeroes is a valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    st.stx_mask = libc::STATX_BASIC_STATS;
+    st.stx_blksize = attr.blksize;
+    st.stx_nlink = attr.nlink;
+    st.stx_uid = attr.uid;
+    st.stx_gid = attr.gid;
+    st.stx_mode = attr.mode as u16;
+    st.stx_ino = attr.ino;
+    st.stx_size = attr.size;
+    st.stx_blocks = attr.blocks;
+    st.stx_atime = time(attr.atime);
+    st.stx_mtime = time(attr.mtime);
+    st.stx_ctime = time(attr.ctime);
+    st.stx_rdev_major = libc::major(u64::from(attr.rdev));
+    st.stx_rdev_minor = libc::minor(u64::from(attr.rdev));
+    st.stx_dev_major = device.0;
+    st.stx_dev_minor = device.1;
+    st
+}
+
+pub fn access(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (dirfd, path, mode, flags) = match nr {
+        libc::SYS_access => (i64::from(libc::AT_FDCWD), args[0], args[1] as u32, 0),
+        libc::SYS_faccessat => (args[0], args[1], args[2] as u32, 0),
+        _ => (args[0], args[1], args[2] as u32, args[3] as i32),
+    };
+    // access(2) checks the real ids, which the daemon does not know: only when they are
+    // the effective ones, or with AT_EACCESS.
+    if mode & !0o7 != 0
+        || (flags & libc::AT_EACCESS == 0 && !crate::process_state::real_ids_are_effective())
+    {
+        return None;
+    }
+    let (mount, at) = match named(dirfd, path, flags) {
+        Named::Path(mount, at) => (mount, at),
+        Named::Fail(errno) => return Some(fail(errno)),
+        Named::Handle(..) | Named::Kernel => {
+            return Some(kernel(
+                nr,
+                args,
+                if nr == libc::SYS_access { &[] } else { &[0] },
+            ))
+        }
+    };
+    let positions: &[usize] = if nr == libc::SYS_access { &[] } else { &[0] };
+    Some(match ask(nr, mount, &Request::Access { at, mask: mode }) {
+        Answer::Done(_) => 0,
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
+}
+
+pub fn readlink(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (dirfd, path, buf, size) = match nr {
+        libc::SYS_readlink => (i64::from(libc::AT_FDCWD), args[0], args[1], args[2]),
+        _ => (args[0], args[1], args[2], args[3]),
+    };
+    let positions: &[usize] = if nr == libc::SYS_readlink { &[] } else { &[0] };
+    let (mount, at) = match named(dirfd, path, libc::AT_SYMLINK_NOFOLLOW) {
+        Named::Path(mount, at) => (mount, at),
+        Named::Fail(errno) => return Some(fail(errno)),
+        Named::Handle(..) | Named::Kernel => return Some(kernel(nr, args, positions)),
+    };
+    if size <= 0 {
+        return Some(fail(libc::EINVAL));
+    }
+    Some(match ask(nr, mount, &Request::Readlink { at }) {
+        Answer::Done(Reply::Data(target)) => {
+            let n = target.len().min(size as usize);
+            // SAFETY: the program's buffer holds `size` bytes; `n <= size`.
+            unsafe { copy_out(buf, &target[..n]) };
+            n as i64
+        }
+        Answer::Done(_) => fail(libc::EPROTO),
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
+}

@@ -1,0 +1,236 @@
+//! Fast-path file descriptors. Each is a real kernel descriptor (an O_PATH placeholder the
+//! kernel numbered, whose close-on-exec flag the kernel keeps) mapped here to an open file
+//! of the daemon. Descriptors made by dup share one `OpenFile`, and so one offset, as they
+//! share one file description in the kernel.
+//!
+//! A fast descriptor never leaves the process: before anything could carry it elsewhere
+//! (fork, exec, a call the library does not serve) it becomes a kernel descriptor of the
+//! same file through the mount, at the same offset and flags (`to_kernel`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use shoal_fastpath::{DirEntryWire, Request};
+
+use crate::{channel, sys};
+
+/// A directory listing in progress: what the daemon sent and not yet returned, where the
+/// next batch starts, and how many entries were returned (the d_off values).
+#[derive(Default)]
+pub struct DirCursor {
+    pub buffered: VecDeque<DirEntryWire>,
+    pub after: Option<Vec<u8>>,
+    pub started: bool,
+    pub done: bool,
+    pub position: u64,
+}
+
+pub struct OpenFile {
+    pub mount: usize,
+    pub handle: u64,
+    pub ino: u64,
+    pub directory: bool,
+    /// open(2)'s access mode and status flags (O_APPEND, O_NONBLOCK, ...), as F_GETFL.
+    pub flags: AtomicI32,
+    pub offset: Mutex<u64>,
+    pub cursor: Mutex<DirCursor>,
+    /// The absolute path it was opened by, NUL-terminated: how `to_kernel` reopens it.
+    pub path: Vec<u8>,
+}
+
+impl OpenFile {
+    pub fn status_flags(&self) -> i32 {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    pub fn readable(&self) -> bool {
+        self.status_flags() & libc::O_ACCMODE != libc::O_WRONLY
+    }
+
+    pub fn writable(&self) -> bool {
+        self.status_flags() & libc::O_ACCMODE != libc::O_RDONLY
+    }
+
+    pub fn lock_offset(&self) -> MutexGuard<'_, u64> {
+        self.offset
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn lock_cursor(&self) -> MutexGuard<'_, DirCursor> {
+        self.cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+static TABLE: RwLock<Option<HashMap<i32, Arc<OpenFile>>>> = RwLock::new(None);
+/// Fast descriptors open now: with none, a call on any descriptor skips the table.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn read_table() -> std::sync::RwLockReadGuard<'static, Option<HashMap<i32, Arc<OpenFile>>>> {
+    TABLE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_table() -> std::sync::RwLockWriteGuard<'static, Option<HashMap<i32, Arc<OpenFile>>>> {
+    TABLE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The open file behind `fd`, if it is a fast descriptor.
+pub fn get(fd: i64) -> Option<Arc<OpenFile>> {
+    if COUNT.load(Ordering::Acquire) == 0 || !(0..=i64::from(i32::MAX)).contains(&fd) {
+        return None;
+    }
+    read_table().as_ref()?.get(&(fd as i32)).cloned()
+}
+
+pub fn is_fast(fd: i64) -> bool {
+    get(fd).is_some()
+}
+
+/// Maps `fd` (a placeholder the kernel just numbered) to `file`, replacing whatever fast
+/// file `fd` named before (dup2 onto a fast descriptor closes it).
+pub fn insert(fd: i32, file: Arc<OpenFile>) {
+    let replaced = {
+        let mut table = write_table();
+        let map = table.get_or_insert_with(HashMap::new);
+        let replaced = map.insert(fd, file);
+        if replaced.is_none() {
+            COUNT.fetch_add(1, Ordering::AcqRel);
+        }
+        replaced
+    };
+    if let Some(old) = replaced {
+        release(old);
+    }
+}
+
+/// Forgets `fd` (closed, or now a kernel descriptor); its file is closed in the daemon when
+/// no other descriptor shares it.
+pub fn remove(fd: i64) -> Option<()> {
+    let removed = {
+        let mut table = write_table();
+        let removed = table.as_mut()?.remove(&(fd as i32));
+        if removed.is_some() {
+            COUNT.fetch_sub(1, Ordering::AcqRel);
+        }
+        removed
+    }?;
+    release(removed);
+    Some(())
+}
+
+/// Forgets every fast descriptor in `first..=last`.
+pub fn remove_range(first: u32, last: u32) {
+    let fds: Vec<i32> = read_table()
+        .as_ref()
+        .map(|map| {
+            map.keys()
+                .copied()
+                .filter(|&fd| fd as u32 >= first && fd as u32 <= last)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        remove(i64::from(fd));
+    }
+}
+
+/// Closes `file` in the daemon if this was its last descriptor.
+fn release(file: Arc<OpenFile>) {
+    if let Some(file) = Arc::into_inner(file) {
+        // A lost daemon has closed it already.
+        let _ = channel::call(
+            file.mount,
+            &Request::Close {
+                handle: file.handle,
+            },
+        );
+    }
+}
+
+/// Every fast descriptor now, with its file.
+pub fn snapshot() -> Vec<(i32, Arc<OpenFile>)> {
+    read_table()
+        .as_ref()
+        .map(|map| map.iter().map(|(&fd, file)| (fd, file.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// Makes `fd` and every descriptor sharing its file kernel descriptors of the same file,
+/// opened through the mount, at the same offset and status flags; their close-on-exec
+/// flags stay. Returns the errno of a failed reopen (the file was renamed or removed
+/// since: its path no longer names it).
+pub fn to_kernel(fd: i64) -> Result<(), i32> {
+    let Some(file) = get(fd) else { return Ok(()) };
+    let sharing: Vec<i32> = snapshot()
+        .into_iter()
+        .filter(|(_, other)| Arc::ptr_eq(other, &file))
+        .map(|(fd, _)| fd)
+        .collect();
+    let kernel_fd = reopen(&file)?;
+    for &shared in &sharing {
+        let cloexec = sys::fcntl(shared, libc::F_GETFD, 0) > 0;
+        let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+        if let Err(errno) = sys::check(sys::dup3(kernel_fd, shared, flags)) {
+            sys::close(kernel_fd);
+            return Err(errno);
+        }
+    }
+    sys::close(kernel_fd);
+    for shared in sharing {
+        remove(i64::from(shared));
+    }
+    Ok(())
+}
+
+/// A kernel descriptor of `file` at its offset, checked to be the same inode.
+fn reopen(file: &OpenFile) -> Result<i32, i32> {
+    let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC | libc::O_DSYNC;
+    let flags = (file.status_flags() & keep) | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    let kernel_fd = sys::check(sys::openat(libc::AT_FDCWD, &file.path, flags, 0))? as i32;
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if sys::fstat(kernel_fd, &mut stat) < 0 || stat.st_ino != file.ino {
+        sys::close(kernel_fd);
+        crate::stats::note_lost_conversion();
+        return Err(libc::ESTALE);
+    }
+    if !file.directory {
+        let offset = *file.lock_offset();
+        sys::lseek(kernel_fd, offset as i64, libc::SEEK_SET);
+    }
+    Ok(kernel_fd as i32)
+}
+
+/// Converts every fast descriptor (before fork) or those without close-on-exec (before
+/// exec). Failures are counted; such a descriptor stays a placeholder.
+pub fn all_to_kernel(only_inherited: bool) {
+    for (fd, _) in snapshot() {
+        let cloexec = sys::fcntl(fd, libc::F_GETFD, 0) > 0;
+        if only_inherited && cloexec {
+            continue;
+        }
+        let _ = to_kernel(i64::from(fd));
+    }
+}
+
+/// In a vfork child (posix_spawn's), about to exec: its descriptors without close-on-exec
+/// become kernel ones in its own descriptor table, while the table here, which is the
+/// parent's memory, stays as it is.
+pub fn reopen_for_exec_in_place() {
+    for (fd, file) in snapshot() {
+        if sys::fcntl(fd, libc::F_GETFD, 0) > 0 {
+            continue;
+        }
+        if let Ok(kernel_fd) = reopen(&file) {
+            sys::dup3(kernel_fd, fd, 0);
+            sys::close(kernel_fd);
+        }
+    }
+}

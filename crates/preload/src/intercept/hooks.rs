@@ -1,0 +1,132 @@
+//! Hooks at the entry of whole libc functions: `syscall()`, whose number is an argument,
+//! and `read`, whose `syscall` is set up by a 2-byte `xor %eax,%eax` that no jump fits in.
+
+use std::ffi::{c_void, CStr};
+
+use super::entry;
+use super::image::LibcImage;
+use super::report::{EntryHookReport, HookStatus};
+use super::scan;
+use super::unwind::FunctionTable;
+
+/// `RTLD_DL_SYMENT` from glibc's <dlfcn.h> (not in the libc crate).
+const RTLD_DL_SYMENT: i32 = 1;
+/// ELF symbol type of a function.
+const STT_FUNC: u8 = 2;
+/// Bytes written at a hooked entry: `jmp rel32`.
+const JMP_LEN: u64 = 5;
+
+/// A libc function to redirect, and where to.
+pub(crate) struct EntryHook {
+    pub name: &'static str,
+    symbol: &'static CStr,
+    /// The number the shim routes; None for `syscall()`.
+    pub nr: Option<i64>,
+    pub shim: u64,
+}
+
+/// The hooks that serve `numbers`: `syscall()` always, `read`'s two functions when read
+/// is requested.
+pub(crate) fn wanted(numbers: &[i64]) -> Vec<EntryHook> {
+    let mut hooks = vec![EntryHook {
+        name: "syscall",
+        symbol: c"syscall",
+        nr: None,
+        shim: entry::syscall_fn_address(),
+    }];
+    if numbers.contains(&libc::SYS_read) {
+        let read = |name, symbol| EntryHook {
+            name,
+            symbol,
+            nr: Some(libc::SYS_read),
+            shim: entry::read_fn_address(),
+        };
+        hooks.push(read("read", c"read"));
+        hooks.push(read("__read_nocancel", c"__read_nocancel"));
+    }
+    hooks
+}
+
+/// The runtime address of `hook`'s function, if a jump can safely replace its first
+/// bytes: it lies in libc's text, is at least 5 bytes long, starts a function in the
+/// unwind tables, and no direct branch in that function lands inside those 5 bytes.
+pub(crate) fn locate(
+    image: &LibcImage,
+    table: &FunctionTable,
+    hook: &EntryHook,
+) -> Result<u64, &'static str> {
+    let addr = lookup(hook.symbol)?;
+    let size = symbol_size(addr as *mut c_void).ok_or("dladdr1 gave no function symbol")?;
+    if addr < image.text_start || addr + JMP_LEN > image.text_start + image.text_len {
+        return Err("lies outside libc's text");
+    }
+    if size < JMP_LEN {
+        return Err("shorter than a jump");
+    }
+    let function = table.function_at(addr).ok_or("no unwind information")?;
+    if function.0 != addr {
+        return Err("does not start a function in the unwind tables");
+    }
+    if scan::branch_into(image.text(), image.text_start, function, addr, JMP_LEN) {
+        return Err("a branch lands inside its first 5 bytes");
+    }
+    Ok(addr)
+}
+
+/// The report line for `hook`, given what `locate` said.
+pub(crate) fn report(
+    image: &LibcImage,
+    hook: &EntryHook,
+    located: &Result<u64, &'static str>,
+) -> EntryHookReport {
+    let status = match located {
+        Ok(addr) => HookStatus::Hooked {
+            libc_offset: addr - image.base,
+        },
+        Err(why) => HookStatus::NotHooked(why),
+    };
+    EntryHookReport {
+        function: hook.name,
+        nr: hook.nr,
+        status,
+    }
+}
+
+/// libc's definition of `symbol` (not an interposed one: looked up in libc's handle).
+fn lookup(symbol: &CStr) -> Result<u64, &'static str> {
+    // SAFETY: dlopen with RTLD_NOLOAD only looks up the already loaded libc (adding a
+    // reference, dropped below); the name is a NUL-terminated literal.
+    let handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err("dlopen(libc.so.6) failed");
+    }
+    // SAFETY: `handle` is a live handle; `symbol` is NUL-terminated.
+    let addr = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+    // SAFETY: drops the reference taken above; libc itself stays loaded.
+    unsafe { libc::dlclose(handle) };
+    if addr.is_null() {
+        return Err("dlsym found nothing");
+    }
+    Ok(addr as u64)
+}
+
+/// `st_size` of the function symbol at `addr`. (An alias such as `read` for `__read` may
+/// be the one found: it shares the address and size.)
+fn symbol_size(addr: *mut c_void) -> Option<u64> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let mut sym: *mut c_void = std::ptr::null_mut();
+    // SAFETY: both out-pointers are valid for writes; with RTLD_DL_SYMENT, `sym` receives a
+    // pointer to the loader's Elf64_Sym for the symbol, valid while libc is loaded.
+    let ok = unsafe { libc::dladdr1(addr, info.as_mut_ptr(), &mut sym, RTLD_DL_SYMENT) };
+    if ok == 0 || sym.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr1 succeeded, so `info` is filled in.
+    let info = unsafe { info.assume_init() };
+    if info.dli_saddr != addr {
+        return None;
+    }
+    // SAFETY: `sym` points at the symbol's Elf64_Sym (see above).
+    let sym = unsafe { &*sym.cast::<libc::Elf64_Sym>() };
+    (sym.st_info & 0xf == STT_FUNC).then_some(sym.st_size)
+}

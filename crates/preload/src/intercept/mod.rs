@@ -1,0 +1,148 @@
+//! Interception of the system calls libc makes, its internal ones included.
+//!
+//! `install` rewrites libc's own code: each `mov $NR,%eax` that sets up a `syscall`
+//! instruction for a requested number becomes a `jmp` to a trampoline that calls the
+//! handler (the `syscall` itself stays in place, so code that jumps straight to it still
+//! works, unintercepted). The entries of libc's `syscall()` and, when read is requested,
+//! of `read` and `__read_nocancel` (whose `syscall` is set up by a 2-byte `xor`, too short
+//! for a jump) are redirected to shims. See `install` for the conditions, and
+//! `InstallReport` for what is caught and what is missed.
+//!
+//! Not covered: system calls made outside libc (the dynamic loader's own, those of other
+//! libraries, statically linked or Go programs, the vDSO's clock calls), and libc's
+//! `syscall` instructions whose number is computed at run time (the report lists them:
+//! futex in pthread code, `_exit`, `syscall()` itself, which is hooked at its entry).
+
+mod entry;
+mod hooks;
+mod image;
+mod numbers;
+mod patch;
+mod raw;
+mod report;
+mod scan;
+mod trampoline;
+mod unwind;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use report::{
+    EntryHookReport, HookStatus, InstallError, InstallReport, NumberReport, SkippedSite,
+};
+pub use scan::SkipReason;
+
+use patch::Patch;
+use scan::Site;
+use trampoline::Block;
+
+/// Decides one intercepted system call: gets its number and the six argument registers
+/// (rdi, rsi, rdx, r10, r8, r9) and returns what the kernel would: `>= 0`, or `-errno`.
+///
+/// It runs on the thread that made the call, on that thread's stack (in a `posix_spawn`
+/// or `vfork` child: a small stack shared with the parent's memory, 32 KiB or so). A
+/// system call it makes itself, directly or through libc, goes to the kernel; it should
+/// use [`raw_syscall`] to perform the original call. A panic is caught, and the program
+/// sees `-EIO`.
+pub type Handler = fn(nr: i64, args: [i64; 6]) -> i64;
+
+/// Set by the first `install`, successful or not.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Routes the calls libc makes with a number in `numbers` through `handler`, from now on.
+///
+/// Call it once, from the library's constructor, while the process has a single thread:
+/// libc's text is briefly not executable while it is patched. On error nothing was patched
+/// and the program keeps running on the kernel alone. Numbers that create or end a process
+/// or thread, or return from a signal handler (clone, clone3, fork, vfork, exit,
+/// exit_group, rt_sigreturn), are refused with [`InstallError::RefusedNumber`].
+pub fn install(handler: Handler, numbers: &[i64]) -> Result<InstallReport, InstallError> {
+    for &nr in numbers {
+        if numbers::REFUSED.contains(&nr) {
+            return Err(InstallError::RefusedNumber(nr));
+        }
+        if !(0..numbers::MAX_NR).contains(&nr) {
+            return Err(InstallError::BadNumber(nr));
+        }
+    }
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return Err(InstallError::AlreadyInstalled);
+    }
+    let image = image::find_libc()?;
+    let table = unwind::FunctionTable::new(
+        image.unwind_segment(),
+        image.unwind_start,
+        image.eh_frame_hdr,
+    )?;
+    let scanned = scan::scan(image.text(), image.text_start, &table);
+    let sites: Vec<Site> = scanned
+        .sites
+        .iter()
+        .filter(|s| numbers.contains(&s.nr))
+        .cloned()
+        .collect();
+    let hooks = hooks::wanted(numbers);
+    let located: Vec<_> = hooks
+        .iter()
+        .map(|hook| hooks::locate(&image, &table, hook))
+        .collect();
+
+    let text_end = image.text_start + image.text_len;
+    let mut block = Block::near(
+        image.text_start,
+        text_end,
+        trampoline::block_len(&sites, hooks.len()),
+    )?;
+    let mut patches = Vec::with_capacity(sites.len() + 1);
+    for site in &sites {
+        let trampoline = block.emit_site(site, entry::entry_address())?;
+        patches.push(Patch {
+            addr: site.mov_addr,
+            bytes: trampoline::jmp_rel32(site.mov_addr, trampoline)?,
+        });
+    }
+    for (hook, located) in hooks.iter().zip(&located) {
+        if let Ok(addr) = *located {
+            let thunk = block.emit_abs_jmp(hook.shim);
+            patches.push(Patch {
+                addr,
+                bytes: trampoline::jmp_rel32(addr, thunk)?,
+            });
+        }
+    }
+    let trampoline_bytes = block.seal()?;
+
+    if !entry::set_handler(handler) {
+        return Err(InstallError::AlreadyInstalled);
+    }
+    numbers.iter().for_each(|&nr| entry::route_number(nr));
+    patch::apply(image.text_start, image.text_len, &patches)?;
+    let entry_hooks: Vec<_> = hooks
+        .iter()
+        .zip(&located)
+        .map(|(hook, at)| hooks::report(&image, hook, at))
+        .collect();
+    Ok(report::build(
+        &image,
+        numbers,
+        &scanned,
+        &entry_hooks,
+        trampoline_bytes,
+    ))
+}
+
+/// Performs system call `nr` in the kernel, bypassing libc and the handler: the handler's
+/// way to do the original call. Returns `>= 0` or `-errno`.
+///
+/// Inside the handler, an `execve`, `execveat`, `exit` or `exit_group` made through this
+/// function first clears the thread's re-entrancy flag (a `vfork` child shares it with its
+/// parent, which must not resume with its handler switched off); do those calls through
+/// here rather than through libc.
+///
+/// # Safety
+/// A system call can do anything the process can (unmap memory, write through the
+/// pointers in `args`, end the process): the caller vouches for the call as it would for
+/// the same call through libc.
+pub unsafe fn raw_syscall(nr: i64, args: [i64; 6]) -> i64 {
+    // SAFETY: the caller vouches for the call.
+    unsafe { entry::raw_from_handler(nr, args) }
+}

@@ -1,0 +1,234 @@
+//! Which door a path goes through: the mount's daemon (a path inside a usable shoal mount,
+//! relative to a directory inode the daemon walks from) or the kernel (everything else).
+//! Only the part before the mount is looked at here; the daemon walks the rest, and falls
+//! back when the walk leaves the mount.
+
+use std::sync::Mutex;
+
+use shoal_fastpath::{At, PATH_MAX_BYTES};
+
+use crate::{fds, mounts, sys};
+
+const ROOT_INO: u64 = 1;
+
+pub enum Route {
+    Kernel,
+    Fast { mount: usize, at: At },
+    Fail(i32),
+}
+
+/// The bytes of a C path argument, or the errno the kernel gives for it.
+pub fn c_path(ptr: i64) -> Result<&'static [u8], i32> {
+    if ptr == 0 {
+        return Err(libc::EFAULT);
+    }
+    let start = ptr as *const u8;
+    for len in 0..PATH_MAX_BYTES {
+        // SAFETY: the program passed a NUL-terminated path, read up to its NUL as the
+        // kernel would; no byte past the first NUL is read.
+        if unsafe { *start.add(len) } == 0 {
+            // SAFETY: the `len` bytes before the NUL were just read.
+            return Ok(unsafe { std::slice::from_raw_parts(start, len) });
+        }
+    }
+    Err(libc::ENAMETOOLONG)
+}
+
+/// Routes `path` relative to `dirfd` (AT_FDCWD, a fast descriptor, or a kernel one).
+pub fn route(dirfd: i64, path: &[u8], follow: bool) -> Route {
+    if path.is_empty() {
+        return Route::Kernel;
+    }
+    if path[0] == b'/' {
+        return route_absolute(path, follow);
+    }
+    match base_of(dirfd) {
+        Ok(Some((mount, base))) => Route::Fast {
+            mount,
+            at: At {
+                base,
+                path: path.to_vec(),
+                follow,
+            },
+        },
+        Ok(None) => Route::Kernel,
+        Err(errno) => Route::Fail(errno),
+    }
+}
+
+fn route_absolute(path: &[u8], follow: bool) -> Route {
+    let Some((index, rest)) = split_at_mount(path) else {
+        return Route::Kernel;
+    };
+    let rest = if rest.is_empty() { b".".to_vec() } else { rest };
+    Route::Fast {
+        mount: index,
+        at: At {
+            base: ROOT_INO,
+            path: rest,
+            follow,
+        },
+    }
+}
+
+/// The usable mount `path` lies in, and the rest of `path` inside it. The part up to the
+/// mountpoint must be plain (no `..`, no symlinks we could not see: the kernel resolves a
+/// path with them).
+pub fn split_at_mount(path: &[u8]) -> Option<(usize, Vec<u8>)> {
+    let components: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|part| !part.is_empty() && *part != b".")
+        .collect();
+    let mut best: Option<(usize, usize)> = None;
+    for (index, mount) in mounts::all().iter().enumerate() {
+        if !mount.usable() {
+            continue;
+        }
+        let mount_parts: Vec<&[u8]> = mount
+            .path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        let matches = components.len() >= mount_parts.len()
+            && components.iter().zip(&mount_parts).all(|(a, b)| a == b);
+        if matches && best.is_none_or(|(_, len)| mount_parts.len() > len) {
+            best = Some((index, mount_parts.len()));
+        }
+    }
+    let (index, prefix) = best?;
+    if components[..prefix].iter().any(|part| *part == b"..") {
+        return None;
+    }
+    let mut rest = components[prefix..].join(&b'/');
+    if path.ends_with(b"/") && !rest.is_empty() {
+        rest.push(b'/');
+    }
+    Some((index, rest))
+}
+
+/// The mount and directory inode a relative path starts from, `None` for the kernel.
+fn base_of(dirfd: i64) -> Result<Option<(usize, u64)>, i32> {
+    if dirfd == i64::from(libc::AT_FDCWD) {
+        return Ok(cwd());
+    }
+    if let Some(file) = fds::get(dirfd) {
+        if !file.directory {
+            return Err(libc::ENOTDIR);
+        }
+        return Ok(Some((file.mount, file.ino)));
+    }
+    Ok(kernel_directory(dirfd))
+}
+
+/// A kernel descriptor of a directory on a usable shoal mount, as (mount, inode).
+fn kernel_directory(fd: i64) -> Option<(usize, u64)> {
+    if fd < 0 || fd > i64::from(i32::MAX) {
+        return None;
+    }
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if sys::fstat(fd as i32, &mut stat) < 0 || stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return None;
+    }
+    mounts::all()
+        .iter()
+        .position(|mount| mount.usable() && mount.dev() == stat.st_dev)
+        .map(|index| (index, stat.st_ino))
+}
+
+/// The working directory as (mount, inode), learned from the kernel once per chdir.
+static CWD: Mutex<Option<Option<(usize, u64)>>> = Mutex::new(None);
+
+fn cwd() -> Option<(usize, u64)> {
+    let mut cached = CWD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = *cached {
+        return known;
+    }
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = sys::call(
+        libc::SYS_newfstatat,
+        &[
+            i64::from(libc::AT_FDCWD),
+            b".\0".as_ptr() as i64,
+            std::ptr::addr_of_mut!(stat) as i64,
+            0,
+        ],
+    );
+    let known = (rc == 0)
+        .then(|| {
+            mounts::all()
+                .iter()
+                .position(|m| m.usable() && m.dev() == stat.st_dev)
+        })
+        .flatten()
+        .map(|index| (index, stat.st_ino));
+    *cached = Some(known);
+    known
+}
+
+/// The working directory changed (chdir, fchdir).
+pub fn forget_cwd() {
+    *CWD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+}
+
+/// An absolute path for `path` relative to `dirfd`, as the kernel would resolve it now,
+/// NUL-terminated: how a fast descriptor is reopened through the kernel later (`fds`).
+pub fn absolute(dirfd: i64, path: &[u8]) -> Vec<u8> {
+    let mut out = if path.first() == Some(&b'/') {
+        Vec::new()
+    } else if dirfd == i64::from(libc::AT_FDCWD) {
+        working_directory()
+    } else if let Some(file) = fds::get(dirfd) {
+        file.path[..file.path.len().saturating_sub(1)].to_vec()
+    } else {
+        link_target(&format!("/proc/self/fd/{dirfd}\0"))
+    };
+    if !out.is_empty() && out.last() != Some(&b'/') {
+        out.push(b'/');
+    }
+    out.extend_from_slice(path);
+    out.push(0);
+    out
+}
+
+fn working_directory() -> Vec<u8> {
+    let mut buf = vec![0u8; PATH_MAX_BYTES];
+    let n = sys::call(
+        libc::SYS_getcwd,
+        &[buf.as_mut_ptr() as i64, buf.len() as i64],
+    );
+    // getcwd(2) returns the length with its NUL.
+    buf.truncate(usize::try_from(n).unwrap_or(1).saturating_sub(1));
+    buf
+}
+
+fn link_target(link: &str) -> Vec<u8> {
+    let mut buf = vec![0u8; PATH_MAX_BYTES];
+    let n = sys::call(
+        libc::SYS_readlinkat,
+        &[
+            i64::from(libc::AT_FDCWD),
+            link.as_ptr() as i64,
+            buf.as_mut_ptr() as i64,
+            buf.len() as i64,
+        ],
+    );
+    buf.truncate(usize::try_from(n).unwrap_or(0));
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_path_stops_at_nul() {
+        let bytes = b"abc\0def";
+        assert_eq!(c_path(bytes.as_ptr() as i64), Ok(&b"abc"[..]));
+        assert_eq!(c_path(0), Err(libc::EFAULT));
+    }
+}

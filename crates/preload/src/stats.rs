@@ -1,0 +1,94 @@
+//! What went the fast way and what went to the kernel, per call, for `shoal run --stats`:
+//! each process appends one line to the file named by SHOAL_RUN_STATS when it exits.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// How a call ended.
+#[derive(Clone, Copy)]
+pub enum Way {
+    /// Served by the daemon (an errno it returned counts here too).
+    Fast,
+    /// The daemon asked for the kernel's decision.
+    FellBack,
+    /// Not for the fast path (another filesystem, or a call it does not serve).
+    Kernel,
+}
+
+const CALLS: usize = 512;
+
+struct Counters {
+    fast: [AtomicU64; CALLS],
+    fell_back: [AtomicU64; CALLS],
+    kernel_on_mount: [AtomicU64; CALLS],
+    lost_conversions: AtomicU64,
+}
+
+static COUNTERS: Counters = Counters {
+    fast: [const { AtomicU64::new(0) }; CALLS],
+    fell_back: [const { AtomicU64::new(0) }; CALLS],
+    kernel_on_mount: [const { AtomicU64::new(0) }; CALLS],
+    lost_conversions: AtomicU64::new(0),
+};
+
+static REPORT_PATH: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+
+pub fn configure(path: Option<Vec<u8>>) {
+    let _ = REPORT_PATH.set(path.map(|mut p| {
+        p.push(0);
+        p
+    }));
+}
+
+pub fn note(nr: i64, way: Way) {
+    let Ok(index) = usize::try_from(nr) else {
+        return;
+    };
+    let counters = match way {
+        Way::Fast => &COUNTERS.fast,
+        Way::FellBack => &COUNTERS.fell_back,
+        Way::Kernel => &COUNTERS.kernel_on_mount,
+    };
+    if let Some(counter) = counters.get(index) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A fast descriptor could not be reopened through the kernel (renamed or removed since).
+pub fn note_lost_conversion() {
+    COUNTERS.lost_conversions.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Appends this process's counts as one line: `pid nr:fast:fellback:kernel ... lost=N`.
+pub fn write_report() {
+    let Some(Some(path)) = REPORT_PATH.get() else {
+        return;
+    };
+    let mut line = format!("{}", crate::sys::getpid());
+    for index in 0..CALLS {
+        let fast = COUNTERS.fast[index].load(Ordering::Relaxed);
+        let fell = COUNTERS.fell_back[index].load(Ordering::Relaxed);
+        let kernel = COUNTERS.kernel_on_mount[index].load(Ordering::Relaxed);
+        if fast + fell + kernel > 0 {
+            line.push_str(&format!(" {index}:{fast}:{fell}:{kernel}"));
+        }
+    }
+    line.push_str(&format!(
+        " lost={}\n",
+        COUNTERS.lost_conversions.load(Ordering::Relaxed)
+    ));
+    let fd = crate::sys::openat(
+        libc::AT_FDCWD,
+        path,
+        libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+        0o600,
+    );
+    if fd >= 0 {
+        // One write with O_APPEND: lines of concurrent processes do not interleave.
+        crate::sys::call(
+            libc::SYS_write,
+            &[fd, line.as_ptr() as i64, line.len() as i64],
+        );
+        crate::sys::close(fd as i32);
+    }
+}
