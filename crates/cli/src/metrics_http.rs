@@ -226,7 +226,29 @@ pub fn render(report: &StatsReport) -> String {
     scalars(&mut out, STORE_METRICS, &report.store);
     scalars(&mut out, MEMORY_METRICS, &report.memory);
     scalars(&mut out, DAEMON_METRICS, report);
+    fast_path_samples(&mut out, report);
     out
+}
+
+/// `shoal_fastpath_requests_total{kind, outcome}`: what `shoal run` processes asked.
+fn fast_path_samples(out: &mut String, report: &StatsReport) {
+    const NAME: &str = "shoal_fastpath_requests_total";
+    describe(
+        out,
+        NAME,
+        "counter",
+        "Fast-path requests by kind and outcome: served, failed (the kernel's errno), fell_back (left to the kernel).",
+    );
+    for kind in &report.fastpath {
+        for (outcome, count) in [
+            ("served", kind.served),
+            ("failed", kind.failed),
+            ("fell_back", kind.fell_back),
+        ] {
+            let labels = format!("{NAME}{{kind=\"{}\",outcome=\"{outcome}\"}}", kind.kind);
+            sample(out, &labels, count);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -385,19 +385,20 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
             "FUSE over io_uring is off in the kernel (fuse module parameter enable_uring=N)"
         );
     }
+    let fast_path = if request.options.fastpath {
+        let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
+        start_fast_path(&engine, changes, &request.mountpoint)
+    } else {
+        None
+    };
     let stats = Arc::new(StatsSource {
         engine: Arc::downgrade(&engine),
         fuse_stats,
         started: Instant::now(),
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
+        fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
     });
-    let fast_path = if request.options.fastpath {
-        let changes = shoal_fuse::OtherDoorChanges::new(&session, &stats.fuse_stats);
-        start_fast_path(&engine, changes, &request.mountpoint)
-    } else {
-        None
-    };
     start_reporting(
         stats,
         metrics,

@@ -21,8 +21,8 @@ pub struct RunArgs {
     /// Serve only this mount on the fast path (default: every shoal mount).
     #[arg(short = 'm', long = "mount", value_name = "MOUNTPOINT")]
     pub mount: Option<PathBuf>,
-    /// When CMD ends, print per call how many went the fast way, fell back to the
-    /// kernel, or went to the kernel (all of CMD's processes together).
+    /// When CMD ends, print per call how many the daemon served (its errors included) and
+    /// how many it left to the kernel (all of CMD's processes together).
     #[arg(long)]
     pub stats: bool,
     /// The command and its arguments.
@@ -105,9 +105,9 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-/// Sums the processes' lines (`pid nr:fast:fellback:kernel ... lost=N`) into one table.
+/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N`) into one table.
 fn render_report(text: &str) -> String {
-    let mut totals: BTreeMap<i64, [u64; 3]> = BTreeMap::new();
+    let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;
     let mut lost = 0u64;
     for line in text.lines() {
@@ -118,11 +118,10 @@ fn render_report(text: &str) -> String {
                 continue;
             }
             let parts: Vec<u64> = field.split(':').filter_map(|p| p.parse().ok()).collect();
-            if let [nr, fast, fell, kernel] = parts[..] {
+            if let [nr, fast, fell] = parts[..] {
                 let entry = totals.entry(nr as i64).or_default();
                 entry[0] += fast;
                 entry[1] += fell;
-                entry[2] += kernel;
             }
         }
     }
@@ -130,7 +129,7 @@ fn render_report(text: &str) -> String {
         "shoal run: {processes} processes\n{:<16} {:>10} {:>12}\n",
         "call", "fast", "fell back"
     );
-    for (nr, [fast, fell, _]) in totals {
+    for (nr, [fast, fell]) in totals {
         out.push_str(&format!("{:<16} {fast:>10} {fell:>12}\n", syscall_name(nr)));
     }
     if lost > 0 {

@@ -190,7 +190,28 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     section(&mut out, "memory", &figures);
     let figures = table_figures(DAEMON_METRICS, current, previous, interval_s);
     section(&mut out, "daemon", &figures);
+    render_fast_path(&mut out, previous, current);
     out
+}
+
+/// Fast-path requests of the interval, per kind with any: served / failed / fell back.
+fn render_fast_path(out: &mut String, previous: &StatsReport, current: &StatsReport) {
+    let figures: Vec<String> = current
+        .fastpath
+        .iter()
+        .filter_map(|kind| {
+            let was = previous.fastpath.iter().find(|p| p.kind == kind.kind);
+            let delta = |now: u64, then: Option<u64>| now.saturating_sub(then.unwrap_or(0));
+            let served = delta(kind.served, was.map(|w| w.served));
+            let failed = delta(kind.failed, was.map(|w| w.failed));
+            let fell_back = delta(kind.fell_back, was.map(|w| w.fell_back));
+            (served + failed + fell_back > 0)
+                .then(|| format!("{} {served}/{failed}/{fell_back}", kind.kind))
+        })
+        .collect();
+    if !figures.is_empty() {
+        section(out, "fast path (served/failed/fell back)", &figures);
+    }
 }
 
 /// The request table: the requests that arrived in the interval, their rate and latency.

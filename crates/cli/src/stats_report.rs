@@ -35,6 +35,21 @@ pub struct StatsReport {
     pub ring_follow_step_backs: u64,
     #[serde(default)]
     pub ring_poll_ns: u64,
+    /// Requests of `shoal run` processes, per kind (empty with `-o fastpath=off`).
+    #[serde(default)]
+    pub fastpath: Vec<FastPathReport>,
+    #[serde(default)]
+    pub fastpath_connections: u64,
+}
+
+/// One fast-path request kind: done by the daemon, failed with the kernel's errno, or left
+/// to the kernel (a fallback).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct FastPathReport {
+    pub kind: String,
+    pub served: u64,
+    pub failed: u64,
+    pub fell_back: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -407,6 +422,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Follows ended because a second caller shared the followed CPU (the queue is then not followed for 50 ms).",
         |r| r.ring_follow_step_backs,
     ),
+    exposed(
+        "fastpath_connections",
+        "shoal_fastpath_connections_total",
+        Counter,
+        Count,
+        "Connections of `shoal run` processes to the fast path (one per thread that used the mount).",
+        |r| r.fastpath_connections,
+    ),
     // Like spin_cpu_ns: idle time spent polling, not work on requests.
     exposed(
         "ring_poll_ns",
@@ -427,6 +450,8 @@ pub struct StatsSource {
     pub started: Instant,
     pub memory_budget_bytes: u64,
     pub fuse_transport: &'static str,
+    /// The fast path's counts (`None`: `-o fastpath=off`, or it could not start).
+    pub fast_path: Option<Arc<shoal_fastpath_server::FastPathStats>>,
 }
 
 impl StatsSource {
@@ -495,6 +520,22 @@ impl StatsSource {
             ring_follows: fuse.ring_follows,
             ring_follow_step_backs: fuse.ring_follow_step_backs,
             ring_poll_ns: fuse.ring_poll_ns,
+            fastpath: self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
+                stats
+                    .snapshot()
+                    .into_iter()
+                    .map(|counts| FastPathReport {
+                        kind: counts.kind.to_string(),
+                        served: counts.served,
+                        failed: counts.failed,
+                        fell_back: counts.fell_back,
+                    })
+                    .collect()
+            }),
+            fastpath_connections: self
+                .fast_path
+                .as_ref()
+                .map_or(0, |stats| stats.connections()),
         })
     }
 }
@@ -572,6 +613,7 @@ mod tests {
             started: Instant::now(),
             memory_budget_bytes: 1 << 30,
             fuse_transport: "io_uring",
+            fast_path: None,
         };
         let report = source.report(false).unwrap();
         assert!(report.memory.rss_bytes > 0);

@@ -92,8 +92,4 @@ impl Processes {
         drop(by_pid);
         process.release_all(engine);
     }
-
-    pub fn count(&self) -> usize {
-        self.by_pid.lock().len()
-    }
 }

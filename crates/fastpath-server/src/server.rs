@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use shoal_engine::{Engine, ROOT_INO};
+use shoal_fastpath::shared::SharedChannel;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::credentials::Credentials;
@@ -32,6 +33,9 @@ pub trait KernelCache: Send + Sync {
 const MAX_CONNECTIONS: usize = 4096;
 /// Appends are serialized per inode through one of these locks.
 const APPEND_LOCKS: usize = 64;
+/// How long a connection's thread keeps looking for the next request before it sleeps:
+/// a tool's calls come a few microseconds apart, a wake-up costs tens on an idle VM.
+const SERVER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 pub struct Server {
     pub(crate) engine: Arc<Engine>,
@@ -177,23 +181,65 @@ impl Server {
         self.connections.fetch_add(1, Ordering::AcqRel);
         let process = self.processes.join(caller.pid);
         self.stats.connected();
-        let mut request_buf = vec![0u8; MAX_MESSAGE_BYTES];
+        match self.greet(&socket) {
+            Ok(channel) => self.serve_requests(&socket, &channel, &caller, &process),
+            Err(error) => tracing::debug!(%error, pid = caller.pid, "fast path: no channel"),
+        }
+        self.processes.leave(caller.pid, &process, &self.engine);
+        self.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The first message: a Hello carrying the client's channel memfd; answered on the
+    /// socket, after which requests come through the channel.
+    fn greet(&self, socket: &OwnedFd) -> io::Result<SharedChannel> {
+        let mut buf = vec![0u8; 256];
+        let (len, memfd) = receive_with_fd(socket, &mut buf)?;
+        let version = match Request::decode(&buf[..len]) {
+            Ok(Request::Hello { version }) => version,
+            _ => return Err(io::Error::other("the first message is not a Hello")),
+        };
+        let memfd = memfd.ok_or_else(|| io::Error::other("Hello without a channel"))?;
+        let channel = SharedChannel::accept(&memfd)?;
+        let (status, reply) = if version == PROTOCOL_VERSION {
+            let hello = Hello {
+                version: PROTOCOL_VERSION,
+                root: ROOT_INO,
+            };
+            (Status::Ok, Reply::Hello(hello))
+        } else {
+            (Status::Fallback, Reply::Empty)
+        };
+        let mut out = Vec::new();
+        Reply::encode(status, &reply, &mut out);
+        if !send(socket, &out) {
+            return Err(io::Error::other("client gone"));
+        }
+        Ok(channel)
+    }
+
+    fn serve_requests(
+        &self,
+        socket: &OwnedFd,
+        channel: &SharedChannel,
+        caller: &Credentials,
+        process: &Process,
+    ) {
+        let alive = || peer_alive(socket);
+        let mut request_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
-        while let Some(len) = receive(&socket, &mut request_buf) {
-            let (status, reply) = match Request::decode(&request_buf[..len]) {
-                Ok(request) => self.serve(&caller, &process, &request),
+        let mut seq = 0;
+        while let Ok(next) = channel.next_request(seq, &mut request_buf, SERVER_SPIN, &alive) {
+            seq = next;
+            let (status, reply) = match Request::decode(&request_buf) {
+                Ok(request) => self.serve(caller, process, &request),
                 Err(error) => {
                     tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
                     (Status::Errno(libc::EPROTO), Reply::Empty)
                 }
             };
             Reply::encode(status, &reply, &mut reply_buf);
-            if !send(&socket, &reply_buf) {
-                break;
-            }
+            channel.reply(seq, &reply_buf);
         }
-        self.processes.leave(caller.pid, &process, &self.engine);
-        self.connections.fetch_sub(1, Ordering::AcqRel);
     }
 
     fn serve(&self, caller: &Credentials, process: &Process, request: &Request) -> (Status, Reply) {
@@ -259,26 +305,58 @@ impl Server {
     pub(crate) fn append_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
         self.append_locks[(ino as usize) % APPEND_LOCKS].lock()
     }
-
-    /// Processes connected now.
-    pub fn processes(&self) -> usize {
-        self.processes.count()
-    }
 }
 
-/// One message, or `None` when the peer is gone.
-fn receive(socket: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
-    loop {
-        // SAFETY: `buf` is a valid writable buffer of its length.
-        let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n > 0 {
-            return Some(n as usize);
-        }
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return None;
+/// One message and the descriptor passed with it (SCM_RIGHTS), if any.
+fn receive_with_fd(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg into buffers that outlive the call; descriptors arrive close-on-exec.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
+    if n <= 0 {
+        return Err(io::Error::other("client gone before its Hello"));
     }
+    let mut passed = None;
+    // SAFETY: walking the control buffer recvmsg filled, with the libc macros.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(header).cast::<i32>();
+                for index in 0..count {
+                    // Every passed descriptor is ours now: keep the first, close the rest.
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(index)));
+                    if passed.is_none() {
+                        passed = Some(fd);
+                    }
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    Ok((n as usize, passed))
+}
+
+/// Whether the client still holds its end of the socket.
+fn peer_alive(socket: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: poll(2) of one valid pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut poll, 1, 0) };
+    !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
 fn send(socket: &OwnedFd, message: &[u8]) -> bool {

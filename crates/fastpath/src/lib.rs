@@ -14,10 +14,12 @@
 //! Both sides depend on this crate and on nothing of each other: the preload library
 //! (client) links no engine, the daemon's server links no interception code.
 
+// Unsafe code only in `shared` (the mapping and its futexes).
 #![deny(unsafe_code)]
 
 mod codec;
 mod message;
+pub mod shared;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{

@@ -6,6 +6,9 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::Duration;
+
+use shoal_fastpath::shared::SharedChannel;
 use shoal_fastpath::{Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::mounts::{self, Mount};
@@ -26,10 +29,16 @@ pub enum ChannelError {
     Lost,
 }
 
+/// How long a caller spins for its reply before it sleeps: most requests are answered in
+/// a few microseconds; a sync may take milliseconds.
+const CLIENT_SPIN: Duration = Duration::from_micros(200);
+
 struct Connection {
     fd: i32,
     epoch: u64,
     pid: u32,
+    /// Requests travel here once the Hello is answered.
+    shared: Option<SharedChannel>,
 }
 
 impl Drop for Connection {
@@ -88,7 +97,8 @@ impl ThreadChannels {
             self.connections.resize_with(index + 1, || None);
         }
         let epoch = CREDENTIALS_EPOCH.load(Ordering::Acquire);
-        let pid = sys::getpid();
+        // The pid as of the last fork (libc's fork runs our atfork handler in the child).
+        let pid = crate::process_state::pid();
         let stale = self.connections[index]
             .as_ref()
             .is_some_and(|c| c.epoch != epoch || c.pid != pid);
@@ -97,22 +107,58 @@ impl ThreadChannels {
         }
         if self.connections[index].is_none() {
             match connect(mount, &mut self.send, &mut self.receive) {
-                Ok(fd) => self.connections[index] = Some(Connection { fd, epoch, pid }),
+                Ok((fd, shared)) => {
+                    self.connections[index] = Some(Connection {
+                        fd,
+                        epoch,
+                        pid,
+                        shared: Some(shared),
+                    })
+                }
                 Err(error) => {
                     mount.give_up();
                     return Err(error);
                 }
             }
         }
-        let fd = self.connections[index].as_ref().map_or(-1, |c| c.fd);
+        let Some(connection) = self.connections[index].as_ref() else {
+            return Err(ChannelError::Unreachable);
+        };
         request.encode(&mut self.send);
-        let result = round_trip(fd, &self.send, &mut self.receive);
+        let result = match &connection.shared {
+            Some(shared) => shared_round_trip(connection.fd, shared, &self.send, &mut self.receive),
+            None => round_trip(connection.fd, &self.send, &mut self.receive),
+        };
         if result.is_err() {
             self.connections[index] = None;
             mount.give_up();
         }
         result
     }
+}
+
+fn shared_round_trip(
+    fd: i32,
+    shared: &SharedChannel,
+    send: &[u8],
+    receive: &mut Vec<u8>,
+) -> Result<(Status, Reply), ChannelError> {
+    let alive = || daemon_alive(fd);
+    shared
+        .call(send, receive, CLIENT_SPIN, &alive)
+        .map_err(|_| ChannelError::Lost)?;
+    Reply::decode(receive).map_err(|_| ChannelError::Lost)
+}
+
+/// Whether the daemon still holds its end of the socket.
+fn daemon_alive(fd: i32) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    let n = sys::call(libc::SYS_poll, &[std::ptr::addr_of_mut!(poll) as i64, 1, 0]);
+    !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
 fn round_trip(
@@ -176,8 +222,13 @@ fn receive_message(fd: i32, buf: &mut Vec<u8>) -> Result<usize, ChannelError> {
     }
 }
 
-/// A new connection to `mount`'s daemon, checked and greeted.
-fn connect(mount: &Mount, send: &mut Vec<u8>, receive: &mut Vec<u8>) -> Result<i32, ChannelError> {
+/// A new connection to `mount`'s daemon, checked and greeted: the Hello carries the
+/// shared channel's memfd.
+fn connect(
+    mount: &Mount,
+    send: &mut Vec<u8>,
+    receive: &mut Vec<u8>,
+) -> Result<(i32, SharedChannel), ChannelError> {
     let fd = sys::check(sys::call(
         libc::SYS_socket,
         &[
@@ -191,6 +242,7 @@ fn connect(mount: &Mount, send: &mut Vec<u8>, receive: &mut Vec<u8>) -> Result<i
         fd,
         epoch: 0,
         pid: 0,
+        shared: None,
     };
     let name = shoal_fastpath::socket_name(mount.device.0, mount.device.1);
     let (address, len) = abstract_address(&name);
@@ -205,16 +257,57 @@ fn connect(mount: &Mount, send: &mut Vec<u8>, receive: &mut Vec<u8>) -> Result<i
     if rc < 0 || peer_uid(fd) != Some(mount.owner) {
         return Err(ChannelError::Unreachable);
     }
+    let (shared, memfd) = SharedChannel::create().map_err(|_| ChannelError::Unreachable)?;
     Request::Hello {
         version: PROTOCOL_VERSION,
     }
     .encode(send);
-    match round_trip(fd, send, receive) {
+    send_with_fd(fd, send, std::os::fd::AsRawFd::as_raw_fd(&memfd))?;
+    drop(memfd);
+    let len = receive_message(fd, receive)?;
+    match Reply::decode(&receive[..len]) {
         Ok((Status::Ok, Reply::Hello(hello))) if hello.version == PROTOCOL_VERSION => {
             std::mem::forget(connection);
-            Ok(fd)
+            Ok((fd, shared))
         }
         _ => Err(ChannelError::Unreachable),
+    }
+}
+
+/// One message with a descriptor passed along (SCM_RIGHTS).
+fn send_with_fd(fd: i32, message: &[u8], passed: i32) -> Result<(), ChannelError> {
+    let mut iov = libc::iovec {
+        iov_base: message.as_ptr() as *mut libc::c_void,
+        iov_len: message.len(),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a size computation.
+    header.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
+    // SAFETY: filling the one control message the buffer was sized for.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&header);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), passed);
+    }
+    let n = sys::call(
+        libc::SYS_sendmsg,
+        &[
+            i64::from(fd),
+            std::ptr::addr_of!(header) as i64,
+            i64::from(libc::MSG_NOSIGNAL),
+        ],
+    );
+    if n == message.len() as i64 {
+        Ok(())
+    } else {
+        Err(ChannelError::Unreachable)
     }
 }
 

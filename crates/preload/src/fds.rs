@@ -205,7 +205,7 @@ fn reopen(file: &OpenFile) -> Result<i32, i32> {
         let offset = *file.lock_offset();
         sys::lseek(kernel_fd, offset as i64, libc::SEEK_SET);
     }
-    Ok(kernel_fd as i32)
+    Ok(kernel_fd)
 }
 
 /// Converts every fast descriptor (before fork) or those without close-on-exec (before

@@ -48,6 +48,11 @@ pub fn real_ids_are_effective() -> bool {
     REAL_IS_EFFECTIVE.load(Ordering::Relaxed)
 }
 
+/// This process's pid, as of its start or its last fork through libc.
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
 /// A fork child (after its atfork handler) is a process of its own.
 pub fn forked() {
     PID.store(sys::getpid(), Ordering::Relaxed);

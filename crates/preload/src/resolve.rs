@@ -57,6 +57,14 @@ pub fn route(dirfd: i64, path: &[u8], follow: bool) -> Route {
 }
 
 fn route_absolute(path: &[u8], follow: bool) -> Route {
+    if let Some(fd) = proc_fd_link(path) {
+        // /proc/self/fd/N of a fast descriptor: the kernel's magic link must name the real
+        // file, so the descriptor becomes a kernel one and the kernel resolves the path.
+        return match fds::to_kernel(fd) {
+            Ok(()) => Route::Kernel,
+            Err(errno) => Route::Fail(errno),
+        };
+    }
     let Some((index, rest)) = split_at_mount(path) else {
         return Route::Kernel;
     };
@@ -69,6 +77,26 @@ fn route_absolute(path: &[u8], follow: bool) -> Route {
             follow,
         },
     }
+}
+
+/// N, when `path` is /proc/self/fd/N, /proc/PID/fd/N (this process) or /dev/fd/N.
+fn proc_fd_link(path: &[u8]) -> Option<i64> {
+    if !(path.starts_with(b"/proc/") || path.starts_with(b"/dev/fd/")) {
+        return None;
+    }
+    let own = format!("/proc/{}/fd/", crate::process_state::pid());
+    let prefixes: [&[u8]; 4] = [
+        b"/proc/self/fd/",
+        b"/proc/thread-self/fd/",
+        b"/dev/fd/",
+        own.as_bytes(),
+    ];
+    let rest = prefixes
+        .iter()
+        .find_map(|prefix| path.strip_prefix(*prefix))?;
+    let digits = rest.strip_suffix(b"/").unwrap_or(rest);
+    let fd: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    fds::is_fast(fd).then_some(fd)
 }
 
 /// The usable mount `path` lies in, and the rest of `path` inside it. The part up to the
@@ -152,7 +180,7 @@ fn cwd() -> Option<(usize, u64)> {
         libc::SYS_newfstatat,
         &[
             i64::from(libc::AT_FDCWD),
-            b".\0".as_ptr() as i64,
+            c".".as_ptr() as i64,
             std::ptr::addr_of_mut!(stat) as i64,
             0,
         ],

@@ -9,10 +9,8 @@ use std::sync::OnceLock;
 pub enum Way {
     /// Served by the daemon (an errno it returned counts here too).
     Fast,
-    /// The daemon asked for the kernel's decision.
+    /// The daemon asked for the kernel's decision (or could not be reached).
     FellBack,
-    /// Not for the fast path (another filesystem, or a call it does not serve).
-    Kernel,
 }
 
 const CALLS: usize = 512;
@@ -20,14 +18,12 @@ const CALLS: usize = 512;
 struct Counters {
     fast: [AtomicU64; CALLS],
     fell_back: [AtomicU64; CALLS],
-    kernel_on_mount: [AtomicU64; CALLS],
     lost_conversions: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
     fast: [const { AtomicU64::new(0) }; CALLS],
     fell_back: [const { AtomicU64::new(0) }; CALLS],
-    kernel_on_mount: [const { AtomicU64::new(0) }; CALLS],
     lost_conversions: AtomicU64::new(0),
 };
 
@@ -47,7 +43,6 @@ pub fn note(nr: i64, way: Way) {
     let counters = match way {
         Way::Fast => &COUNTERS.fast,
         Way::FellBack => &COUNTERS.fell_back,
-        Way::Kernel => &COUNTERS.kernel_on_mount,
     };
     if let Some(counter) = counters.get(index) {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -59,7 +54,7 @@ pub fn note_lost_conversion() {
     COUNTERS.lost_conversions.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Appends this process's counts as one line: `pid nr:fast:fellback:kernel ... lost=N`.
+/// Appends this process's counts as one line: `pid nr:fast:fellback ... lost=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -68,9 +63,8 @@ pub fn write_report() {
     for index in 0..CALLS {
         let fast = COUNTERS.fast[index].load(Ordering::Relaxed);
         let fell = COUNTERS.fell_back[index].load(Ordering::Relaxed);
-        let kernel = COUNTERS.kernel_on_mount[index].load(Ordering::Relaxed);
-        if fast + fell + kernel > 0 {
-            line.push_str(&format!(" {index}:{fast}:{fell}:{kernel}"));
+        if fast + fell > 0 {
+            line.push_str(&format!(" {index}:{fast}:{fell}"));
         }
     }
     line.push_str(&format!(

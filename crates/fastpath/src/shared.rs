@@ -1,0 +1,340 @@
+//! The shared-memory channel a connection's requests travel on once it is set up: the
+//! client makes a sealed memfd, passes it over the socket with its Hello, and from then on
+//! writes a request into the memfd and bumps a sequence number; the daemon's thread for the
+//! connection spins briefly, then sleeps on a futex, waiting for it, and answers the same
+//! way. A round trip with both sides awake costs no system call at all.
+//!
+//! The daemon copies every request out before decoding it (the client may change the
+//! memory at any moment) and maps only a memfd sealed against shrinking, so no client can
+//! make it read out of bounds or fault.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::MAX_MESSAGE_BYTES;
+
+/// Header fields, each a u32 at its own offset in the first page.
+const REQUEST_SEQ: usize = 0;
+const REPLY_SEQ: usize = 4;
+const SERVER_SLEEPING: usize = 8;
+const CLIENT_SLEEPING: usize = 12;
+const REQUEST_LEN: usize = 16;
+const REPLY_LEN: usize = 20;
+const HEADER_BYTES: usize = 4096;
+const REQUEST_AREA: usize = HEADER_BYTES;
+const REPLY_AREA: usize = REQUEST_AREA + MAX_MESSAGE_BYTES;
+/// The memfd's exact size; the daemon refuses any other.
+pub const CHANNEL_BYTES: usize = REPLY_AREA + MAX_MESSAGE_BYTES;
+
+const _: () = assert!(REPLY_LEN + 4 <= HEADER_BYTES);
+// The reply area starts 8-byte aligned, so its words could be read in place too.
+const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
+
+/// Seals the daemon requires: the size can never change again.
+const REQUIRED_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// How a wait ends when the other side never answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// The peer closed its socket (exited, killed).
+    Closed,
+}
+
+/// One mapping of a channel's memfd.
+pub struct SharedChannel {
+    base: *mut u8,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and byte copies;
+// each side is used by one thread at a time.
+unsafe impl Send for SharedChannel {}
+
+impl Drop for SharedChannel {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this value owns.
+        unsafe { libc::munmap(self.base.cast(), CHANNEL_BYTES) };
+    }
+}
+
+impl SharedChannel {
+    /// The client's side: a new sealed memfd, mapped; the fd goes to the daemon.
+    pub fn create() -> io::Result<(SharedChannel, OwnedFd)> {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: memfd_create with a static NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"shoal-fastpath".as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing and sealing our own memfd.
+        let sized = unsafe {
+            libc::ftruncate(fd.as_raw_fd(), CHANNEL_BYTES as libc::off_t) == 0
+                && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) == 0
+        };
+        if !sized {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((map(&fd)?, fd))
+    }
+
+    /// The daemon's side: maps a client's memfd after checking its size and seals.
+    pub fn accept(fd: &OwnedFd) -> io::Result<SharedChannel> {
+        // SAFETY: reading the seals of a descriptor we hold.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & REQUIRED_SEALS != REQUIRED_SEALS {
+            return Err(io::Error::other("channel memfd is not sealed"));
+        }
+        // SAFETY: stat is plain data; all zeroes is a valid value.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into a valid out-buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0
+            || stat.st_size != CHANNEL_BYTES as libc::off_t
+        {
+            return Err(io::Error::other("channel memfd has the wrong size"));
+        }
+        map(fd)
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset + 4 <= HEADER_BYTES && offset.is_multiple_of(4));
+        // SAFETY: the header lies inside the mapping, 4-byte aligned (page-aligned base).
+        unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+    }
+
+    fn copy_in(&self, area: usize, bytes: &[u8]) {
+        assert!(
+            bytes.len() <= MAX_MESSAGE_BYTES,
+            "message bounded by MAX_MESSAGE_BYTES"
+        );
+        // SAFETY: `area` and `bytes.len()` stay inside the mapping (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(area), bytes.len()) };
+    }
+
+    fn copy_out(&self, area: usize, len: usize, out: &mut Vec<u8>) {
+        let len = len.min(MAX_MESSAGE_BYTES);
+        out.clear();
+        out.reserve(len);
+        // SAFETY: `area + len` lies inside the mapping; `out` has room for `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(area), out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
+    }
+
+    /// Client: sends `request`, waits for the reply into `reply`. `spin` bounds the busy
+    /// wait before sleeping; `alive` says whether the daemon still holds the connection.
+    pub fn call(
+        &self,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+        spin: Duration,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<(), Gone> {
+        self.copy_in(REQUEST_AREA, request);
+        self.word(REQUEST_LEN)
+            .store(request.len() as u32, Ordering::Relaxed);
+        let seq = self
+            .word(REQUEST_SEQ)
+            .load(Ordering::Relaxed)
+            .wrapping_add(1);
+        self.word(REQUEST_SEQ).store(seq, Ordering::Release);
+        if self.word(SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
+            futex_wake(self.word(REQUEST_SEQ));
+        }
+        wait_for(
+            self.word(REPLY_SEQ),
+            self.word(CLIENT_SLEEPING),
+            seq,
+            spin,
+            alive,
+        )?;
+        let len = self.word(REPLY_LEN).load(Ordering::Acquire) as usize;
+        self.copy_out(REPLY_AREA, len, reply);
+        Ok(())
+    }
+
+    /// Daemon: waits for the request after `last_seq` and copies it into `request`;
+    /// returns its sequence number.
+    pub fn next_request(
+        &self,
+        last_seq: u32,
+        request: &mut Vec<u8>,
+        spin: Duration,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<u32, Gone> {
+        let seq = last_seq.wrapping_add(1);
+        wait_for(
+            self.word(REQUEST_SEQ),
+            self.word(SERVER_SLEEPING),
+            seq,
+            spin,
+            alive,
+        )?;
+        let len = self.word(REQUEST_LEN).load(Ordering::Acquire) as usize;
+        self.copy_out(REQUEST_AREA, len, request);
+        Ok(seq)
+    }
+
+    /// Daemon: publishes the reply to request `seq`.
+    pub fn reply(&self, seq: u32, reply: &[u8]) {
+        self.copy_in(REPLY_AREA, reply);
+        self.word(REPLY_LEN)
+            .store(reply.len() as u32, Ordering::Relaxed);
+        self.word(REPLY_SEQ).store(seq, Ordering::Release);
+        if self.word(CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
+            futex_wake(self.word(REPLY_SEQ));
+        }
+    }
+}
+
+fn map(fd: &OwnedFd) -> io::Result<SharedChannel> {
+    // SAFETY: a shared mapping of CHANNEL_BYTES of a memfd that size (checked by callers).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHANNEL_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(SharedChannel { base: base.cast() })
+}
+
+/// How often a sleeper looks at whether its peer still lives.
+const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+
+/// Waits until `word` reaches `wanted` (sequence numbers only move forward by one):
+/// spinning for `spin`, then sleeping on the futex with `sleeping` raised.
+fn wait_for(
+    word: &AtomicU32,
+    sleeping: &AtomicU32,
+    wanted: u32,
+    spin: Duration,
+    alive: &dyn Fn() -> bool,
+) -> Result<(), Gone> {
+    let arrived = || word.load(Ordering::Acquire) == wanted;
+    if arrived() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !spin.is_zero() {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if arrived() {
+                return Ok(());
+            }
+        }
+        spins += 1;
+        if spins.is_multiple_of(16) && start.elapsed() >= spin {
+            break;
+        }
+    }
+    loop {
+        sleeping.store(1, Ordering::SeqCst);
+        let current = word.load(Ordering::SeqCst);
+        if current == wanted {
+            sleeping.store(0, Ordering::Relaxed);
+            return Ok(());
+        }
+        futex_wait(word, current, LIVENESS_CHECK);
+        sleeping.store(0, Ordering::Relaxed);
+        if arrived() {
+            return Ok(());
+        }
+        if !alive() {
+            return Err(Gone::Closed);
+        }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    // SAFETY: FUTEX_WAIT on a word of our shared mapping, with a valid timeout; a shared
+    // (not private) futex, since the other process waits and wakes on the same page.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::addr_of!(timeout),
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a word of our shared mapping.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_cross_between_two_mappings() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let serving = std::thread::spawn(move || {
+            let mut request = Vec::new();
+            let mut last = 0;
+            for _ in 0..1000 {
+                last = server
+                    .next_request(last, &mut request, Duration::from_micros(50), &|| true)
+                    .expect("request");
+                request.reverse();
+                server.reply(last, &request);
+            }
+        });
+        let mut reply = Vec::new();
+        for i in 0..1000u32 {
+            let request = i.to_le_bytes();
+            client
+                .call(&request, &mut reply, Duration::from_micros(50), &|| true)
+                .expect("reply");
+            let mut expected = request.to_vec();
+            expected.reverse();
+            assert_eq!(reply, expected);
+        }
+        serving.join().expect("server thread");
+    }
+
+    #[test]
+    fn an_unsealed_or_resized_memfd_is_refused() {
+        // SAFETY: a plain memfd for the test.
+        let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: our new descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing our memfd.
+        assert_eq!(
+            unsafe { libc::ftruncate(fd.as_raw_fd(), CHANNEL_BYTES as libc::off_t) },
+            0
+        );
+        assert!(SharedChannel::accept(&fd).is_err());
+    }
+
+    #[test]
+    fn a_sleeping_waiter_sees_its_peer_gone() {
+        let (client, _fd) = SharedChannel::create().expect("memfd");
+        let mut reply = Vec::new();
+        let started = Instant::now();
+        let result = client.call(b"x", &mut reply, Duration::ZERO, &|| false);
+        assert_eq!(result, Err(Gone::Closed));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
