@@ -53,6 +53,7 @@ pub struct Server {
 pub struct FastPathHandle {
     server: Arc<Server>,
     listener: Arc<OwnedFd>,
+    accepting: Option<std::thread::JoinHandle<()>>,
 }
 
 impl FastPathHandle {
@@ -62,10 +63,19 @@ impl FastPathHandle {
 }
 
 impl Drop for FastPathHandle {
+    /// Stops accepting and waits for every connection's thread to end (they notice within
+    /// one liveness check), so the engine they share is released with the mount: the store
+    /// must be closed when `shoal umount` returns.
     fn drop(&mut self) {
         self.server.stopped.store(true, Ordering::Release);
         // SAFETY: shutting down a socket we own; the accept loop then returns an error.
         unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(accepting) = self.accepting.take() {
+            let _ = accepting.join();
+        }
+        while self.server.connections.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
@@ -89,10 +99,14 @@ pub fn start(
     });
     let accepting = server.clone();
     let accept_fd = listener.clone();
-    std::thread::Builder::new()
+    let accepting = std::thread::Builder::new()
         .name("shoal-fastpath".into())
         .spawn(move || accepting.accept_loop(&accept_fd))?;
-    Ok(FastPathHandle { server, listener })
+    Ok(FastPathHandle {
+        server,
+        listener,
+        accepting: Some(accepting),
+    })
 }
 
 fn listen(name: &str) -> io::Result<OwnedFd> {
@@ -160,11 +174,17 @@ impl Server {
             if self.connections.load(Ordering::Acquire) >= MAX_CONNECTIONS as u64 {
                 continue; // dropped: the client falls back to the kernel
             }
+            // Counted before the thread exists, so a stop waits for it (see Drop).
+            self.connections.fetch_add(1, Ordering::AcqRel);
             let server = self.clone();
             let spawned = std::thread::Builder::new()
                 .name("shoal-fastpath-conn".into())
-                .spawn(move || server.serve_connection(socket));
+                .spawn(move || {
+                    server.serve_connection(socket);
+                    server.connections.fetch_sub(1, Ordering::AcqRel);
+                });
             if let Err(error) = spawned {
+                self.connections.fetch_sub(1, Ordering::AcqRel);
                 tracing::warn!(%error, "fast path: no thread for a connection");
             }
         }
@@ -178,7 +198,6 @@ impl Server {
                 return;
             }
         };
-        self.connections.fetch_add(1, Ordering::AcqRel);
         let process = self.processes.join(caller.pid);
         self.stats.connected();
         match self.greet(&socket) {
@@ -186,7 +205,6 @@ impl Server {
             Err(error) => tracing::debug!(%error, pid = caller.pid, "fast path: no channel"),
         }
         self.processes.leave(caller.pid, &process, &self.engine);
-        self.connections.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The first message: a Hello carrying the client's channel memfd; answered on the
@@ -224,7 +242,8 @@ impl Server {
         caller: &Credentials,
         process: &Process,
     ) {
-        let alive = || peer_alive(socket);
+        // A connection ends with its client, or with the mount.
+        let alive = || !self.stopped.load(Ordering::Acquire) && peer_alive(socket);
         let mut request_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
