@@ -451,6 +451,22 @@ fn install_puts_binary_helper_man_pages_and_completions_in_place() {
     let root = stage.path();
     let binary = root.join("usr/local/bin/shoal");
     assert!(binary.is_file());
+    // The fast path library, where the installed `shoal run` looks for it.
+    assert!(root
+        .join("usr/local/lib/shoal/libshoal_preload.so")
+        .is_file());
+    let run = run_ok(
+        Command::new(&binary)
+            .args(["run", "--", "sh", "-c", "echo $LD_PRELOAD"])
+            .env_remove("SHOAL_PRELOAD"),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        run.stdout
+            .contains("usr/local/bin/../lib/shoal/libshoal_preload.so"),
+        "{}",
+        run.describe()
+    );
     assert_eq!(
         fs::read_link(root.join("sbin/mount.fuse.shoal")).unwrap(),
         PathBuf::from("/usr/local/bin/shoal")
@@ -471,6 +487,7 @@ fn install_puts_binary_helper_man_pages_and_completions_in_place() {
         "shoal-stats.8",
         "shoal-quota-report.8",
         "shoal-quota-set.8",
+        "shoal-run.8",
     ] {
         assert!(
             pages.contains(&expected.to_string()),

@@ -296,6 +296,8 @@ impl Engine {
         lock: Option<StoreLock>,
         space: Option<SpaceReserve>,
     ) -> Result<Arc<Engine>, OpenError> {
+        // Path walks through both doors read the same metadata keys again and again.
+        let store: Box<dyn Store> = Box::new(crate::store::read_cache::CachedStore::new(store));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
             None => return Err(OpenError::Damaged("no superblock".into())),

@@ -13,6 +13,7 @@ mod journal_sync;
 mod memory_store;
 mod metrics;
 pub mod raw_salvage;
+pub(crate) mod read_cache;
 pub mod salvage;
 mod seqno_recovery;
 mod staged_store;

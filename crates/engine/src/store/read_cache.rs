@@ -1,0 +1,212 @@
+//! A bounded cache of point reads of metadata (inodes, directory entries, and the absence
+//! of either) in front of the store. Path walks read the same few keys over and over (a
+//! directory's inode for its permission bits, then the entry, then the inode it names); the
+//! LSM answers each from its memtables or tables at a cost of a microsecond, the cache in a
+//! hash probe.
+//!
+//! Coherent by construction: every write goes through `write`, which drops the keys it
+//! wrote after the store has them. A read that missed records its shard's generation
+//! before reading the store and fills the cache only if no write touched the shard
+//! meanwhile, so a value read just before a write can never be cached after it.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use crate::store::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+
+/// Shards, so readers on several threads rarely wait on one lock.
+const SHARDS: usize = 16;
+/// Bytes of keys and values kept per shard; a full shard is emptied (cheap, and hot keys
+/// come back at once).
+const SHARD_BYTES: usize = 512 * 1024;
+/// Values larger than this (inline file data) are not worth a slot.
+const MAX_VALUE_BYTES: usize = 1024;
+/// Per-entry overhead counted against the budget (map slot, vectors' headers).
+const ENTRY_OVERHEAD_BYTES: usize = 64;
+
+#[derive(Default)]
+struct Shard {
+    entries: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    bytes: usize,
+    generation: u64,
+}
+
+impl Shard {
+    fn insert(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        let cost = key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES;
+        if self.bytes + cost > SHARD_BYTES {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        if self.entries.insert(key.to_vec(), value).is_none() {
+            self.bytes += cost;
+        }
+    }
+}
+
+pub struct CachedStore {
+    inner: Box<dyn Store>,
+    shards: Vec<Mutex<Shard>>,
+}
+
+impl CachedStore {
+    pub fn new(inner: Box<dyn Store>) -> CachedStore {
+        CachedStore {
+            inner,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        // FNV-1a: keys share long prefixes (the space and parent inode), so mix every byte.
+        let hash = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        &self.shards[(hash as usize) % SHARDS]
+    }
+
+    /// Drops what a batch wrote, after the store has it.
+    fn forget_written(&self, batch: &Batch) {
+        for (space, key, _) in batch.items() {
+            if space == Space::Meta {
+                let mut shard = self.shard(key).lock();
+                shard.generation += 1;
+                if let Some(value) = shard.entries.remove(key) {
+                    shard.bytes -= key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD_BYTES;
+                }
+            }
+        }
+    }
+}
+
+impl StoreView for CachedStore {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.inner.scan(space, start, end, visit)
+    }
+
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.last_key(space, start, end)
+    }
+}
+
+impl Store for CachedStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if space != Space::Meta {
+            return self.inner.get(space, key);
+        }
+        let generation = {
+            let shard = self.shard(key).lock();
+            if let Some(value) = shard.entries.get(key) {
+                return Ok(value.clone());
+            }
+            shard.generation
+        };
+        let value = self.inner.get(space, key)?;
+        if value.as_ref().is_none_or(|v| v.len() <= MAX_VALUE_BYTES) {
+            let mut shard = self.shard(key).lock();
+            if shard.generation == generation {
+                shard.insert(key, value.clone());
+            }
+        }
+        Ok(value)
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        // The batch is consumed by the store; remember its keys first. Invalidating before
+        // the write as well keeps a concurrent miss from caching the old value after it.
+        self.forget_written(&batch);
+        let result = self.inner.write_borrowed(&batch);
+        self.forget_written(&batch);
+        result
+    }
+
+    fn write_borrowed(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.forget_written(batch);
+        let result = self.inner.write_borrowed(batch);
+        self.forget_written(batch);
+        result
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.inner.disk_bytes()
+    }
+
+    fn metrics(&self) -> StoreMetrics {
+        self.inner.metrics()
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let cached: usize = self.shards.iter().map(|shard| shard.lock().bytes).sum();
+        self.inner.memory_bytes() + cached as u64
+    }
+
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        self.inner.snapshot()
+    }
+
+    fn pending_bytes(&self) -> u64 {
+        self.inner.pending_bytes()
+    }
+
+    fn release_space(&self) -> Result<(), StoreError> {
+        self.inner.release_space()
+    }
+
+    fn background_errors(&self) -> crate::store::error_seq::WriteErrors {
+        self.inner.background_errors()
+    }
+
+    fn compact(&self) -> Result<(), StoreError> {
+        self.inner.compact()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory_store::MemoryStore;
+
+    #[test]
+    fn reads_see_every_write_and_absences_are_cached_until_written() {
+        let store = CachedStore::new(Box::new(MemoryStore::default()));
+        assert_eq!(store.get(Space::Meta, b"k").unwrap(), None);
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"k".to_vec(), b"1".to_vec());
+        store.write(batch).unwrap();
+        assert_eq!(store.get(Space::Meta, b"k").unwrap(), Some(b"1".to_vec()));
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"k".to_vec(), b"2".to_vec());
+        store.write_borrowed(&batch).unwrap();
+        assert_eq!(store.get(Space::Meta, b"k").unwrap(), Some(b"2".to_vec()));
+        let mut batch = Batch::default();
+        batch.delete(Space::Meta, b"k".to_vec());
+        store.write(batch).unwrap();
+        assert_eq!(store.get(Space::Meta, b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn a_full_shard_stays_within_its_bytes() {
+        let store = CachedStore::new(Box::new(MemoryStore::default()));
+        for i in 0..100_000u32 {
+            store.get(Space::Meta, &i.to_le_bytes()).unwrap();
+        }
+        let total: usize = store.shards.iter().map(|s| s.lock().bytes).sum();
+        assert!(total <= SHARDS * SHARD_BYTES, "{total}");
+    }
+}
