@@ -228,9 +228,17 @@ pub fn reopen_for_exec_in_place() {
         if sys::fcntl(fd, libc::F_GETFD, 0) > 0 {
             continue;
         }
-        if let Ok(kernel_fd) = reopen(&file) {
-            sys::dup3(kernel_fd, fd, 0);
-            sys::close(kernel_fd);
-        }
+        let _ = reopen_in_place(fd, &file);
     }
+}
+
+/// In a vfork child: `fd` becomes a kernel descriptor of `file` (close-on-exec kept) in
+/// the child's own descriptor table; the table here, the parent's memory, stays as it is.
+pub fn reopen_in_place(fd: i32, file: &OpenFile) -> Result<(), i32> {
+    let kernel_fd = reopen(file)?;
+    let cloexec = sys::fcntl(fd, libc::F_GETFD, 0) > 0;
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    let result = sys::check(sys::dup3(kernel_fd, fd, flags));
+    sys::close(kernel_fd);
+    result.map(|_| ())
 }

@@ -34,8 +34,16 @@ pub fn c_path(ptr: i64) -> Result<&'static [u8], i32> {
     Err(libc::ENAMETOOLONG)
 }
 
+/// A descriptor argument as the kernel reads it: an `int`, the register's low 32 bits.
+/// libc may pass AT_FDCWD zero-extended (`mov edi, -100` leaves 0xffffff9c in rdi), which
+/// compared as an i64 is no AT_FDCWD: relative paths then all went to the kernel.
+pub fn descriptor(fd: i64) -> i64 {
+    i64::from(fd as i32)
+}
+
 /// Routes `path` relative to `dirfd` (AT_FDCWD, a fast descriptor, or a kernel one).
 pub fn route(dirfd: i64, path: &[u8], follow: bool) -> Route {
+    let dirfd = descriptor(dirfd);
     if path.is_empty() {
         return Route::Kernel;
     }
@@ -206,6 +214,7 @@ pub fn forget_cwd() {
 /// An absolute path for `path` relative to `dirfd`, as the kernel would resolve it now,
 /// NUL-terminated: how a fast descriptor is reopened through the kernel later (`fds`).
 pub fn absolute(dirfd: i64, path: &[u8]) -> Vec<u8> {
+    let dirfd = descriptor(dirfd);
     let mut out = if path.first() == Some(&b'/') {
         Vec::new()
     } else if dirfd == i64::from(libc::AT_FDCWD) {

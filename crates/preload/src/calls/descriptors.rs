@@ -2,12 +2,22 @@
 //! kernel (sendmsg with SCM_RIGHTS, poll, select): the table follows the kernel's numbering.
 
 use super::{fail, kernel, raw};
-use crate::fds;
+use crate::{fds, process_state};
+
+/// A vfork child (posix_spawn's, python's subprocess, dash) shares the parent's memory,
+/// this table included, but has a descriptor table of its own: what it closes or dups is
+/// its own copy, and the parent's entries must stay as they are. Python's children close
+/// every descriptor above 2: before this check, that closed the parent's fast files.
+fn in_vfork_child() -> bool {
+    process_state::in_vfork_child()
+}
 
 pub fn close(args: [i64; 6]) -> Option<i64> {
     let fd = args[0];
     fds::get(fd)?;
-    fds::remove(fd);
+    if !in_vfork_child() {
+        fds::remove(fd);
+    }
     Some(raw(libc::SYS_close, args))
 }
 
@@ -15,7 +25,7 @@ pub fn close_range(args: [i64; 6]) -> Option<i64> {
     let flags = args[2] as u32;
     let result = raw(libc::SYS_close_range, args);
     // With CLOSE_RANGE_CLOEXEC the kernel only marks the placeholders; they stay fast.
-    if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC == 0 {
+    if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC == 0 && !in_vfork_child() {
         fds::remove_range(args[0] as u32, args[1] as u32);
     }
     Some(result)
@@ -28,6 +38,16 @@ pub fn dup(nr: i64, args: [i64; 6]) -> Option<i64> {
     let replaces_fast = nr != libc::SYS_dup && fds::is_fast(args[1]) && args[0] != args[1];
     if old.is_none() && !replaces_fast {
         return None;
+    }
+    if in_vfork_child() {
+        // The copy is made of a kernel descriptor of the same file, in the child's table
+        // alone (posix_spawn's dup2 file actions, a shell's redirections before exec).
+        if let Some(file) = &old {
+            if let Err(errno) = fds::reopen_in_place(args[0] as i32, file) {
+                return Some(fail(errno));
+            }
+        }
+        return Some(raw(nr, args));
     }
     let result = raw(nr, args);
     if result < 0 {
@@ -64,6 +84,12 @@ pub fn fcntl(args: [i64; 6]) -> Option<i64> {
         }
         // Close-on-exec lives on the placeholder, in the kernel.
         libc::F_GETFD | libc::F_SETFD => raw(libc::SYS_fcntl, args),
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC if in_vfork_child() => {
+            if let Err(errno) = fds::reopen_in_place(args[0] as i32, &file) {
+                return Some(fail(errno));
+            }
+            raw(libc::SYS_fcntl, args)
+        }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let result = raw(libc::SYS_fcntl, args);
             if result >= 0 {

@@ -1,0 +1,1407 @@
+//! `shoal run`: programs under the fast path library (crates/preload) must get what they get
+//! through the kernel mount. Real tools run under `shoal run` on real mounts; their results
+//! are checked through the kernel door (this test process is not preloaded), and the same
+//! commands run both ways must print the same. `--stats` proves the fast path served calls:
+//! a library that silently sent everything to the kernel would pass the comparisons alone.
+
+#![allow(clippy::unwrap_used)] // a test stops at the line that failed
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{
+    gen_tree, process_alive, read_tree, run, run_ok, wait_for, CmdOutput, Mounted, SHOAL,
+};
+use shoal_bench::{diff_manifests, manifest, Entry};
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The system's Python (not a user's shim, which other users cannot run).
+const PYTHON: &str = "/usr/bin/python3";
+/// An unprivileged user with no entry in /etc/passwd (as in posix.rs).
+const USER: u32 = 60_021;
+
+// ---------------------------------------------------------------------------------------
+// Running commands both ways.
+
+/// `shoal run --stats -- ARGS` in `cwd`.
+fn fast<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
+    run(
+        Command::new(SHOAL)
+            .args(["run", "--stats", "--"])
+            .args(args)
+            .current_dir(cwd),
+        TOOL_TIMEOUT,
+    )
+}
+
+/// The same command through the kernel mount.
+fn kernel<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
+    run(
+        Command::new(args[0].as_ref())
+            .args(&args[1..])
+            .current_dir(cwd),
+        TOOL_TIMEOUT,
+    )
+}
+
+/// `shoal run --stats`'s table: per call, (fast, fell back).
+fn stats_of(out: &CmdOutput) -> BTreeMap<String, (u64, u64)> {
+    let mut table = BTreeMap::new();
+    let Some(start) = out.stderr.rfind("shoal run: ") else {
+        return table;
+    };
+    for line in out.stderr[start..].lines().skip(2) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [name, fast, fell] = fields[..] {
+            if let (Ok(fast), Ok(fell)) = (fast.parse(), fell.parse()) {
+                table.insert(name.to_string(), (fast, fell));
+            }
+        }
+    }
+    table
+}
+
+fn fast_calls(out: &CmdOutput) -> u64 {
+    stats_of(out).values().map(|(fast, _)| fast).sum()
+}
+
+/// Succeeded, and the fast path served at least `min` calls.
+#[track_caller]
+fn assert_served(out: &CmdOutput, min: u64, what: &str) {
+    assert!(out.success(), "{what}: {}", out.describe());
+    let served = fast_calls(out);
+    assert!(
+        served >= min,
+        "{what}: the fast path served {served} calls (at least {min} expected):\n{}",
+        out.describe()
+    );
+}
+
+/// The stdout of a command run through the kernel and under `shoal run` in `cwd`: equal,
+/// and the fast path served calls.
+#[track_caller]
+fn assert_same_both_ways(cwd: &Path, args: &[&str]) -> String {
+    let through_kernel = kernel(cwd, args);
+    assert!(through_kernel.success(), "{}", through_kernel.describe());
+    let on_fast_path = fast(cwd, args);
+    assert_served(&on_fast_path, 1, &args.join(" "));
+    assert_eq!(
+        on_fast_path.stdout,
+        through_kernel.stdout,
+        "`{}` printed something else under shoal run",
+        args.join(" ")
+    );
+    on_fast_path.stdout
+}
+
+/// A script for `interpreter`, written into `dir`.
+fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, text).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A C program compiled from `source` into `dir`, with extra `gcc` flags.
+fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    let binary = dir.join(name);
+    fs::write(&c, source).unwrap();
+    run_ok(
+        Command::new("gcc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&binary)
+            .arg(&c)
+            .args(flags),
+        TOOL_TIMEOUT,
+    );
+    binary
+}
+
+/// A directory outside any mount for scripts and programs, readable by the test user.
+fn programs_dir() -> tempfile::TempDir {
+    common::test_dir()
+}
+
+/// `setpriv` to USER with no groups, then `args`.
+fn as_user_command(args: &[&OsStr]) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .arg(format!("--reuid={USER}"))
+        .arg(format!("--regid={USER}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .args(args);
+    command
+}
+
+#[track_caller]
+fn assert_same_tree(expected: &[Entry], actual_root: &Path, what: &str) {
+    let actual = manifest(actual_root).unwrap();
+    let diffs = diff_manifests(expected, &actual);
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} differences, first ones:\n{}",
+        diffs.len(),
+        diffs
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Tools on a generated tree.
+
+/// pax for nanosecond mtimes, `-p` for modes (root keeps owners by default). Without
+/// `--xattrs`: tar then creates files with mknodat through the kernel and writes them on
+/// the fast path, which the writeback cache bug breaks (see the mixed access tests).
+const TAR_CREATE: &[&str] = &["--format=posix", "-cf"];
+const TAR_EXTRACT: &[&str] = &["-p", "-xf"];
+
+fn scratch_dir() -> tempfile::TempDir {
+    let base = if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    tempfile::Builder::new()
+        .prefix("shoal-fast-path-")
+        .tempdir_in(base)
+        .unwrap()
+}
+
+#[test]
+fn tools_on_a_generated_tree_agree_with_the_kernel_door() {
+    let scratch = scratch_dir();
+    let source = scratch.path().join("source");
+    let archive = scratch.path().join("tree.tar");
+    gen_tree(&source, 1500);
+    run_ok(
+        Command::new("tar")
+            .args(TAR_CREATE)
+            .arg(&archive)
+            .arg("-C")
+            .arg(&source)
+            .arg("."),
+        TOOL_TIMEOUT,
+    );
+    // What tar x must reproduce: the tree as tar itself restores it on a local filesystem.
+    let reference = scratch.path().join("reference");
+    fs::create_dir(&reference).unwrap();
+    run_ok(
+        Command::new("tar")
+            .args(TAR_EXTRACT)
+            .arg(&archive)
+            .arg("-C")
+            .arg(&reference),
+        TOOL_TIMEOUT,
+    );
+    let expected = manifest(&reference).unwrap();
+    assert!(expected.len() > 1500);
+
+    let mut m = Mounted::new();
+    let tree = m.path("tree");
+    fs::create_dir(&tree).unwrap();
+    // Absolute paths, the working directory outside the mount.
+    let mut args: Vec<&OsStr> = vec![OsStr::new("tar")];
+    args.extend(TAR_EXTRACT.iter().map(OsStr::new));
+    args.extend([archive.as_os_str(), OsStr::new("-C"), tree.as_os_str()]);
+    let untar = fast(scratch.path(), &args);
+    assert_served(&untar, expected.len() as u64, "tar xf");
+    assert_same_tree(&expected, &tree, "tar xf under shoal run");
+    run_ok(
+        Command::new("diff").arg("-r").arg(&reference).arg(&tree),
+        TOOL_TIMEOUT,
+    );
+
+    // Relative paths from a working directory inside the mount.
+    let copy = fast(&m.mnt, &["cp", "-a", "tree", "copy"]);
+    assert_served(&copy, expected.len() as u64, "cp -a");
+    assert_same_tree(&expected, &m.path("copy"), "cp -a under shoal run");
+
+    for args in [
+        &["find", "."][..],
+        &["find", ".", "-ls"],
+        &["find", ".", "-type", "f", "-size", "+1k", "-newer", "."],
+        &["du", "-s", "."],
+        &["du", "-a", "--apparent-size", "."],
+        &["ls", "-lR", "."],
+        &["ls", "-laRi", "--time-style=full-iso", "."],
+        &["stat", "-c", "%n %i %h %s %b %f %u %g %X %Y %Z", "."],
+    ] {
+        assert_same_both_ways(&tree, args);
+    }
+
+    // Read back out with tar c on the fast path.
+    let back_archive = scratch.path().join("back.tar");
+    let back = scratch.path().join("back");
+    fs::create_dir(&back).unwrap();
+    let mut args: Vec<&OsStr> = vec![OsStr::new("tar")];
+    args.extend(TAR_CREATE.iter().map(OsStr::new));
+    args.extend([
+        back_archive.as_os_str(),
+        OsStr::new("-C"),
+        OsStr::new("copy"),
+    ]);
+    args.push(OsStr::new("."));
+    assert_served(&fast(&m.mnt, &args), 1, "tar cf");
+    run_ok(
+        Command::new("tar")
+            .args(TAR_EXTRACT)
+            .arg(&back_archive)
+            .arg("-C")
+            .arg(&back),
+        TOOL_TIMEOUT,
+    );
+    assert_same_tree(&expected, &back, "tar cf under shoal run");
+
+    let remove = fast(&m.mnt, &["rm", "-rf", "copy"]);
+    assert_served(&remove, expected.len() as u64, "rm -rf");
+    assert!(!m.path("copy").exists(), "rm -rf left the copy");
+    assert_eq!(names_in(&m.mnt), ["tree"]);
+
+    m.umount();
+    m.fsck_clean();
+    m.mount();
+    assert_same_tree(&expected, &tree, "after a remount");
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Two doors to one filesystem.
+
+/// Checks run in one process on the fast path, which also reaches the same files through
+/// the kernel by `/proc/self/root/...` (a path the library does not route: the kernel
+/// resolves it into the mount), so each step is ordered exactly.
+const MIXED_ACCESS: &str = r#"
+import os, sys
+mnt = sys.argv[1]
+def fast(name): return os.path.join(mnt, name)
+def kern(name): return "/proc/self/root" + os.path.join(mnt, name)
+def read(path):
+    with open(path, "rb") as f: return f.read()
+def check(ok, what):
+    if not ok:
+        print("FAIL:", what); sys.exit(1)
+
+# A fast-path writer: the kernel sees the bytes and the size at once, file still open.
+fd = os.open(fast("w"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"hello")
+check(os.stat(kern("w")).st_size == 5, "kernel size after a fast write")
+check(read(kern("w")) == b"hello", "kernel read after a fast write")
+os.write(fd, b" world")
+check(os.stat(kern("w")).st_size == 11, "kernel size after a second fast write")
+check(read(kern("w")) == b"hello world", "kernel read after a second fast write")
+os.close(fd)
+
+# A kernel writer (write + close), then a fast reader.
+with open(kern("k"), "wb") as f: f.write(b"from the kernel")
+check(os.stat(fast("k")).st_size == 15, "fast size after a kernel write")
+check(read(fast("k")) == b"from the kernel", "fast read after a kernel write")
+with open(kern("k"), "ab") as f: f.write(b"!")
+check(read(fast("k")) == b"from the kernel!", "fast read after a kernel append")
+
+# A name the kernel looked up and cached as missing, then created on the fast path.
+for name, make in [("late", lambda p: open(p, "wb").close()), ("lated", os.mkdir),
+                   ("lates", lambda p: os.symlink("w", p))]:
+    for _ in range(2):
+        check(not os.path.lexists(kern(name)), "missing at first: " + name)
+    make(fast(name))
+    check(os.path.lexists(kern(name)), "kernel sees a fast-created " + name)
+
+# unlink and rename on one door, seen by the other.
+os.unlink(fast("late"))
+check(not os.path.exists(kern("late")), "kernel sees a fast unlink")
+os.rmdir(fast("lated"))
+check(not os.path.exists(kern("lated")), "kernel sees a fast rmdir")
+os.rename(fast("k"), fast("k2"))
+check(not os.path.exists(kern("k")), "kernel: old name gone after a fast rename")
+check(read(kern("k2")) == b"from the kernel!", "kernel reads the new name")
+os.rename(kern("k2"), kern("k3"))
+check(not os.path.exists(fast("k2")), "fast: old name gone after a kernel rename")
+check(read(fast("k3")) == b"from the kernel!", "fast reads the new name")
+os.unlink(kern("k3"))
+check(not os.path.exists(fast("k3")), "fast sees a kernel unlink")
+with open(fast("r1"), "wb") as f: f.write(b"one")
+with open(fast("r2"), "wb") as f: f.write(b"two")
+check(read(kern("r2")) == b"two", "kernel caches r2")
+os.rename(fast("r1"), fast("r2"))
+check(read(kern("r2")) == b"one", "kernel sees r2 replaced by a fast rename")
+
+# Page cache: the kernel reads (and caches) a file, the fast path rewrites it.
+with open(kern("p"), "wb") as f: f.write(b"A" * 65536)
+check(read(kern("p")) == b"A" * 65536, "kernel reads its own write")
+with open(fast("p"), "r+b") as f: f.write(b"B" * 65536)
+check(read(kern("p")) == b"B" * 65536, "kernel reads a same-size fast rewrite")
+fd = os.open(fast("p"), os.O_WRONLY)
+os.pwrite(fd, b"C" * 10, 4100)
+os.close(fd)
+data = read(kern("p"))
+check(data[4100:4110] == b"C" * 10 and data[4090:4100] == b"B" * 10, "kernel sees a fast pwrite")
+with open(kern("p"), "rb") as kf:
+    kf.read(10)
+    os.truncate(fast("p"), 5000)
+    check(os.fstat(kf.fileno()).st_size == 5000, "kernel fd sees a fast truncate")
+    kf.seek(0)
+    check(len(kf.read()) == 5000, "kernel read stops at the truncated size")
+
+# Attributes changed on one door, seen by the other.
+os.chmod(fast("p"), 0o600)
+check(os.stat(kern("p")).st_mode & 0o7777 == 0o600, "kernel sees a fast chmod")
+os.utime(fast("p"), ns=(1_000_000_123, 2_000_000_456))
+st = os.stat(kern("p"))
+check(st.st_mtime_ns == 2_000_000_456, "kernel sees a fast utime")
+os.chmod(kern("p"), 0o640)
+check(os.stat(fast("p")).st_mode & 0o7777 == 0o640, "fast sees a kernel chmod")
+os.link(fast("p"), fast("p2"))
+check(os.stat(kern("p")).st_nlink == 2, "kernel sees a fast link's nlink")
+os.unlink(kern("p2"))
+check(os.stat(fast("p")).st_nlink == 1, "fast sees a kernel unlink's nlink")
+os.setxattr(fast("p"), "user.door", b"fast")
+check(os.getxattr(kern("p"), "user.door") == b"fast", "kernel sees a fast xattr")
+
+# A directory listing on each door after changes on the other.
+os.mkdir(fast("list"))
+for i in range(50): open(fast("list/f%02d" % i), "wb").close()
+check(sorted(os.listdir(kern("list"))) == ["f%02d" % i for i in range(50)], "kernel listing")
+for i in range(0, 50, 2): os.unlink(kern("list/f%02d" % i))
+check(sorted(os.listdir(fast("list"))) == ["f%02d" % i for i in range(1, 50, 2)], "fast listing")
+print("ok")
+"#;
+
+/// The default mount: the kernel's writeback cache on.
+#[test]
+#[ignore = "bug: with the writeback cache the kernel keeps its own i_size of a cached regular file \
+            and ignores the size the daemon reports, so fast-path writes and truncates are invisible \
+            through the kernel (tar --xattrs -x, make, a shell's `>>`)"]
+fn two_doors_see_each_others_changes_at_once() {
+    mixed_access(&[]);
+}
+
+#[test]
+fn two_doors_see_each_others_changes_at_once_without_the_writeback_cache() {
+    mixed_access(&["writeback=off"]);
+}
+
+fn mixed_access(options: &[&str]) {
+    let programs = programs_dir();
+    let check = script(programs.path(), "mixed.py", MIXED_ACCESS);
+    let m = Mounted::with_options(options);
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 50, "mixed access");
+    assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Processes: shells, fork, exec, spawn, threads.
+
+/// Runs `text` with `shell -c` in a fresh directory `name` of the mount, both ways, and
+/// returns (kernel, fast) outputs after checking that the trees they left are equal.
+fn shell_both_ways(m: &Mounted, shell: &str, name: &str, text: &str) -> (CmdOutput, CmdOutput) {
+    let through_kernel = m.path(format!("{name}-kernel"));
+    let on_fast_path = m.path(format!("{name}-fast"));
+    fs::create_dir(&through_kernel).unwrap();
+    fs::create_dir(&on_fast_path).unwrap();
+    let k = kernel(&through_kernel, &[shell, "-c", text]);
+    let f = fast(&on_fast_path, &[shell, "-c", text]);
+    assert!(k.success(), "{}", k.describe());
+    assert!(f.success(), "{}", f.describe());
+    assert_eq!(
+        read_tree(&on_fast_path).unwrap(),
+        read_tree(&through_kernel).unwrap(),
+        "{shell}: the script left another tree on the fast path\n{}",
+        f.describe()
+    );
+    assert_eq!(f.stdout, k.stdout, "{shell}: {}", f.describe());
+    (k, f)
+}
+
+const SHELL_SCRIPT: &str = r#"
+echo a > f; echo b >> f; cat f
+printf 'one\ntwo\nthree\n' > lines
+sort -r < lines | tr a-z A-Z > sorted; cat sorted
+for i in 1 2 3; do echo $i >> loop; done; cat loop
+mkdir -p d/e; echo x > d/e/x; ls d/e; cat d/e/x; wc -c < f
+cat f lines > both 2>/dev/null; wc -l both
+while read line; do echo "read: $line"; done < lines
+rm lines; test -e lines || echo gone
+"#;
+
+#[test]
+fn shell_scripts_with_redirections_and_pipes() {
+    let m = Mounted::new();
+    for shell in ["dash", "bash"] {
+        let (_, f) = shell_both_ways(&m, shell, shell, SHELL_SCRIPT);
+        assert!(fast_calls(&f) > 10, "{shell}: {}", f.describe());
+    }
+    m.finish();
+}
+
+/// `{ ...; } > f`: one open file description shared by the shell and the programs it
+/// starts, so each write lands after the previous one whoever makes it.
+#[test]
+#[ignore = "bug: a vfork child (dash, posix_spawn) gets a fresh file description, so its writes do not move the parent's offset"]
+fn a_group_redirection_shares_its_offset_with_children() {
+    let m = Mounted::new();
+    for shell in ["dash", "bash"] {
+        let text = "{ echo 1; /bin/echo 2; echo 3; /bin/echo 4; } > g; cat g";
+        let (_, f) = shell_both_ways(&m, shell, shell, text);
+        assert_eq!(f.stdout, "1\n2\n3\n4\n", "{shell}");
+    }
+    m.finish();
+}
+
+/// `exec 3> f`: the program's own descriptor 3, whatever the library uses for itself.
+#[test]
+#[ignore = "bug: the library's daemon socket takes the lowest free descriptor (3); the program's dup2 onto 3 closes it"]
+fn exec_redirections_onto_low_descriptors() {
+    let m = Mounted::new();
+    for shell in ["dash", "bash"] {
+        let text = "exec 3> h; echo 1 >&3; /bin/echo 2 >&3; echo 3 >&3; exec 3>&-; cat h; \
+                    exec 4< h; read first <&4; echo \"first: $first\"; exec 4<&-";
+        let (_, f) = shell_both_ways(&m, shell, shell, text);
+        assert_eq!(f.stdout, "1\n2\n3\nfirst: 1\n", "{shell}");
+    }
+    m.finish();
+}
+
+const SUBPROCESS: &str = r#"
+import os, subprocess, sys
+mnt = sys.argv[1]
+# A child writing to an inherited file (stdout=...), between the parent's writes.
+with open(os.path.join(mnt, "sub"), "w") as f:
+    f.write("parent 1\n"); f.flush()
+    subprocess.run(["/bin/echo", "child"], stdout=f, check=True)
+    f.write("parent 2\n")
+# A descriptor above 2 passed to a shell (pass_fds).
+fd = os.open(os.path.join(mnt, "passed"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"a\n")
+subprocess.run(["/bin/sh", "-c", "echo b >&%d" % fd], pass_fds=[fd], check=True)
+os.write(fd, b"c\n")
+os.close(fd)
+# A child reading an inherited descriptor where the parent left it.
+fd = os.open(os.path.join(mnt, "passed"), os.O_RDONLY)
+os.read(fd, 2)
+out = subprocess.run(["/bin/cat"], stdin=fd, capture_output=True, check=True).stdout
+print("child read:", out.decode().split())
+os.close(fd)
+"#;
+
+/// Python's subprocess starts children with vfork (posix_spawn-like): the parent's
+/// description must be the child's.
+#[test]
+#[ignore = "bug: a vfork child (python subprocess, posix_spawn, dash) gets a fresh file description, \
+            so its writes do not move the parent's offset"]
+fn python_subprocess_children_share_the_parents_descriptions() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "children.py", SUBPROCESS);
+    let m = Mounted::new();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 5, "python subprocess");
+    assert_eq!(out.stdout, "child read: ['b', 'c']\n", "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.path("sub")).unwrap(),
+        "parent 1\nchild\nparent 2\n"
+    );
+    assert_eq!(fs::read_to_string(m.path("passed")).unwrap(), "a\nb\nc\n");
+    m.finish();
+}
+
+const FORK: &str = r#"
+import os, sys
+mnt = sys.argv[1]
+# fork: the child writes, then the parent, through one description.
+fd = os.open(os.path.join(mnt, "forked"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"1\n")
+pid = os.fork()
+if pid == 0:
+    os.write(fd, b"2\n")
+    # A child's own files are fast again.
+    with open(os.path.join(mnt, "child"), "w") as f: f.write("child\n")
+    os._exit(0)
+os.waitpid(pid, 0)
+os.write(fd, b"3\n")
+os.lseek(fd, 0, os.SEEK_SET)
+print(os.read(fd, 100).decode().split())
+os.close(fd)
+# A fork child reads where the parent left off, and the parent continues after it.
+fd = os.open(os.path.join(mnt, "forked"), os.O_RDONLY)
+os.read(fd, 2)
+pid = os.fork()
+if pid == 0:
+    print("child:", os.read(fd, 2).decode().strip(), flush=True); os._exit(0)
+os.waitpid(pid, 0)
+print("parent:", os.read(fd, 2).decode().strip())
+"#;
+
+#[test]
+fn fork_children_share_the_parents_descriptions() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "fork.py", FORK);
+    let m = Mounted::new();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    // The children's calls are not counted: _exit skips the library's report.
+    assert_served(&out, 3, "fork");
+    assert_eq!(
+        out.stdout,
+        "['1', '2', '3']\nchild: 2\nparent: 3\n",
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(m.path("child")).unwrap(), "child\n");
+    m.finish();
+}
+
+const POSIX_SPAWN: &str = r#"
+import os, sys
+mnt = sys.argv[1]
+fd = os.open(os.path.join(mnt, "spawned"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"1\n")
+pid = os.posix_spawn("/bin/echo", ["/bin/echo", "2"], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_DUP2, fd, 1)])
+os.waitpid(pid, 0)
+os.write(fd, b"3\n")
+os.close(fd)
+# The parent's own stdout is untouched by the child's file actions.
+print("parent stdout")
+"#;
+
+#[test]
+#[ignore = "bug: a vfork child (posix_spawn) gets a fresh file description, so its writes do not move the parent's offset"]
+fn posix_spawn_child_writes_through_the_parents_description() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "spawn.py", POSIX_SPAWN);
+    let m = Mounted::new();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 2, "posix_spawn");
+    assert_eq!(out.stdout, "parent stdout\n", "{}", out.describe());
+    assert_eq!(fs::read_to_string(m.path("spawned")).unwrap(), "1\n2\n3\n");
+    m.finish();
+}
+
+const VFORK_CHILDREN: &str = r#"
+import os, subprocess, sys
+mnt = sys.argv[1]
+fd = os.open(os.path.join(mnt, "kept"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"before\n")
+# close_fds=True (the default): the vfork child closes every descriptor above 2.
+subprocess.run(["/bin/true"], check=True)
+os.write(fd, b"after subprocess\n")
+# A dup2 file action in a posix_spawn child, onto the child's stdout.
+pid = os.posix_spawn("/bin/true", ["/bin/true"], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_CLOSE, fd)])
+os.waitpid(pid, 0)
+os.write(fd, b"after spawn\n")
+print("parent stdout", flush=True)
+print(os.pread(fd, 100, 0).decode().splitlines())
+os.close(fd)
+"#;
+
+/// A vfork child shares the parent's memory: what it closes and dups in its own
+/// descriptor table must not change the parent's table of fast descriptors.
+#[test]
+fn vfork_children_leave_the_parents_descriptors_alone() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "vfork.py", VFORK_CHILDREN);
+    // Without the writeback cache: the posix_spawn child's reopen makes the kernel cache
+    // the file's size, which the writeback cache bug then keeps stale.
+    let m = Mounted::with_options(&["writeback=off"]);
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 4, "vfork children");
+    assert_eq!(
+        out.stdout,
+        "parent stdout\n['before', 'after subprocess', 'after spawn']\n",
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.path("kept")).unwrap(),
+        "before\nafter subprocess\nafter spawn\n"
+    );
+    m.finish();
+}
+
+const MAKEFILE: &str = "all: out/c.txt
+out:
+\tmkdir -p out
+out/a.txt: | out
+\techo a > $@
+out/b.txt: out/a.txt
+\tcat out/a.txt > $@; echo b >> $@
+out/c.txt: out/b.txt
+\tcp out/b.txt $@ && echo c >> $@
+";
+
+#[test]
+#[ignore = "bug: the writeback cache hides fast-path writes from the kernel (see two_doors_...)"]
+fn make_builds_and_then_finds_everything_up_to_date() {
+    make(&[]);
+}
+
+#[test]
+fn make_builds_and_then_finds_everything_up_to_date_without_the_writeback_cache() {
+    make(&["writeback=off"]);
+}
+
+fn make(options: &[&str]) {
+    let m = Mounted::with_options(options);
+    fs::write(m.path("Makefile"), MAKEFILE).unwrap();
+    let build = fast(&m.mnt, &["make"]);
+    assert_served(&build, 3, "make");
+    assert_eq!(
+        fs::read_to_string(m.path("out/c.txt")).unwrap(),
+        "a\nb\nc\n"
+    );
+    let again = fast(&m.mnt, &["make"]);
+    assert!(again.success(), "{}", again.describe());
+    assert!(
+        again.stdout.contains("Nothing to be done") || again.stdout.contains("up to date"),
+        "make rebuilt what was up to date: {}",
+        again.describe()
+    );
+    // A changed prerequisite (through the kernel) rebuilds what depends on it.
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.path("out/a.txt"), "A\n").unwrap();
+    assert!(fast(&m.mnt, &["make"]).success());
+    assert_eq!(
+        fs::read_to_string(m.path("out/c.txt")).unwrap(),
+        "A\nb\nc\n"
+    );
+    m.finish();
+}
+
+const THREADS: &str = r#"
+import os, sys, threading
+mnt = sys.argv[1]
+shared = os.open(os.path.join(mnt, "shared"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+errors = []
+def work(t):
+    try:
+        d = os.path.join(mnt, "t%d" % t)
+        os.mkdir(d)
+        for i in range(150):
+            path = os.path.join(d, "f%03d" % i)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"%d %d\n" % (t, i))
+            os.close(fd)
+            os.pwrite(shared, b"%02d" % t, (t * 150 + i) * 2)
+            if i % 3 == 0:
+                os.unlink(path)
+        names = sorted(os.listdir(d))
+        if len(names) != 100:
+            errors.append("t%d lists %d names" % (t, len(names)))
+    except Exception as e:
+        errors.append("t%d: %r" % (t, e))
+threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+os.close(shared)
+print(errors or "ok")
+"#;
+
+#[test]
+fn threads_share_one_descriptor_table() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "threads.py", THREADS);
+    let m = Mounted::new();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 1000, "threads");
+    assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
+    for t in 0..4 {
+        let tree = read_tree(&m.path(format!("t{t}"))).unwrap();
+        assert_eq!(tree.len(), 100);
+        for (path, node) in tree {
+            let i: u32 = path.to_string_lossy()[1..].parse().unwrap();
+            assert_ne!(i % 3, 0, "{} survived its unlink", path.display());
+            assert_eq!(
+                node,
+                common::TreeNode::File(format!("{t} {i}\n").into_bytes())
+            );
+        }
+    }
+    let shared = fs::read(m.path("shared")).unwrap();
+    let expected: Vec<u8> = (0..4)
+        .flat_map(|t| (0..150).flat_map(move |_| format!("{t:02}").into_bytes()))
+        .collect();
+    assert_eq!(shared, expected);
+    m.finish();
+}
+
+const DESCRIPTORS: &str = r#"
+import errno, mmap, os, sys
+mnt = sys.argv[1]
+def check(ok, what):
+    if not ok:
+        print("FAIL:", what); sys.exit(1)
+path = os.path.join(mnt, "fd")
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"0123456789")
+# dup shares the offset; lseek and the lowest free number as the kernel gives them.
+d = os.dup(fd)
+check(os.lseek(d, 0, os.SEEK_CUR) == 10, "dup shares the offset")
+os.lseek(d, 2, os.SEEK_SET)
+check(os.read(fd, 3) == b"234", "offset moved through the dup")
+os.close(d)
+check(os.dup(fd) == d, "lowest free descriptor number reused")
+os.close(d)
+# /proc/self/fd/N names the file and reopens it.
+check(os.readlink("/proc/self/fd/%d" % fd) == path, "readlink of /proc/self/fd/N")
+with open("/proc/self/fd/%d" % fd, "rb") as f:
+    check(f.read() == b"0123456789", "open of /proc/self/fd/N")
+# fcntl flags.
+import fcntl
+check(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR, "F_GETFL")
+check(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC, "O_CLOEXEC by default in python")
+# mmap of a file opened on the fast path: reads what was written, writes reach the file.
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+check(m[:10] == b"0123456789", "mmap reads the data")
+m[0:4] = b"MMAP"
+m.flush(); m.close()
+check(os.pread(fd, 4, 0) == b"MMAP", "pread sees the mmap write")
+with open("/proc/self/root" + path, "rb") as f:
+    check(f.read(4) == b"MMAP", "the kernel door sees the mmap write")
+os.close(fd)
+# close_range closes fast descriptors; the numbers are free again afterwards.
+fds = [os.open(path, os.O_RDONLY) for _ in range(5)]
+os.closerange(fds[0], fds[-1] + 1)
+for n in fds:
+    try:
+        os.fstat(n); check(False, "fd %d open after closerange" % n)
+    except OSError as e:
+        check(e.errno == errno.EBADF, "EBADF after closerange")
+check(os.open(path, os.O_RDONLY) == fds[0], "lowest number after closerange")
+# dup2 onto stdout, then exec: the new program writes into the file.
+out = os.open(os.path.join(mnt, "exec-out"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(out, b"before\n")
+os.dup2(out, 1)
+os.close(out)
+os.execv("/bin/echo", ["/bin/echo", "after exec"])
+"#;
+
+#[test]
+fn descriptors_dup_mmap_proc_fd_close_range_and_exec() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "fds.py", DESCRIPTORS);
+    let m = Mounted::new();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 5, "descriptors");
+    assert_eq!(out.stdout, "", "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.path("exec-out")).unwrap(),
+        "before\nafter exec\n"
+    );
+    let mapped = fs::read(m.path("fd")).unwrap();
+    assert_eq!(&mapped[..10], b"MMAP456789");
+    m.finish();
+}
+
+const APPENDER: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+for i in range(400):
+    os.write(fd, b"%s %04d ..........\n" % (sys.argv[2].encode(), i))
+os.close(fd)
+"#;
+
+#[test]
+fn o_append_from_two_processes_loses_nothing() {
+    let programs = programs_dir();
+    let appender = script(programs.path(), "append.py", APPENDER);
+    let m = Mounted::new();
+    let log = m.path("log");
+    let text = format!(
+        "{py} {a} {log} A & {py} {a} {log} B & {py} {a} {log} C; wait",
+        py = PYTHON,
+        a = appender.display(),
+        log = log.display()
+    );
+    assert_served(&fast(&m.mnt, &["sh", "-c", &text]), 1000, "appenders");
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1200, "every append lands whole");
+    for who in ["A", "B", "C"] {
+        let mine: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with(who))
+            .collect();
+        let expected: Vec<String> = (0..400)
+            .map(|i| format!("{who} {i:04} .........."))
+            .collect();
+        assert_eq!(mine, expected, "{who}'s lines in order, none torn");
+    }
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Other users.
+
+/// Each case prints `name errno`; `prefix` keeps the names a run creates its own.
+const USER_CASES: &str = r#"
+import errno, os, sys
+mnt, prefix = sys.argv[1], sys.argv[2]
+def p(name): return os.path.join(mnt, name)
+def case(name, fn):
+    try:
+        fn(); print(name, 0)
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def read(path):
+    with open(path, "rb") as f: return f.read()
+def write(path, mode="ab"):
+    with open(path, mode) as f: f.write(b"x")
+case("read secret", lambda: read(p("secret")))
+case("read public", lambda: read(p("public")))
+case("write public", lambda: write(p("public")))
+case("truncate public", lambda: os.truncate(p("public"), 0))
+case("create in root dir", lambda: write(p("rootdir/" + prefix), "wb"))
+case("mkdir in root dir", lambda: os.mkdir(p("rootdir/d" + prefix)))
+case("unlink in root dir", lambda: os.unlink(p("rootdir/kept")))
+case("rename in root dir", lambda: os.rename(p("rootdir/kept"), p("rootdir/k" + prefix)))
+case("symlink in root dir", lambda: os.symlink("x", p("rootdir/s" + prefix)))
+case("link root's file", lambda: os.link(p("public"), p("open/l" + prefix)))
+case("list private dir", lambda: os.listdir(p("private")))
+case("stat in private dir", lambda: os.stat(p("private/inside")))
+case("stat public", lambda: os.stat(p("public")))
+case("access secret R", lambda: os.access(p("secret"), os.R_OK) or (_ for _ in ()).throw(OSError(errno.EACCES, "")))
+case("chmod public", lambda: os.chmod(p("public"), 0o666))
+case("chown public", lambda: os.chown(p("public"), os.getuid(), -1))
+case("utime now public", lambda: os.utime(p("public")))
+case("utime explicit public", lambda: os.utime(p("public"), (1, 1)))
+case("setxattr public", lambda: os.setxattr(p("public"), "user.x", b"1"))
+case("getxattr secret", lambda: os.getxattr(p("secret"), "user.x"))
+case("unlink in sticky dir", lambda: os.unlink(p("sticky/roots")))
+case("create in open dir", lambda: write(p("open/" + prefix), "wb"))
+case("mkdir in open dir", lambda: os.mkdir(p("open/d" + prefix)))
+case("chmod own file", lambda: os.chmod(p("open/" + prefix), 0o600))
+case("chown own file to root", lambda: os.chown(p("open/" + prefix), 0, -1))
+case("chgrp own file to root", lambda: os.chown(p("open/" + prefix), -1, 0))
+case("read own file", lambda: read(p("open/" + prefix)))
+case("unlink own file in sticky dir", lambda: (write(p("sticky/" + prefix), "wb"), os.unlink(p("sticky/" + prefix))))
+"#;
+
+fn prepare_user_fixtures(m: &Mounted) {
+    let mode = |path: &Path, mode: u32| {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    fs::write(m.path("secret"), "secret").unwrap();
+    mode(&m.path("secret"), 0o600);
+    fs::write(m.path("public"), "public").unwrap();
+    mode(&m.path("public"), 0o644);
+    fs::create_dir(m.path("rootdir")).unwrap();
+    fs::write(m.path("rootdir/kept"), "kept").unwrap();
+    fs::create_dir(m.path("private")).unwrap();
+    fs::write(m.path("private/inside"), "inside").unwrap();
+    mode(&m.path("private"), 0o700);
+    fs::create_dir(m.path("open")).unwrap();
+    mode(&m.path("open"), 0o777);
+    fs::create_dir(m.path("sticky")).unwrap();
+    mode(&m.path("sticky"), 0o1777);
+    fs::write(m.path("sticky/roots"), "").unwrap();
+}
+
+#[test]
+fn another_user_gets_exactly_what_the_kernel_gives_it() {
+    let programs = programs_dir();
+    let cases = script(programs.path(), "user.py", USER_CASES);
+    let m = Mounted::with_options(&["allow_other"]);
+    prepare_user_fixtures(&m);
+    let user_run = |prefix: &str, on_fast_path: bool| {
+        let mut args: Vec<&OsStr> = Vec::new();
+        if on_fast_path {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--stats")]);
+            args.push(OsStr::new("--"));
+        }
+        args.extend([OsStr::new(PYTHON), cases.as_os_str(), m.mnt.as_os_str()]);
+        args.push(OsStr::new(prefix));
+        let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        out
+    };
+    let through_kernel = user_run("k", false);
+    let on_fast_path = user_run("f", true);
+    assert_served(&on_fast_path, 10, "user cases");
+    assert_eq!(
+        on_fast_path.stdout, through_kernel.stdout,
+        "errors of another user differ on the fast path"
+    );
+    // Sanity: the cases do refuse things (root's files are closed to the user).
+    assert!(through_kernel.stdout.contains("read secret EACCES"));
+    assert!(through_kernel.stdout.contains("create in root dir EACCES"));
+    // What the user made on the fast path is the user's.
+    for name in ["open/f", "open/df"] {
+        let meta = fs::symlink_metadata(m.path(name)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (USER, USER), "{name}");
+    }
+    assert_eq!(fs::read_to_string(m.path("secret")).unwrap(), "secret");
+    assert_eq!(fs::read_to_string(m.path("public")).unwrap(), "public");
+    assert!(!m.path("rootdir/f").exists() && m.path("rootdir/kept").exists());
+    m.finish();
+}
+
+/// Without allow_other the kernel refuses every other user outright (FUSE's own rule,
+/// before any mode bits): the fast path must not open a side door.
+#[test]
+#[ignore = "bug: the daemon serves users other than the mount's owner on a mount without allow_other"]
+fn a_mount_without_allow_other_stays_closed_to_other_users() {
+    let programs = programs_dir();
+    let cases = script(programs.path(), "user.py", USER_CASES);
+    let m = Mounted::new();
+    prepare_user_fixtures(&m);
+    for on_fast_path in [false, true] {
+        let mut args: Vec<&OsStr> = Vec::new();
+        if on_fast_path {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--")]);
+        }
+        args.extend([OsStr::new(PYTHON), cases.as_os_str(), m.mnt.as_os_str()]);
+        args.push(OsStr::new(if on_fast_path { "f" } else { "k" }));
+        let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        for line in out.stdout.lines() {
+            assert!(
+                line.ends_with(" EACCES"),
+                "fast path {on_fast_path}: {line}\n{}",
+                out.describe()
+            );
+        }
+    }
+    assert_eq!(names_in(&m.path("open")), Vec::<String>::new());
+    m.finish();
+}
+
+/// A process trusts only a daemon that runs as the mount's owner: another user who binds
+/// the mount's socket name (free here: the mount's own fast path is off) gets nothing
+/// from it; the program goes through the kernel and gets the right bytes.
+#[test]
+fn a_socket_bound_by_another_user_is_not_trusted() {
+    let programs = programs_dir();
+    let m = Mounted::with_options(&["fastpath=off"]);
+    fs::write(m.path("file"), "the kernel's bytes").unwrap();
+    let dev = fs::metadata(&m.mnt).unwrap().dev();
+    let name = format!("shoal-fastpath-{}:{}", libc::major(dev), libc::minor(dev));
+    let impostor = script(
+        programs.path(),
+        "impostor.py",
+        r#"
+import socket, sys, threading
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind("\0" + sys.argv[1])
+s.listen(16)
+print("listening", flush=True)
+def serve(c):
+    # Answers every message with something that would decode as a reply, forever.
+    while True:
+        try:
+            if not c.recv(65536): return
+            c.send(b"\0\4\5\0\0\0lies!")
+        except OSError:
+            return
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#,
+    );
+    let ready = programs.path().join("impostor.out");
+    let mut child = as_user_command(&[OsStr::new(PYTHON), impostor.as_os_str(), OsStr::new(&name)])
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&ready).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the impostor to listen", Duration::from_secs(20), || {
+        fs::read_to_string(&ready)
+            .unwrap_or_default()
+            .contains("listening")
+    });
+    let file = m.path("file");
+    let out = fast(&m.mnt, &[OsStr::new("cat"), file.as_os_str()]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "the kernel's bytes");
+    assert_eq!(fast_calls(&out), 0, "nothing was served by the impostor");
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Programs the library cannot serve.
+
+const FILE_OPS_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (chdir(argv[1]) != 0) return 2;
+    int fd = open("made", O_WRONLY | O_CREAT | O_EXCL, 0640);
+    if (fd < 0 || write(fd, "static\n", 7) != 7 || close(fd) != 0) return 3;
+    if (rename("made", "renamed") != 0) return 4;
+    char buf[16] = {0};
+    fd = open("renamed", O_RDONLY);
+    if (fd < 0 || read(fd, buf, sizeof buf) != 7) return 5;
+    struct stat st;
+    if (fstat(fd, &st) != 0) return 6;
+    close(fd);
+    printf("%s%o %lld\n", buf, st.st_mode & 07777, (long long)st.st_size);
+    if (open("renamed", O_CREAT | O_EXCL | O_WRONLY, 0600) >= 0 || errno != EEXIST) return 7;
+    return 0;
+}
+"#;
+
+#[test]
+fn a_static_binary_works_through_the_kernel() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "ops", FILE_OPS_C, &["-static"]);
+    let m = Mounted::new();
+    let out = fast(&m.mnt, &[binary.as_os_str(), m.mnt.as_os_str()]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "static\n640 7\n");
+    assert_eq!(fs::read_to_string(m.path("renamed")).unwrap(), "static\n");
+    m.finish();
+}
+
+const SETUID_C: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "r");
+    if (!f) { perror("fopen"); return 1; }
+    char buf[64] = {0};
+    fread(buf, 1, sizeof buf - 1, f);
+    printf("euid %d read %s\n", (int)geteuid(), buf);
+    f = fopen(argv[2], "w");
+    if (!f) { perror("fopen w"); return 1; }
+    fputs("by setuid\n", f);
+    return fclose(f) != 0;
+}
+"#;
+
+#[test]
+fn a_setuid_binary_runs_with_its_privileges() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "setuid", SETUID_C, &[]);
+    fs::set_permissions(&binary, fs::Permissions::from_mode(0o4755)).unwrap();
+    let m = Mounted::with_options(&["allow_other"]);
+    fs::write(m.path("secret"), "root only").unwrap();
+    fs::set_permissions(m.path("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    let (secret, written) = (m.path("secret"), m.path("written"));
+    let args = [
+        OsStr::new(SHOAL),
+        OsStr::new("run"),
+        OsStr::new("--"),
+        binary.as_os_str(),
+        secret.as_os_str(),
+        written.as_os_str(),
+    ];
+    let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "euid 0 read root only\n");
+    let meta = fs::metadata(&written).unwrap();
+    assert_eq!(meta.uid(), 0, "the setuid program created it as root");
+    assert_eq!(fs::read_to_string(&written).unwrap(), "by setuid\n");
+    // The same program without the setuid bit is refused, as the user.
+    fs::set_permissions(&binary, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+    assert!(!out.success() && out.stderr.contains("Permission denied"));
+    m.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. kill -9.
+
+const WRITER: &str = r#"
+import os, sys
+mnt = sys.argv[1]
+print("started", flush=True)
+i = 0
+while True:
+    d = os.path.join(mnt, "d%d" % (i // 100))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%d" % i), "wb") as f:
+        f.write(os.urandom(3000 + i % 5000))
+    if i % 7 == 0:
+        os.rename(os.path.join(d, "f%d" % i), os.path.join(d, "r%d" % i))
+    i += 1
+"#;
+
+#[test]
+fn kill_9_of_a_program_leaves_a_working_mount_and_a_clean_store() {
+    let programs = programs_dir();
+    let writer = script(programs.path(), "writer.py", WRITER);
+    let m = Mounted::new();
+    let log = programs.path().join("writer.out");
+    // Without --stats `shoal run` execs the program: the pid is the writer's.
+    let mut child = Command::new(SHOAL)
+        .args(["run", "--", PYTHON])
+        .arg(&writer)
+        .arg(&m.mnt)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the writer to start", Duration::from_secs(20), || {
+        fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("started")
+    });
+    wait_for("files on the mount", Duration::from_secs(20), || {
+        fs::read_dir(m.path("d0")).map_or(0, Iterator::count) > 20
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The mount lives on, both doors.
+    fs::write(m.path("after"), "after").unwrap();
+    let out = fast(&m.mnt, &["cat", "after"]);
+    assert_served(&out, 1, "cat after the kill");
+    assert_eq!(out.stdout, "after");
+    let files = read_tree(&m.mnt).unwrap().len();
+    m.finish();
+    assert!(files > 20);
+}
+
+const DAEMON_DIES: &str = r#"
+import errno, os, sys, time
+mnt, marker = sys.argv[1], sys.argv[2]
+fd = os.open(os.path.join(mnt, "open"), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"x")
+print("ready", flush=True)
+while not os.path.exists(marker):
+    time.sleep(0.01)
+def case(name, fn):
+    try:
+        fn(); print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+case("write", lambda: os.write(fd, b"y"))
+case("pread", lambda: os.pread(fd, 1, 0))
+case("fstat", lambda: os.fstat(fd))
+case("open", lambda: os.open(os.path.join(mnt, "new"), os.O_WRONLY | os.O_CREAT, 0o644))
+case("stat", lambda: os.stat(os.path.join(mnt, "open")))
+case("mkdir", lambda: os.mkdir(os.path.join(mnt, "dir")))
+case("close", lambda: os.close(fd))
+print("done", flush=True)
+"#;
+
+#[test]
+fn kill_9_of_the_daemon_gives_errors_not_hangs() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "dies.py", DAEMON_DIES);
+    let marker = programs.path().join("daemon-dead");
+    let log = programs.path().join("dies.out");
+    let mut m = Mounted::new();
+    let mut child = Command::new(SHOAL)
+        .args(["run", "--", PYTHON])
+        .arg(&check)
+        .arg(&m.mnt)
+        .arg(&marker)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    wait_for(
+        "the program to open its file",
+        Duration::from_secs(20),
+        || {
+            fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("ready")
+        },
+    );
+    m.kill_daemon(|| {});
+    fs::write(&marker, "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hung = process_alive(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = fs::read_to_string(&log).unwrap();
+    m.detach_dead_mount();
+    assert!(!hung, "the program hung after the daemon died:\n{text}");
+    assert!(text.ends_with("done\n"), "{text}");
+    for line in text.lines().filter(|l| !matches!(*l, "ready" | "done")) {
+        let (name, result) = line.split_once(' ').unwrap();
+        // close may succeed (the kernel's close of a dead FUSE file does).
+        if name == "close" && result == "ok" {
+            continue;
+        }
+        assert!(
+            matches!(result, "ENOTCONN" | "ECONNABORTED" | "EIO"),
+            "{name} after the daemon died: {result}\n{text}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Errors, case by case.
+
+const ERROR_CASES: &str = r#"
+import errno, os, sys
+os.chdir(sys.argv[1])
+os.mkdir("dir"); os.mkdir("full"); open("full/x", "w").close()
+with open("file", "w") as f: f.write("data")
+os.symlink("file", "link"); os.symlink("missing", "dangling"); os.symlink("loop", "loop")
+os.symlink("/proc/self/root" + os.getcwd() + "/file", "absolute")
+def case(name, fn):
+    try:
+        r = fn()
+        if isinstance(r, int) and r > 2: os.close(r)
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+O = os.open
+case("open missing", lambda: O("missing", os.O_RDONLY))
+case("open missing/x", lambda: O("missing/x", os.O_RDONLY))
+case("creat missing/x", lambda: O("missing/x", os.O_WRONLY | os.O_CREAT, 0o644))
+case("excl existing", lambda: O("file", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+case("excl symlink", lambda: O("dangling", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+case("creat via dangling", lambda: O("dangling", os.O_WRONLY | os.O_CREAT, 0o644))
+case("mkdir existing", lambda: os.mkdir("dir"))
+case("mkdir over file", lambda: os.mkdir("file"))
+case("open file/x", lambda: O("file/x", os.O_RDONLY))
+case("creat file/x", lambda: O("file/x", os.O_WRONLY | os.O_CREAT, 0o644))
+case("mkdir file/x", lambda: os.mkdir("file/x"))
+case("stat file/", lambda: os.stat("file/"))
+case("open file/ creat", lambda: O("new/", os.O_WRONLY | os.O_CREAT, 0o644))
+case("open dir wronly", lambda: O("dir", os.O_WRONLY))
+case("open dir rdwr", lambda: O("dir", os.O_RDWR))
+case("open dir trunc", lambda: O("dir", os.O_RDONLY | os.O_TRUNC))
+case("open file O_DIRECTORY", lambda: O("file", os.O_RDONLY | os.O_DIRECTORY))
+case("open link O_DIRECTORY", lambda: O("link", os.O_RDONLY | os.O_DIRECTORY))
+case("unlink dir", lambda: os.unlink("dir"))
+case("rmdir file", lambda: os.rmdir("file"))
+case("rmdir full", lambda: os.rmdir("full"))
+case("rmdir .", lambda: os.rmdir("dir/."))
+case("rmdir ..", lambda: os.rmdir("dir/.."))
+case("rmdir missing", lambda: os.rmdir("missing"))
+case("unlink missing", lambda: os.unlink("missing"))
+case("unlink file/", lambda: os.unlink("file/"))
+case("open link O_NOFOLLOW", lambda: O("link", os.O_RDONLY | os.O_NOFOLLOW))
+case("open dangling O_NOFOLLOW", lambda: O("dangling", os.O_RDONLY | os.O_NOFOLLOW))
+case("open dangling", lambda: O("dangling", os.O_RDONLY))
+case("open loop", lambda: O("loop", os.O_RDONLY))
+case("stat loop", lambda: os.stat("loop"))
+case("stat loop/x", lambda: os.stat("loop/x"))
+case("lstat loop", lambda: os.lstat("loop"))
+case("open absolute link", lambda: O("absolute", os.O_RDONLY))
+case("readlink file", lambda: os.readlink("file"))
+case("readlink missing", lambda: os.readlink("missing"))
+case("symlink existing", lambda: os.symlink("x", "file"))
+case("link dir", lambda: os.link("dir", "dir2"))
+case("link existing", lambda: os.link("file", "link"))
+case("link missing", lambda: os.link("missing", "new"))
+case("rename missing", lambda: os.rename("missing", "x"))
+case("rename file over dir", lambda: os.rename("file", "dir"))
+case("rename dir over file", lambda: os.rename("dir", "file"))
+case("rename dir into itself", lambda: os.rename("dir", "dir/sub"))
+case("rename over full", lambda: os.rename("dir", "full"))
+case("rename file/", lambda: os.rename("file/", "x"))
+case("truncate dir", lambda: os.truncate("dir", 0))
+case("truncate missing", lambda: os.truncate("missing", 0))
+case("name too long", lambda: O("n" * 256, os.O_WRONLY | os.O_CREAT, 0o644))
+case("chdir file", lambda: os.chdir("file"))
+case("listdir file", lambda: os.listdir("file"))
+case("getxattr missing attr", lambda: os.getxattr("file", "user.none"))
+case("getxattr missing", lambda: os.getxattr("missing", "user.none"))
+case("access missing", lambda: os.access("missing", os.F_OK) or (_ for _ in ()).throw(OSError(errno.ENOENT, "")))
+fd = O("file", os.O_RDONLY)
+case("write rdonly fd", lambda: os.write(fd, b"x"))
+case("ftruncate rdonly fd", lambda: os.ftruncate(fd, 0))
+case("read dir fd", lambda: os.read(O("dir", os.O_RDONLY), 1))
+case("lseek negative", lambda: os.lseek(fd, -1, os.SEEK_SET))
+os.close(fd)
+case("read closed fd", lambda: os.read(fd, 1))
+fd = O("file", os.O_WRONLY)
+case("read wronly fd", lambda: os.read(fd, 1))
+os.close(fd)
+"#;
+
+#[test]
+fn errors_are_the_kernel_doors_case_by_case() {
+    let programs = programs_dir();
+    let cases = script(programs.path(), "errors.py", ERROR_CASES);
+    let m = Mounted::new();
+    let (through_kernel, on_fast_path) = (m.path("kernel"), m.path("fast"));
+    fs::create_dir(&through_kernel).unwrap();
+    fs::create_dir(&on_fast_path).unwrap();
+    let k = kernel(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            cases.as_os_str(),
+            through_kernel.as_os_str(),
+        ],
+    );
+    let f = fast(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            cases.as_os_str(),
+            on_fast_path.as_os_str(),
+        ],
+    );
+    assert!(k.success(), "{}", k.describe());
+    assert_served(&f, 40, "error cases");
+    let pairs: Vec<String> = k
+        .stdout
+        .lines()
+        .zip(f.stdout.lines())
+        .filter(|(k, f)| k != f)
+        .map(|(k, f)| format!("kernel: {k:40} fast: {f}"))
+        .collect();
+    assert!(pairs.is_empty(), "errors differ:\n{}", pairs.join("\n"));
+    assert_eq!(k.stdout.lines().count(), f.stdout.lines().count());
+    assert_eq!(
+        read_tree(&on_fast_path).unwrap(),
+        read_tree(&through_kernel).unwrap()
+    );
+    m.finish();
+}
