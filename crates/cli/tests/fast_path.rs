@@ -142,6 +142,38 @@ fn as_user_command(args: &[&OsStr]) -> Command {
     command
 }
 
+/// The abstract socket name of the fast path of the mount at `mnt`.
+fn socket_name(mnt: &Path) -> String {
+    let dev = fs::metadata(mnt).unwrap().dev();
+    format!("shoal-fastpath-{}:{}", libc::major(dev), libc::minor(dev))
+}
+
+/// A mount whose daemon serves the fast path. Its socket is named after the mount's device
+/// number, which the kernel hands out again as soon as a mount goes: while the daemon of a
+/// mount that just went (another test's, another user's) still holds the name, a new
+/// daemon cannot bind it and serves no fast path ("Address already in use" in shoal.log).
+/// Remount until it does, so that tests here do not depend on that race.
+fn mount_with_fast_path(options: &[&str]) -> Mounted {
+    let mut m = Mounted::with_options(options);
+    for _ in 0..20 {
+        // What the daemon logged since it started mounting, once it says it is mounted.
+        let mut this_mount = String::new();
+        wait_for("the daemon's log", Duration::from_secs(10), || {
+            let log = fs::read_to_string(m.store.join("shoal.log")).unwrap_or_default();
+            let start = log.rfind("Mounting").unwrap_or(0);
+            this_mount = log[start..].to_string();
+            this_mount.contains("shoal::mount_cmd: mounted")
+        });
+        if !this_mount.contains("no fast path") {
+            return m;
+        }
+        m.umount();
+        std::thread::sleep(Duration::from_millis(100));
+        m.mount();
+    }
+    panic!("no fast path on {} after 20 mounts", m.mnt.display());
+}
+
 #[track_caller]
 fn assert_same_tree(expected: &[Entry], actual_root: &Path, what: &str) {
     let actual = manifest(actual_root).unwrap();
@@ -218,7 +250,7 @@ fn tools_on_a_generated_tree_agree_with_the_kernel_door() {
     let expected = manifest(&reference).unwrap();
     assert!(expected.len() > 1500);
 
-    let mut m = Mounted::new();
+    let mut m = mount_with_fast_path(&[]);
     let tree = m.path("tree");
     fs::create_dir(&tree).unwrap();
     // Absolute paths, the working directory outside the mount.
@@ -405,7 +437,7 @@ fn two_doors_see_each_others_changes_at_once_without_the_writeback_cache() {
 fn mixed_access(options: &[&str]) {
     let programs = programs_dir();
     let check = script(programs.path(), "mixed.py", MIXED_ACCESS);
-    let m = Mounted::with_options(options);
+    let m = mount_with_fast_path(options);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -452,7 +484,7 @@ rm lines; test -e lines || echo gone
 
 #[test]
 fn shell_scripts_with_redirections_and_pipes() {
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     for shell in ["dash", "bash"] {
         let (_, f) = shell_both_ways(&m, shell, shell, SHELL_SCRIPT);
         assert!(fast_calls(&f) > 10, "{shell}: {}", f.describe());
@@ -465,7 +497,7 @@ fn shell_scripts_with_redirections_and_pipes() {
 #[test]
 #[ignore = "bug: a vfork child (dash, posix_spawn) gets a fresh file description, so its writes do not move the parent's offset"]
 fn a_group_redirection_shares_its_offset_with_children() {
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     for shell in ["dash", "bash"] {
         let text = "{ echo 1; /bin/echo 2; echo 3; /bin/echo 4; } > g; cat g";
         let (_, f) = shell_both_ways(&m, shell, shell, text);
@@ -478,7 +510,7 @@ fn a_group_redirection_shares_its_offset_with_children() {
 #[test]
 #[ignore = "bug: the library's daemon socket takes the lowest free descriptor (3); the program's dup2 onto 3 closes it"]
 fn exec_redirections_onto_low_descriptors() {
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     for shell in ["dash", "bash"] {
         let text = "exec 3> h; echo 1 >&3; /bin/echo 2 >&3; echo 3 >&3; exec 3>&-; cat h; \
                     exec 4< h; read first <&4; echo \"first: $first\"; exec 4<&-";
@@ -518,7 +550,7 @@ os.close(fd)
 fn python_subprocess_children_share_the_parents_descriptions() {
     let programs = programs_dir();
     let check = script(programs.path(), "children.py", SUBPROCESS);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -564,7 +596,7 @@ print("parent:", os.read(fd, 2).decode().strip())
 fn fork_children_share_the_parents_descriptions() {
     let programs = programs_dir();
     let check = script(programs.path(), "fork.py", FORK);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -600,7 +632,7 @@ print("parent stdout")
 fn posix_spawn_child_writes_through_the_parents_description() {
     let programs = programs_dir();
     let check = script(programs.path(), "spawn.py", POSIX_SPAWN);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -637,7 +669,7 @@ fn vfork_children_leave_the_parents_descriptors_alone() {
     let check = script(programs.path(), "vfork.py", VFORK_CHILDREN);
     // Without the writeback cache: the posix_spawn child's reopen makes the kernel cache
     // the file's size, which the writeback cache bug then keeps stale.
-    let m = Mounted::with_options(&["writeback=off"]);
+    let m = mount_with_fast_path(&["writeback=off"]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -679,7 +711,7 @@ fn make_builds_and_then_finds_everything_up_to_date_without_the_writeback_cache(
 }
 
 fn make(options: &[&str]) {
-    let m = Mounted::with_options(options);
+    let m = mount_with_fast_path(options);
     fs::write(m.path("Makefile"), MAKEFILE).unwrap();
     let build = fast(&m.mnt, &["make"]);
     assert_served(&build, 3, "make");
@@ -738,7 +770,7 @@ print(errors or "ok")
 fn threads_share_one_descriptor_table() {
     let programs = programs_dir();
     let check = script(programs.path(), "threads.py", THREADS);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -821,7 +853,7 @@ os.execv("/bin/echo", ["/bin/echo", "after exec"])
 fn descriptors_dup_mmap_proc_fd_close_range_and_exec() {
     let programs = programs_dir();
     let check = script(programs.path(), "fds.py", DESCRIPTORS);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(
         &m.mnt,
         &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
@@ -849,7 +881,7 @@ os.close(fd)
 fn o_append_from_two_processes_loses_nothing() {
     let programs = programs_dir();
     let appender = script(programs.path(), "append.py", APPENDER);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let log = m.path("log");
     let text = format!(
         "{py} {a} {log} A & {py} {a} {log} B & {py} {a} {log} C; wait",
@@ -873,6 +905,267 @@ fn o_append_from_two_processes_loses_nothing() {
         assert_eq!(mine, expected, "{who}'s lines in order, none torn");
     }
     m.finish();
+}
+
+/// Data and metadata calls, each printing its result or errno: the same script through the
+/// kernel and on the fast path (in sibling directories of one mount) prints the same.
+const DATA_OPS: &str = r#"
+import errno, os, sys, hashlib
+os.chdir(sys.argv[1])
+def out(*a): print(*a, flush=True)
+def h(b): return hashlib.sha256(b).hexdigest()[:12]
+def case(name, fn):
+    try:
+        out(name, fn())
+    except OSError as e:
+        out(name, errno.errorcode.get(e.errno, e.errno))
+big = bytes((i * 7 + i // 251) % 256 for i in range(5 * 1024 * 1024 + 123))
+fd = os.open("big", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+case("write big", lambda: os.write(fd, big))
+case("pread tail", lambda: h(os.pread(fd, 1 << 20, len(big) - 1000)))
+case("pread at eof", lambda: os.pread(fd, 10, len(big)))
+case("pread past eof", lambda: os.pread(fd, 10, len(big) + 10))
+case("lseek end", lambda: os.lseek(fd, 0, os.SEEK_END))
+case("lseek past end", lambda: os.lseek(fd, 100, os.SEEK_END))
+case("write past end", lambda: os.write(fd, b"tail"))
+case("size", lambda: os.fstat(fd).st_size)
+case("read hole", lambda: os.pread(fd, 100, len(big)))
+case("seek data", lambda: os.lseek(fd, 0, os.SEEK_DATA))
+case("seek hole", lambda: os.lseek(fd, 0, os.SEEK_HOLE) <= os.fstat(fd).st_size)
+case("readv", lambda: [h(b) for b in (lambda bufs: (os.lseek(fd, 0, 0), os.readv(fd, bufs), bufs)[2])([bytearray(3), bytearray(70000), bytearray(5)])])
+case("writev", lambda: os.writev(fd, [b"ab", b"", b"cdef" * 1000]))
+case("offset", lambda: os.lseek(fd, 0, os.SEEK_CUR))
+case("ftruncate grow", lambda: (os.ftruncate(fd, 6 << 20), os.fstat(fd).st_size)[1])
+case("ftruncate shrink", lambda: (os.ftruncate(fd, 1000), os.fstat(fd).st_size, h(os.pread(fd, 2000, 0)))[1:])
+case("fsync", lambda: os.fsync(fd))
+case("fdatasync", lambda: os.fdatasync(fd))
+case("fallocate", lambda: (os.posix_fallocate(fd, 0, 10000), os.fstat(fd).st_size)[1])
+case("after fallocate write", lambda: (os.pwrite(fd, b"Z", 5000), h(os.pread(fd, 20000, 0)))[1])
+os.close(fd)
+fd = os.open("big", os.O_RDONLY)
+fd2 = os.open("copy", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+case("copy_file_range", lambda: os.copy_file_range(fd, fd2, 20000))
+case("sendfile", lambda: os.sendfile(fd2, fd, 0, 500))
+os.close(fd2); os.close(fd)
+case("copy content", lambda: h(open("copy", "rb").read()))
+case("O_TRUNC", lambda: (os.close(os.open("copy", os.O_WRONLY | os.O_TRUNC)), os.stat("copy").st_size)[1])
+os.mkdir("many")
+for i in range(3000):
+    os.close(os.open("many/n%05d" % i, os.O_CREAT | os.O_WRONLY, 0o600))
+case("listdir many", lambda: (len(os.listdir("many")), sorted(os.listdir("many")) == ["n%05d" % i for i in range(3000)]))
+def delete_while_listing():
+    seen = 0
+    with os.scandir("many") as it:
+        for e in it:
+            seen += 1
+            if e.name.endswith("0"): os.unlink("many/" + e.name)
+    return seen, len(os.listdir("many"))
+case("delete while listing", delete_while_listing)
+case("scandir types", lambda: sorted({(e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in os.scandir(".")}))
+os.symlink("big", "sl")
+case("lstat symlink size", lambda: os.lstat("sl").st_size)
+case("readlink", lambda: os.readlink("sl"))
+case("stat via symlink", lambda: os.stat("sl").st_size)
+case("utime ns", lambda: (os.utime("copy", ns=(123456789012, 987654321098)), os.stat("copy").st_mtime_ns, os.stat("copy").st_atime_ns)[1:])
+case("utime symlink nofollow", lambda: (os.utime("sl", ns=(5, 6), follow_symlinks=False), os.lstat("sl").st_mtime_ns)[1])
+case("xattrs", lambda: (os.setxattr("copy", "user.a", b"1"), os.setxattr("copy", "user.b", b"22"), sorted(os.listxattr("copy")), os.getxattr("copy", "user.b"))[2:])
+case("removexattr", lambda: (os.removexattr("copy", "user.a"), os.listxattr("copy"))[1])
+case("chmod", lambda: (os.chmod("copy", 0o4755), oct(os.stat("copy").st_mode))[1])
+case("chown", lambda: (os.chown("copy", 123, 456), (os.stat("copy").st_uid, os.stat("copy").st_gid))[1])
+case("nlink dir", lambda: (os.mkdir("many/sub"), os.stat("many").st_nlink)[1])
+case("statvfs", lambda: os.statvfs(".").f_namemax)
+case("access X on file", lambda: os.access("copy", os.X_OK))
+case("rename exchange-ish", lambda: (os.rename("copy", "copy2"), os.path.exists("copy"), os.stat("copy2").st_size)[1:])
+case("link count", lambda: (os.link("copy2", "copy3"), os.stat("copy2").st_nlink)[1])
+fd = os.open("copy2", os.O_RDWR)
+os.unlink("copy2"); os.unlink("copy3")
+case("write unlinked", lambda: os.write(fd, b"still here"))
+case("read unlinked", lambda: (os.lseek(fd, 0, 0), os.read(fd, 100))[1])
+case("fstat unlinked nlink", lambda: os.fstat(fd).st_nlink)
+os.close(fd)
+dfd = os.open("many", os.O_RDONLY | os.O_DIRECTORY)
+case("openat relative to dir fd", lambda: (os.close(os.open("n00001", os.O_RDONLY, dir_fd=dfd)), "ok")[1])
+case("mkdirat", lambda: (os.mkdir("viafd", dir_fd=dfd), os.path.isdir("many/viafd"))[1])
+case("unlinkat", lambda: (os.unlink("n00001", dir_fd=dfd), os.path.exists("many/n00001"))[1])
+case("fstatat", lambda: os.stat("n00002", dir_fd=dfd).st_mode)
+case("fchdir", lambda: (os.fchdir(dfd), os.path.exists("n00002"), os.chdir(".."))[1])
+os.close(dfd)
+case("final tree", lambda: h(repr(sorted((r, sorted(d), sorted(f)) for r, d, f in os.walk("."))).encode()))
+"#;
+
+#[test]
+fn data_and_metadata_calls_match_the_kernel_door() {
+    let programs = programs_dir();
+    let cases = script(programs.path(), "data.py", DATA_OPS);
+    let m = mount_with_fast_path(&[]);
+    let (through_kernel, on_fast_path) = (m.path("kernel"), m.path("fast"));
+    fs::create_dir(&through_kernel).unwrap();
+    fs::create_dir(&on_fast_path).unwrap();
+    let k = kernel(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            cases.as_os_str(),
+            through_kernel.as_os_str(),
+        ],
+    );
+    let f = fast(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            cases.as_os_str(),
+            on_fast_path.as_os_str(),
+        ],
+    );
+    assert!(k.success(), "{}", k.describe());
+    assert_served(&f, 3000, "data calls");
+    let differences: Vec<String> = k
+        .stdout
+        .lines()
+        .zip(f.stdout.lines())
+        .filter(|(k, f)| k != f)
+        .map(|(k, f)| format!("kernel: {k}\n  fast: {f}"))
+        .collect();
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    assert_eq!(
+        k.stdout.lines().count(),
+        f.stdout.lines().count(),
+        "{}",
+        f.describe()
+    );
+    m.finish();
+}
+
+const DIRECTORY_FORK_C: &str = r#"
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    DIR *d = opendir(argv[1]);
+    struct dirent *e; int n = 0, forked = 0;
+    char first[300] = "";
+    while ((e = readdir(d))) {
+        if (n == 0) strcpy(first, e->d_name);
+        else if (!strcmp(first, e->d_name)) printf("duplicate %s at %d\n", e->d_name, n);
+        n++;
+        if (n == 1500 && !forked) { forked = 1; pid_t p = fork(); if (p == 0) _exit(0); waitpid(p, 0, 0); }
+    }
+    long pos = 0;
+    printf("entries %d\n", n);
+    rewinddir(d); n = 0; while ((e = readdir(d))) { n++; if (n == 10) pos = telldir(d); }
+    printf("after rewind %d\n", n);
+    seekdir(d, pos); n = 0; while ((e = readdir(d))) n++;
+    printf("after seekdir %d\n", n);
+    return 0;
+}
+"#;
+
+/// A fork in the middle of a readdir loop makes the directory descriptor a kernel one:
+/// the listing must go on where it was, not start again.
+#[test]
+fn a_listing_goes_on_across_a_fork() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "dirfork", DIRECTORY_FORK_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let dir = m.path("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..2700 {
+        fs::write(dir.join(format!("n{i:05}")), "").unwrap();
+    }
+    let k = kernel(&m.mnt, &[binary.as_os_str(), dir.as_os_str()]);
+    let f = fast(&m.mnt, &[binary.as_os_str(), dir.as_os_str()]);
+    assert!(k.success(), "{}", k.describe());
+    assert_served(&f, 2, "readdir");
+    assert!(
+        stats_of(&f).contains_key("getdents64"),
+        "the listing was read on the fast path: {}",
+        f.describe()
+    );
+    assert_eq!(
+        k.stdout,
+        "entries 2702\nafter rewind 2702\nafter seekdir 2692\n"
+    );
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    m.finish();
+}
+
+const RACE: &str = r#"
+import os, sys, time
+mnt, role, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+names = [os.path.join(mnt, "race", "a%d" % i) for i in range(8)]
+if role == "renamer":
+    os.makedirs(os.path.join(mnt, "race"), exist_ok=True)
+    for i, n in enumerate(names):
+        with open(n, "wb") as f: f.write(b"content %d\n" % i)
+    print("ready", flush=True)
+    for r in range(rounds):
+        for i, n in enumerate(names):
+            os.rename(n, n + ".b"); os.rename(n + ".b", n)
+        if r % 10 == 0:
+            # unlink and recreate one, with the same content
+            n = names[r % 8]
+            os.unlink(n)
+            with open(n + ".tmp", "wb") as f: f.write(b"content %d\n" % (r % 8))
+            os.rename(n + ".tmp", n)
+    print("renamer done")
+else:
+    while not os.path.exists(names[-1]): time.sleep(0.001)
+    bad = 0; reads = 0
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        for i, n in enumerate(names):
+            for cand in (n, n + ".b"):
+                try:
+                    with open(cand, "rb") as f: data = f.read()
+                except FileNotFoundError:
+                    continue
+                reads += 1
+                if data != b"content %d\n" % i:
+                    bad += 1; print("bad", cand, data)
+    print("reader done", "bad", bad, "reads>0", reads > 0)
+"#;
+
+/// Renames and unlinks on one door while the other reads: a name, when it opens, has its
+/// own content, never another file's; the tree ends as it should.
+#[test]
+fn renames_racing_reads_across_the_doors() {
+    let programs = programs_dir();
+    let race = script(programs.path(), "race.py", RACE);
+    for fast_renames in [true, false] {
+        let m = mount_with_fast_path(&[]);
+        let kernel_mnt = format!("/proc/self/root{}", m.mnt.display());
+        let (renamer_mnt, reader_mnt) = if fast_renames {
+            (m.mnt.to_string_lossy().into_owned(), kernel_mnt)
+        } else {
+            (kernel_mnt, m.mnt.to_string_lossy().into_owned())
+        };
+        let text = format!(
+            "{py} {race} {reader_mnt} reader 0 & {py} {race} {renamer_mnt} renamer 300; wait",
+            py = PYTHON,
+            race = race.display(),
+        );
+        let out = fast(&m.mnt, &["sh", "-c", &text]);
+        assert_served(&out, 100, "race");
+        assert!(
+            out.stdout.contains("reader done bad 0 reads>0 True")
+                && out.stdout.contains("renamer done"),
+            "fast renames {fast_renames}: {}",
+            out.describe()
+        );
+        let tree = read_tree(&m.path("race")).unwrap();
+        let expected: BTreeMap<PathBuf, common::TreeNode> = (0..8)
+            .map(|i| {
+                (
+                    PathBuf::from(format!("a{i}")),
+                    common::TreeNode::File(format!("content {i}\n").into_bytes()),
+                )
+            })
+            .collect();
+        assert_eq!(tree, expected);
+        m.finish();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -946,7 +1239,7 @@ fn prepare_user_fixtures(m: &Mounted) {
 fn another_user_gets_exactly_what_the_kernel_gives_it() {
     let programs = programs_dir();
     let cases = script(programs.path(), "user.py", USER_CASES);
-    let m = Mounted::with_options(&["allow_other"]);
+    let m = mount_with_fast_path(&["allow_other"]);
     prepare_user_fixtures(&m);
     let user_run = |prefix: &str, on_fast_path: bool| {
         let mut args: Vec<&OsStr> = Vec::new();
@@ -988,7 +1281,7 @@ fn another_user_gets_exactly_what_the_kernel_gives_it() {
 fn a_mount_without_allow_other_stays_closed_to_other_users() {
     let programs = programs_dir();
     let cases = script(programs.path(), "user.py", USER_CASES);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     prepare_user_fixtures(&m);
     for on_fast_path in [false, true] {
         let mut args: Vec<&OsStr> = Vec::new();
@@ -1019,15 +1312,19 @@ fn a_socket_bound_by_another_user_is_not_trusted() {
     let programs = programs_dir();
     let m = Mounted::with_options(&["fastpath=off"]);
     fs::write(m.path("file"), "the kernel's bytes").unwrap();
-    let dev = fs::metadata(&m.mnt).unwrap().dev();
-    let name = format!("shoal-fastpath-{}:{}", libc::major(dev), libc::minor(dev));
+    let name = socket_name(&m.mnt);
     let impostor = script(
         programs.path(),
         "impostor.py",
         r#"
-import socket, sys, threading
+import socket, sys, threading, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-s.bind("\0" + sys.argv[1])
+# The daemon of a mount that just went may hold the name (its device number) a moment.
+for attempt in range(100):
+    try:
+        s.bind("\0" + sys.argv[1]); break
+    except OSError:
+        time.sleep(0.1)
 s.listen(16)
 print("listening", flush=True)
 def serve(c):
@@ -1065,6 +1362,60 @@ while True:
     m.finish();
 }
 
+const GARBAGE: &str = r#"
+import os, socket, sys, random
+name = sys.argv[1]
+rng = random.Random(int(sys.argv[2]))
+sent = 0
+for conn in range(200):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect("\0" + name)
+    except OSError as e:
+        print("connect failed", e); sys.exit(1)
+    s.settimeout(0.5)
+    for i in range(rng.randint(1, 20)):
+        n = rng.choice([0, 1, 2, 4, 8, 12, 30, 100, 1000, 70000])
+        msg = bytes(rng.getrandbits(8) for _ in range(n))
+        if rng.random() < 0.3 and n >= 8:
+            msg = bytes([rng.randint(0, 40), 0, 0, 0]) + msg[4:]
+        try:
+            s.send(msg); sent += 1
+            s.recv(200000)
+        except OSError:
+            break
+    s.close()
+print("sent", sent)
+"#;
+
+/// Another user connects to the daemon's socket and sends garbage: the daemon lives on and
+/// both doors still serve the owner.
+#[test]
+fn garbage_on_the_daemons_socket_harms_nothing() {
+    let programs = programs_dir();
+    let garbage = script(programs.path(), "garbage.py", GARBAGE);
+    let m = mount_with_fast_path(&["allow_other"]);
+    fs::write(m.path("file"), "intact").unwrap();
+    let daemon = m.daemon_pid().unwrap();
+    let name = socket_name(&m.mnt);
+    for seed in ["1", "2"] {
+        let args = [
+            OsStr::new(PYTHON),
+            garbage.as_os_str(),
+            OsStr::new(&name),
+            OsStr::new(seed),
+        ];
+        let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+    }
+    assert!(process_alive(daemon), "the daemon died of garbage");
+    let file = m.path("file");
+    let out = fast(&m.mnt, &[OsStr::new("cat"), file.as_os_str()]);
+    assert_served(&out, 1, "cat after the garbage");
+    assert_eq!(out.stdout, "intact");
+    m.finish();
+}
+
 // ---------------------------------------------------------------------------------------
 // 5. Programs the library cannot serve.
 
@@ -1096,7 +1447,7 @@ int main(int argc, char **argv) {
 fn a_static_binary_works_through_the_kernel() {
     let programs = programs_dir();
     let binary = compile(programs.path(), "ops", FILE_OPS_C, &["-static"]);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let out = fast(&m.mnt, &[binary.as_os_str(), m.mnt.as_os_str()]);
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout, "static\n640 7\n");
@@ -1125,7 +1476,7 @@ fn a_setuid_binary_runs_with_its_privileges() {
     let programs = programs_dir();
     let binary = compile(programs.path(), "setuid", SETUID_C, &[]);
     fs::set_permissions(&binary, fs::Permissions::from_mode(0o4755)).unwrap();
-    let m = Mounted::with_options(&["allow_other"]);
+    let m = mount_with_fast_path(&["allow_other"]);
     fs::write(m.path("secret"), "root only").unwrap();
     fs::set_permissions(m.path("secret"), fs::Permissions::from_mode(0o600)).unwrap();
     let (secret, written) = (m.path("secret"), m.path("written"));
@@ -1172,7 +1523,7 @@ while True:
 fn kill_9_of_a_program_leaves_a_working_mount_and_a_clean_store() {
     let programs = programs_dir();
     let writer = script(programs.path(), "writer.py", WRITER);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let log = programs.path().join("writer.out");
     // Without --stats `shoal run` execs the program: the pid is the writer's.
     let mut child = Command::new(SHOAL)
@@ -1233,7 +1584,7 @@ fn kill_9_of_the_daemon_gives_errors_not_hangs() {
     let check = script(programs.path(), "dies.py", DAEMON_DIES);
     let marker = programs.path().join("daemon-dead");
     let log = programs.path().join("dies.out");
-    let mut m = Mounted::new();
+    let mut m = mount_with_fast_path(&[]);
     let mut child = Command::new(SHOAL)
         .args(["run", "--", PYTHON])
         .arg(&check)
@@ -1368,7 +1719,7 @@ os.close(fd)
 fn errors_are_the_kernel_doors_case_by_case() {
     let programs = programs_dir();
     let cases = script(programs.path(), "errors.py", ERROR_CASES);
-    let m = Mounted::new();
+    let m = mount_with_fast_path(&[]);
     let (through_kernel, on_fast_path) = (m.path("kernel"), m.path("fast"));
     fs::create_dir(&through_kernel).unwrap();
     fs::create_dir(&on_fast_path).unwrap();

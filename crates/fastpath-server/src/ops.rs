@@ -90,7 +90,9 @@ impl Server {
     }
 
     pub fn open(&self, s: &Session, at: &At, flags: i32, mode: u32, umask: u32) -> Served<Reply> {
-        require(flags & (libc::O_PATH | libc::O_TMPFILE | libc::O_NOATIME) == 0)?;
+        // O_TMPFILE includes O_DIRECTORY's bit: tested whole, or every opendir falls back.
+        require(flags & (libc::O_PATH | libc::O_NOATIME) == 0)?;
+        require(flags & libc::O_TMPFILE != libc::O_TMPFILE)?;
         let accmode = flags & libc::O_ACCMODE;
         require(accmode != libc::O_ACCMODE)?;
         let creating = flags & libc::O_CREAT != 0;

@@ -24,6 +24,9 @@ pub struct DirCursor {
     pub started: bool,
     pub done: bool,
     pub position: u64,
+    /// The name of the last entry returned: where a kernel descriptor of the directory
+    /// continues the listing (`to_kernel`).
+    pub last_name: Option<Vec<u8>>,
 }
 
 pub struct OpenFile {
@@ -201,11 +204,71 @@ fn reopen(file: &OpenFile) -> Result<i32, i32> {
         crate::stats::note_lost_conversion();
         return Err(libc::ESTALE);
     }
-    if !file.directory {
+    if file.directory {
+        // A listing in progress goes on where it was (a fork in the middle of a readdir
+        // loop restarted it from the top: every entry came twice).
+        let last = file.lock_cursor().last_name.clone();
+        if let Some(last) = last {
+            if let Err(errno) = continue_after(kernel_fd, &last) {
+                sys::close(kernel_fd);
+                return Err(errno);
+            }
+        }
+    } else {
         let offset = *file.lock_offset();
         sys::lseek(kernel_fd, offset as i64, libc::SEEK_SET);
     }
     Ok(kernel_fd)
+}
+
+/// Sets the kernel descriptor `fd` of a directory just after the entry `last`. The kernel
+/// lists `.` and `..`, then the names in the byte order the daemon lists them in: the
+/// entries up to `last` are read past, and `fd` set to the kernel's own offset after the
+/// last of them. A name removed since is no problem: the listing resumes at the next one.
+fn continue_after(fd: i32, last: &[u8]) -> Result<(), i32> {
+    /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
+    const HEADER: usize = 19;
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut resume = 0i64;
+    loop {
+        let n = sys::check(sys::call(
+            libc::SYS_getdents64,
+            &[i64::from(fd), buf.as_mut_ptr() as i64, buf.len() as i64],
+        ))? as usize;
+        if n == 0 {
+            break;
+        }
+        let mut at = 0;
+        while at + HEADER <= n {
+            let field = |from: usize, len: usize| &buf[at + from..at + from + len];
+            let d_off = i64::from_ne_bytes(field(8, 8).try_into().unwrap_or_default());
+            let reclen = usize::from(u16::from_ne_bytes(
+                field(16, 2).try_into().unwrap_or_default(),
+            ));
+            if reclen < HEADER || at + reclen > n {
+                return Err(libc::EIO);
+            }
+            let name = &buf[at + HEADER..at + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if !listed_before(name, last) && name != last {
+                sys::check(sys::lseek(fd, resume, libc::SEEK_SET))?;
+                return Ok(());
+            }
+            resume = d_off;
+            at += reclen;
+        }
+    }
+    sys::check(sys::lseek(fd, resume, libc::SEEK_SET)).map(|_| ())
+}
+
+/// Whether the kernel lists `name` before `other`: the dots first, then byte order.
+fn listed_before(name: &[u8], other: &[u8]) -> bool {
+    let rank = |n: &[u8]| match n {
+        b"." => 0,
+        b".." => 1,
+        _ => 2,
+    };
+    (rank(name), name) < (rank(other), other)
 }
 
 /// Converts every fast descriptor (before fork) or those without close-on-exec (before

@@ -251,8 +251,9 @@ fn skip_entries(file: &OpenFile, count: u64) {
         if cursor.buffered.is_empty() && (cursor.done || fetch(file, &mut cursor).is_err()) {
             return;
         }
-        if cursor.buffered.pop_front().is_some() {
+        if let Some(entry) = cursor.buffered.pop_front() {
             cursor.position += 1;
+            cursor.last_name = Some(entry.name);
         }
     }
 }
@@ -298,6 +299,7 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
     let (buf, size) = (args[1], args[2] as usize);
     let mut cursor = file.lock_cursor();
     let mut used = 0usize;
+    let mut last = None;
     loop {
         if cursor.buffered.is_empty() {
             if cursor.done {
@@ -329,8 +331,11 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
         // SAFETY: the program's buffer holds `size` bytes; `used + reclen <= size`.
         unsafe { copy_out(buf + used as i64, &record) };
         used += reclen;
-        cursor.buffered.pop_front();
+        last = cursor.buffered.pop_front().map(|entry| entry.name);
         cursor.position += 1;
+    }
+    if last.is_some() {
+        cursor.last_name = last;
     }
     Some(used as i64)
 }

@@ -13,7 +13,13 @@ use crate::{process_state, sys};
 
 /// Flags the kernel alone serves: path-only descriptors, unnamed files, direct I/O
 /// (its alignment rules), signal-driven I/O.
-const KERNEL_ONLY_FLAGS: i32 = libc::O_PATH | libc::O_TMPFILE | libc::O_DIRECT | libc::O_ASYNC;
+/// O_TMPFILE is tested whole (`is_tmpfile`): it includes O_DIRECTORY's bit, so testing it
+/// as one of these bits sent every O_DIRECTORY open (opendir) to the kernel.
+const KERNEL_ONLY_FLAGS: i32 = libc::O_PATH | libc::O_DIRECT | libc::O_ASYNC;
+
+fn is_tmpfile(flags: i32) -> bool {
+    flags & libc::O_TMPFILE == libc::O_TMPFILE
+}
 
 pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (dirfd, path_ptr, flags, mode) = match nr {
@@ -32,7 +38,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         _ => (args[0], args[1], args[2] as i32, args[3] as u32),
     };
     let dirfd_position: &[usize] = if nr == libc::SYS_openat { &[0] } else { &[] };
-    if flags & KERNEL_ONLY_FLAGS != 0 || !process_state::fast_path_on() {
+    if flags & KERNEL_ONLY_FLAGS != 0 || is_tmpfile(flags) || !process_state::fast_path_on() {
         return Some(kernel(nr, args, dirfd_position));
     }
     let path = match resolve::c_path(path_ptr) {
