@@ -477,6 +477,10 @@ impl shoal_fastpath_server::KernelCache for KernelMount {
     fn inode_changed(&self, ino: u64, data: bool) {
         self.0.inode_changed(ino, data);
     }
+
+    fn holds(&self, ino: u64) -> bool {
+        self.0.kernel_holds(ino)
+    }
 }
 
 /// Runs once the mount serves: lets the kernel skip opens from the start (writable

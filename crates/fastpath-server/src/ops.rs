@@ -424,7 +424,10 @@ impl Server {
         engine_change.mtime = set_time(change.mtime);
         let updated = self.engine.setattr(inode.ino, &engine_change)?;
         self.kernel.inode_changed(inode.ino, change.size.is_some());
-        Ok(Reply::Attr(attr(&updated)))
+        Ok(Reply::Changed {
+            attr: attr(&updated),
+            kernel_holds: self.kernel.holds(inode.ino),
+        })
     }
 
     fn authorize_size(&self, s: &Session, inode: &Inode, handle: Option<Handle>) -> Served<()> {

@@ -27,6 +27,8 @@ pub trait KernelCache: Send + Sync {
     fn renamed(&self, ino: u64, parent: u64, name: &[u8]);
     /// `ino`'s attributes changed, and its data too when `data`.
     fn inode_changed(&self, ino: u64, data: bool);
+    /// Whether the kernel has `ino` cached (looked up and not forgotten).
+    fn holds(&self, ino: u64) -> bool;
 }
 
 /// Connections at most: each holds a thread; a process opens one per thread it uses.

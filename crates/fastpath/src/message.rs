@@ -198,6 +198,13 @@ pub enum Reply {
         entries: Vec<DirEntryWire>,
         done: bool,
     },
+    /// A setattr's result. `kernel_holds`: the kernel mount has the inode cached; its
+    /// owner and mode checks at setattr do not revalidate, so the client refreshes them
+    /// (a stat through the kernel) before it returns.
+    Changed {
+        attr: Attr,
+        kernel_holds: bool,
+    },
 }
 
 impl At {
@@ -550,6 +557,11 @@ impl Reply {
             Reply::Written { written, end } => {
                 e.u8(5).u64(*written).u64(*end);
             }
+            Reply::Changed { attr, kernel_holds } => {
+                e.u8(7);
+                attr.encode(&mut e);
+                e.bool(*kernel_holds);
+            }
             Reply::Entries { entries, done } => {
                 let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
                 e.u8(6).u32(count);
@@ -591,6 +603,10 @@ impl Reply {
                 end: d.u64()?,
             },
             6 => decode_entries(&mut d)?,
+            7 => Reply::Changed {
+                attr: Attr::decode(&mut d)?,
+                kernel_holds: d.bool()?,
+            },
             tag => return Err(WireError::UnknownTag(u32::from(tag))),
         };
         d.finish()?;
@@ -762,6 +778,10 @@ mod tests {
             Reply::Written {
                 written: 5,
                 end: 10,
+            },
+            Reply::Changed {
+                attr,
+                kernel_holds: true,
             },
             Reply::Entries {
                 entries: vec![DirEntryWire {

@@ -135,6 +135,13 @@ impl SharedChannel {
         spin: Duration,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
+        let seq = self.send(request);
+        self.wait_reply(seq, reply, spin, alive)
+    }
+
+    /// Client: sends `request` and returns its sequence number, without waiting; its reply
+    /// must be taken (`wait_reply`) before the next request is sent.
+    pub fn send(&self, request: &[u8]) -> u32 {
         self.copy_in(REQUEST_AREA, request);
         self.word(REQUEST_LEN)
             .store(request.len() as u32, Ordering::Relaxed);
@@ -146,6 +153,17 @@ impl SharedChannel {
         if self.word(SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
             futex_wake(self.word(REQUEST_SEQ));
         }
+        seq
+    }
+
+    /// Client: waits for the reply to request `seq` and copies it into `reply`.
+    pub fn wait_reply(
+        &self,
+        seq: u32,
+        reply: &mut Vec<u8>,
+        spin: Duration,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<(), Gone> {
         wait_for(
             self.word(REPLY_SEQ),
             self.word(CLIENT_SLEEPING),

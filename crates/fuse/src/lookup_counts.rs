@@ -210,6 +210,18 @@ impl LookupCounts {
         reference.name = name.into();
     }
 
+    /// The name the kernel reaches `ino` by (the last looked up or renamed to) and whether
+    /// it is a directory, if the kernel holds it.
+    pub fn name_of(&self, ino: u64) -> Option<(u64, Box<[u8]>, bool)> {
+        let shard = self.shard(ino).lock();
+        let reference = shard.get(&ino)?;
+        Some((
+            reference.parent,
+            reference.name.clone(),
+            reference.directory,
+        ))
+    }
+
     /// Whether the kernel holds `ino` (has looked it up and not forgotten it).
     pub fn is_referenced(&self, ino: u64) -> bool {
         self.shard(ino).lock().contains_key(&ino)

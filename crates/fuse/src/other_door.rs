@@ -29,7 +29,7 @@ impl OtherDoorChanges {
     }
 
     /// The root is the kernel's from the mount on, without a lookup.
-    fn kernel_holds(&self, ino: u64) -> bool {
+    pub fn kernel_holds(&self, ino: u64) -> bool {
         ino == ROOT_INO || self.lookups.is_referenced(ino)
     }
 
@@ -57,10 +57,23 @@ impl OtherDoorChanges {
     }
 
     /// `ino`'s attributes changed, and its bytes too when `data` (cached pages go).
+    ///
+    /// With the writeback cache the kernel keeps a regular file's size and times itself and
+    /// never takes them from a GETATTR while it holds the inode (`fuse_get_cache_mask`), and
+    /// its owner and mode checks at setattr do not revalidate: so a regular file's name is
+    /// dropped too, and an inode no one has open is evicted; the next lookup reads it anew.
+    /// A file the kernel has open keeps what it cached until closed (close-to-open).
     pub fn inode_changed(&self, ino: u64, data: bool) {
-        if self.kernel_holds(ino) {
-            let offset = if data { 0 } else { -1 };
-            report(self.notifier.inval_inode(INodeNo(ino), offset, 0));
+        if !self.kernel_holds(ino) {
+            return;
+        }
+        let offset = if data { 0 } else { -1 };
+        report(self.notifier.inval_inode(INodeNo(ino), offset, 0));
+        if let Some((parent, name, false)) = self.lookups.name_of(ino) {
+            report(
+                self.notifier
+                    .inval_entry(INodeNo(parent), OsStr::from_bytes(&name)),
+            );
         }
     }
 }

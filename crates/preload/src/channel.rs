@@ -39,6 +39,8 @@ struct Connection {
     pid: u32,
     /// Requests travel here once the Hello is answered.
     shared: Option<SharedChannel>,
+    /// A request sent without waiting (a close): its reply is taken before the next one.
+    unanswered: Option<u32>,
 }
 
 impl Drop for Connection {
@@ -60,8 +62,26 @@ thread_local! {
     };
 }
 
+/// Whether a call waits for the daemon's answer.
+#[derive(Clone, Copy)]
+enum Wait {
+    ForReply,
+    /// For a request that cannot fail in a way the caller must hear of (a close): the
+    /// caller goes on while the daemon works; the reply is taken before the next request.
+    No,
+}
+
 /// Sends `request` to the daemon of mount `index` and returns its answer.
 pub fn call(index: usize, request: &Request) -> Result<(Status, Reply), ChannelError> {
+    call_with(index, request, Wait::ForReply)
+}
+
+/// Sends `request` without waiting for its answer (see `Wait::No`).
+pub fn send_only(index: usize, request: &Request) {
+    let _ = call_with(index, request, Wait::No);
+}
+
+fn call_with(index: usize, request: &Request, mode: Wait) -> Result<(Status, Reply), ChannelError> {
     let mount = mounts::all().get(index).ok_or(ChannelError::Unreachable)?;
     if !mount.usable() {
         return Err(ChannelError::Unreachable);
@@ -71,7 +91,7 @@ pub fn call(index: usize, request: &Request) -> Result<(Status, Reply), ChannelE
             let mut channels = channels
                 .try_borrow_mut()
                 .map_err(|_| ChannelError::Unreachable)?;
-            channels.exchange(index, mount, request)
+            channels.exchange(index, mount, request, mode)
         })
         .unwrap_or(Err(ChannelError::Unreachable))
 }
@@ -92,6 +112,7 @@ impl ThreadChannels {
         index: usize,
         mount: &Mount,
         request: &Request,
+        mode: Wait,
     ) -> Result<(Status, Reply), ChannelError> {
         if self.connections.len() <= index {
             self.connections.resize_with(index + 1, || None);
@@ -113,6 +134,7 @@ impl ThreadChannels {
                         epoch,
                         pid,
                         shared: Some(shared),
+                        unanswered: None,
                     })
                 }
                 Err(error) => {
@@ -121,14 +143,34 @@ impl ThreadChannels {
                 }
             }
         }
-        let Some(connection) = self.connections[index].as_ref() else {
+        let Some(connection) = self.connections[index].as_mut() else {
             return Err(ChannelError::Unreachable);
         };
-        request.encode(&mut self.send);
-        let result = match &connection.shared {
-            Some(shared) => shared_round_trip(connection.fd, shared, &self.send, &mut self.receive),
-            None => round_trip(connection.fd, &self.send, &mut self.receive),
+        let Some(shared) = &connection.shared else {
+            return Err(ChannelError::Unreachable);
         };
+        let fd = connection.fd;
+        let alive = || daemon_alive(fd);
+        let mut result = Ok((Status::Ok, Reply::Empty));
+        if let Some(seq) = connection.unanswered.take() {
+            // The reply of a request sent without waiting (its outcome mattered to nobody).
+            if shared
+                .wait_reply(seq, &mut self.receive, CLIENT_SPIN, &alive)
+                .is_err()
+            {
+                result = Err(ChannelError::Lost);
+            }
+        }
+        request.encode(&mut self.send);
+        if result.is_ok() {
+            result = match mode {
+                Wait::ForReply => shared_round_trip(fd, shared, &self.send, &mut self.receive),
+                Wait::No => {
+                    connection.unanswered = Some(shared.send(&self.send));
+                    Ok((Status::Ok, Reply::Empty))
+                }
+            };
+        }
         if result.is_err() {
             self.connections[index] = None;
             mount.give_up();
@@ -159,40 +201,6 @@ fn daemon_alive(fd: i32) -> bool {
     };
     let n = sys::call(libc::SYS_poll, &[std::ptr::addr_of_mut!(poll) as i64, 1, 0]);
     !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
-}
-
-fn round_trip(
-    fd: i32,
-    send: &[u8],
-    receive: &mut Vec<u8>,
-) -> Result<(Status, Reply), ChannelError> {
-    send_message(fd, send)?;
-    let len = receive_message(fd, receive)?;
-    Reply::decode(&receive[..len]).map_err(|_| ChannelError::Lost)
-}
-
-fn send_message(fd: i32, message: &[u8]) -> Result<(), ChannelError> {
-    loop {
-        let n = sys::call(
-            libc::SYS_sendto,
-            &[
-                i64::from(fd),
-                message.as_ptr() as i64,
-                message.len() as i64,
-                i64::from(libc::MSG_NOSIGNAL),
-                0,
-                0,
-            ],
-        );
-        if n == -i64::from(libc::EINTR) {
-            continue;
-        }
-        return if n == message.len() as i64 {
-            Ok(())
-        } else {
-            Err(ChannelError::Lost)
-        };
-    }
 }
 
 fn receive_message(fd: i32, buf: &mut Vec<u8>) -> Result<usize, ChannelError> {
@@ -243,6 +251,7 @@ fn connect(
         epoch: 0,
         pid: 0,
         shared: None,
+        unanswered: None,
     };
     let name = shoal_fastpath::socket_name(mount.device.0, mount.device.1);
     let (address, len) = abstract_address(&name);

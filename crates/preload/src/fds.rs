@@ -147,8 +147,9 @@ pub fn remove_range(first: u32, last: u32) {
 /// Closes `file` in the daemon if this was its last descriptor.
 fn release(file: Arc<OpenFile>) {
     if let Some(file) = Arc::into_inner(file) {
-        // A lost daemon has closed it already.
-        let _ = channel::call(
+        // close(2) of a regular file or directory reports nothing the daemon could fail
+        // with (every write was answered already): the caller does not wait for it.
+        channel::send_only(
             file.mount,
             &Request::Close {
                 handle: file.handle,

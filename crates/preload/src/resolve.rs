@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use shoal_fastpath::{At, PATH_MAX_BYTES};
 
-use crate::{fds, mounts, sys};
+use crate::{fds, mounts, process_state, sys};
 
 const ROOT_INO: u64 = 1;
 
@@ -17,22 +17,52 @@ pub enum Route {
     Fail(i32),
 }
 
-/// The bytes of a C path argument, or the errno the kernel gives for it.
-pub fn c_path(ptr: i64) -> Result<&'static [u8], i32> {
+/// The bytes of a C path argument, or the errno the kernel gives for it (EFAULT for memory
+/// the process cannot read, as the kernel checks it: a page at a time, through
+/// process_vm_readv, so a bad pointer is an error, not a crash).
+pub fn c_path(ptr: i64) -> Result<Vec<u8>, i32> {
     if ptr == 0 {
         return Err(libc::EFAULT);
     }
-    let start = ptr as *const u8;
-    for len in 0..PATH_MAX_BYTES {
-        // SAFETY: the program passed a NUL-terminated path, read up to its NUL as the
-        // kernel would; no byte past the first NUL is read.
-        if unsafe { *start.add(len) } == 0 {
-            // SAFETY: the `len` bytes before the NUL were just read.
-            return Ok(unsafe { std::slice::from_raw_parts(start, len) });
+    let mut path = Vec::new();
+    let mut address = ptr as usize;
+    while path.len() < PATH_MAX_BYTES {
+        let to_page_end = PAGE_BYTES - address % PAGE_BYTES;
+        let want = to_page_end.min(PATH_MAX_BYTES - path.len());
+        let start = path.len();
+        path.resize(start + want, 0);
+        let local = libc::iovec {
+            iov_base: path[start..].as_mut_ptr().cast(),
+            iov_len: want,
+        };
+        let remote = libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: want,
+        };
+        let n = sys::call(
+            libc::SYS_process_vm_readv,
+            &[
+                i64::from(process_state::pid()),
+                std::ptr::addr_of!(local) as i64,
+                1,
+                std::ptr::addr_of!(remote) as i64,
+                1,
+                0,
+            ],
+        );
+        if n != want as i64 {
+            return Err(libc::EFAULT);
         }
+        if let Some(nul) = path[start..].iter().position(|&b| b == 0) {
+            path.truncate(start + nul);
+            return Ok(path);
+        }
+        address += want;
     }
     Err(libc::ENAMETOOLONG)
 }
+
+const PAGE_BYTES: usize = 4096;
 
 /// A descriptor argument as the kernel reads it: an `int`, the register's low 32 bits.
 /// libc may pass AT_FDCWD zero-extended (`mov edi, -100` leaves 0xffffff9c in rdi), which
@@ -263,9 +293,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn c_path_stops_at_nul() {
+    fn c_path_stops_at_nul_and_bad_pointers_are_efault() {
+        crate::process_state::start();
         let bytes = b"abc\0def";
-        assert_eq!(c_path(bytes.as_ptr() as i64), Ok(&b"abc"[..]));
+        assert_eq!(c_path(bytes.as_ptr() as i64), Ok(b"abc".to_vec()));
         assert_eq!(c_path(0), Err(libc::EFAULT));
+        assert_eq!(c_path(0xdead_c0de), Err(libc::EFAULT));
     }
 }

@@ -51,10 +51,60 @@ fn set_attr(
         Err(errno) => return Some(fail(errno)),
     };
     Some(match ask(nr, mount, &Request::SetAttr { target, change }) {
+        Answer::Done(Reply::Changed { kernel_holds, .. }) => {
+            if kernel_holds {
+                refresh_kernel_attributes(nr, args);
+            }
+            0
+        }
         Answer::Done(_) => 0,
         Answer::Errno(errno) => fail(errno),
         Answer::Kernel => kernel(nr, args, positions),
     })
+}
+
+/// The kernel caches what the daemon just changed and checks owner and mode at setattr
+/// from its cache without asking: a stat through the kernel (the daemon has invalidated
+/// what it cached) brings it up to date before the call returns.
+fn refresh_kernel_attributes(nr: i64, args: [i64; 6]) {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (dirfd, path_ptr, flags) = match nr {
+        libc::SYS_fchmod | libc::SYS_fchown | libc::SYS_ftruncate => {
+            let Some(file) = fds::get(args[0]) else {
+                return;
+            };
+            return stat_in_kernel(&file.path, 0);
+        }
+        libc::SYS_utimensat if args[1] == 0 => {
+            let Some(file) = fds::get(args[0]) else {
+                return;
+            };
+            return stat_in_kernel(&file.path, 0);
+        }
+        libc::SYS_chmod | libc::SYS_chown | libc::SYS_truncate => (cwd, args[0], 0),
+        libc::SYS_lchown => (cwd, args[0], libc::AT_SYMLINK_NOFOLLOW),
+        libc::SYS_fchownat => (args[0], args[1], args[4] as i32),
+        libc::SYS_utimensat => (args[0], args[1], args[3] as i32),
+        _ => (args[0], args[1], 0),
+    };
+    if let Ok(path) = crate::resolve::c_path(path_ptr) {
+        let absolute = crate::resolve::absolute(dirfd, &path);
+        stat_in_kernel(&absolute, flags & libc::AT_SYMLINK_NOFOLLOW);
+    }
+}
+
+fn stat_in_kernel(path: &[u8], flags: i32) {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    crate::sys::call(
+        libc::SYS_newfstatat,
+        &[
+            i64::from(libc::AT_FDCWD),
+            path.as_ptr() as i64,
+            std::ptr::addr_of_mut!(stat) as i64,
+            i64::from(flags),
+        ],
+    );
 }
 
 pub fn chmod(nr: i64, args: [i64; 6]) -> Option<i64> {

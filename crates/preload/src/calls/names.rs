@@ -12,7 +12,7 @@ fn path_at(dirfd: i64, path_ptr: i64, follow: bool) -> Result<(usize, At), Optio
         return Err(None);
     }
     let path = resolve::c_path(path_ptr).map_err(|errno| Some(fail(errno)))?;
-    match resolve::route(dirfd, path, follow) {
+    match resolve::route(dirfd, &path, follow) {
         Route::Fast { mount, at } => Ok((mount, at)),
         Route::Kernel => Err(None),
         Route::Fail(errno) => Err(Some(fail(errno))),

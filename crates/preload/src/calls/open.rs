@@ -48,7 +48,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     // O_CREAT|O_EXCL never follows a final symlink (the name must be new).
     let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
     let follow = flags & libc::O_NOFOLLOW == 0 && !exclusive;
-    let (mount, at) = match resolve::route(dirfd, path, follow) {
+    let (mount, at) = match resolve::route(dirfd, &path, follow) {
         Route::Kernel => return None,
         Route::Fail(errno) => return Some(fail(errno)),
         Route::Fast { mount, at } => (mount, at),
@@ -80,7 +80,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         ),
         offset: Mutex::new(0),
         cursor: Mutex::new(DirCursor::default()),
-        path: resolve::absolute(dirfd, path),
+        path: resolve::absolute(dirfd, &path),
     });
     let fd = sys::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {

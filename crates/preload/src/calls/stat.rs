@@ -29,7 +29,7 @@ pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
         };
     }
     let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-    match resolve::route(dirfd, path, follow) {
+    match resolve::route(dirfd, &path, follow) {
         Route::Kernel => Named::Kernel,
         Route::Fail(errno) => Named::Fail(errno),
         Route::Fast { mount, at } => Named::Path(mount, at),
