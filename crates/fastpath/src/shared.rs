@@ -254,8 +254,13 @@ fn wait_for(
             }
         }
         spins += 1;
-        if spins.is_multiple_of(16) && start.elapsed() >= spin {
-            break;
+        if spins.is_multiple_of(16) {
+            if start.elapsed() >= spin {
+                break;
+            }
+            // On a busy machine the peer may be waiting for this very CPU: let it run.
+            // sched_yield returns at once when nothing else is runnable here.
+            std::thread::yield_now();
         }
     }
     loop {
