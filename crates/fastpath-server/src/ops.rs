@@ -101,6 +101,11 @@ impl Server {
         let (inode, created) = match &walked.found {
             Some(inode) => {
                 ensure(!(creating && flags & libc::O_EXCL != 0), libc::EEXIST)?;
+                // O_CREAT never opens a directory, even read-only (do_open's EISDIR).
+                ensure(
+                    !(creating && inode.kind == FileKind::Directory),
+                    libc::EISDIR,
+                )?;
                 (inode.clone(), false)
             }
             None if creating => (self.create_file(s, &walked, mode, umask)?, true),
@@ -322,12 +327,14 @@ impl Server {
     pub fn unlink(&self, s: &Session, at: &At, dir: bool) -> Served<Reply> {
         let walked = walk(&self.engine, s.caller, at)?;
         require(!walked.is_dots())?;
+        // The kernel asks for write access to the mount before it looks the last name up:
+        // a missing name on a read-only mount is EROFS, not ENOENT.
+        self.writable()?;
         let victim = walked.existing()?.clone();
         let is_dir = victim.kind == FileKind::Directory;
         ensure(!dir || is_dir, libc::ENOTDIR)?;
         ensure(dir || !is_dir, libc::EISDIR)?;
         require(dir || !walked.trailing_slash)?;
-        self.writable()?;
         may_remove(&self.engine, s.caller, &walked.dir, &victim)?;
         if dir {
             self.engine.rmdir(walked.dir.ino, &walked.name)?;
@@ -345,6 +352,8 @@ impl Server {
         let target = walk(&self.engine, s.caller, to)?;
         require(!source.is_dots() && !target.is_dots())?;
         require(!source.trailing_slash && !target.trailing_slash)?;
+        // EROFS before the names are looked up, as the kernel checks (see `unlink`).
+        self.writable()?;
         let moved = source.existing()?.clone();
         // Directories (loops, `..` updates) and replacing a directory are the kernel's.
         require(moved.kind != FileKind::Directory)?;
@@ -355,7 +364,6 @@ impl Server {
         } else {
             check(&self.engine, s.caller, &target.dir, MAY_WRITE | MAY_EXEC)?;
         }
-        self.writable()?;
         may_remove(&self.engine, s.caller, &source.dir, &moved)?;
         let mode = if flags & RENAME_NOREPLACE != 0 {
             RenameMode::NoReplace
