@@ -19,6 +19,33 @@ fn path_at(dirfd: i64, path_ptr: i64, follow: bool) -> Result<(usize, At), Optio
     }
 }
 
+/// Before this process unlinks `path` or renames it (or over it): its fast descriptors
+/// opened by that path become kernel descriptors of the file, which the kernel keeps open
+/// by inode. A fast descriptor is made a kernel one by reopening its path (before a fork,
+/// an exec, ...): once the name is gone that fails, and a fork child got a descriptor it
+/// could not use (EBADF). Best effort: the path as this process spelled it at open; names
+/// removed by other processes, or a renamed parent directory, are not seen here.
+fn keep_open_files(dirfd: i64, path_ptr: i64) {
+    let open = crate::fds::snapshot();
+    if open.is_empty() {
+        return;
+    }
+    let Ok(path) = resolve::c_path(path_ptr) else {
+        return;
+    };
+    let absolute = absolute_of(dirfd, path);
+    for (fd, file) in open {
+        if !file.directory && file.path == absolute {
+            let _ = crate::fds::to_kernel(i64::from(fd));
+        }
+    }
+}
+
+/// `resolve::absolute` of a path however `c_path` hands it over (borrowed or owned).
+fn absolute_of(dirfd: i64, path: impl AsRef<[u8]>) -> Vec<u8> {
+    resolve::absolute(dirfd, path.as_ref())
+}
+
 /// The daemon's answer to a call that returns 0 on success.
 fn zero_or(nr: i64, mount: usize, request: &Request, args: [i64; 6], positions: &[usize]) -> i64 {
     match ask(nr, mount, request) {
@@ -61,6 +88,9 @@ pub fn unlink(nr: i64, args: [i64; 6]) -> Option<i64> {
         Ok(found) => found,
         Err(result) => return result,
     };
+    if !dir {
+        keep_open_files(dirfd, path);
+    }
     Some(zero_or(
         nr,
         mount,
@@ -91,6 +121,8 @@ pub fn rename(nr: i64, args: [i64; 6]) -> Option<i64> {
     if mount != to_mount {
         return Some(kernel(nr, args, positions));
     }
+    keep_open_files(old_dir, old);
+    keep_open_files(new_dir, new);
     Some(zero_or(
         nr,
         mount,
