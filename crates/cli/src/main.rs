@@ -4,6 +4,7 @@ mod backup_cmd;
 mod bench_cmd;
 mod compact_cmd;
 mod control;
+mod decompress;
 mod docs_cmd;
 mod du_cmd;
 mod exit_report;
@@ -208,7 +209,7 @@ enum Command {
         wait: bool,
     },
     /// Create the directory DIR from a tar archive (ustar, pax or GNU, as GNU tar writes
-    /// them), applied inside the engine in large batches; DIR appears only once the whole
+    /// them; plain or compressed with gzip, zstd or xz, told by its first bytes), applied inside the engine in large batches; DIR appears only once the whole
     /// archive is in. DIR is on a mount (root or the daemon's user only), or a store
     /// directory (unmounted) with --path.
     Import {

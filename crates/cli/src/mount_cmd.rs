@@ -270,9 +270,9 @@ impl ControlHandler for DaemonControl {
                 Some(engine) => crate::rmtree_cmd::serve_status(&engine),
                 None => Err("the filesystem is unmounting".into()),
             },
-            ControlRequest::Import { .. } | ControlRequest::Export { .. } => {
-                Err("a streaming request needs its stream".into())
-            }
+            ControlRequest::Import { .. }
+            | ControlRequest::Export { .. }
+            | ControlRequest::BackupStream => Err("a streaming request needs its stream".into()),
         }
     }
 
@@ -296,6 +296,10 @@ impl ControlHandler for DaemonControl {
             ),
             ControlRequest::Export { path } => {
                 crate::import_cmd::serve_export(&engine, path, output)
+            }
+            ControlRequest::BackupStream => {
+                crate::backup_cmd::serve_backup_stream(&engine, self.store.as_deref(), output)
+                    .and_then(|answer| serde_json::to_value(answer).map_err(|e| e.to_string()))
             }
             other => self.handle(other, context),
         }
