@@ -108,6 +108,8 @@ fn source_kind(source: &Path) -> Result<Source> {
         }
         Some(_) => Ok(Source::Mount),
         None => {
+            // Opening the store may write into it (a journal): private, as the daemon's.
+            crate::mkfs_cmd::set_private_umask();
             store_dir::read_format(source).with_context(|| {
                 format!(
                     "{} is neither a shoal mountpoint nor a store",
@@ -271,6 +273,8 @@ fn write_atomically(
 }
 
 pub fn run_restore(args: &RestoreArgs) -> Result<ExitCode> {
+    // Everything restore creates is the store's: private from the start.
+    crate::mkfs_cmd::set_private_umask();
     let mut input = if args.file == Path::new(STANDARD_STREAM) {
         spool_stdin(&args.store_dir)?
     } else {

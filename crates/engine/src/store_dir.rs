@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
@@ -173,7 +174,7 @@ fn create_private_dir(dir: &Path) -> Result<(), StoreDirError> {
 pub fn write_format(dir: &Path) -> Result<(), StoreDirError> {
     let path = dir.join(FORMAT_FILE);
     let text = format!("{FORMAT_MAGIC} {FORMAT_VERSION}\n");
-    let mut file = File::create(&path).map_err(io_error(&path))?;
+    let mut file = access::create_private_file(&path).map_err(io_error(&path))?;
     file.write_all(text.as_bytes()).map_err(io_error(&path))?;
     file.sync_all().map_err(io_error(&path))
 }
@@ -232,6 +233,7 @@ impl StoreLock {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(access::PRIVATE_FILE_MODE)
             .open(&path)
             .map_err(io_error(&path))?;
         // flock(2) on Linux: released by the kernel when the file closes, whatever kills us.

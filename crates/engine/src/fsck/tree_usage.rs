@@ -311,6 +311,11 @@ pub(crate) fn upgrade_store_dir(
             "upgrading the store format (recursive usage)"
         );
         upgrade(store)?;
+        store_dir::write_format(dir)?;
+        // What the upgrade wrote (tables, journals) was made under the caller's umask.
+        store_dir::access::make_private(dir)
+            .map_err(|error| store_dir::StoreDirError::Io(dir.into(), error))?;
+        return Ok(());
     }
     store_dir::write_format(dir)?;
     Ok(())

@@ -112,7 +112,7 @@ fn uuid_v4(mut bytes: [u8; 16]) -> String {
 pub fn write(dir: &Path, identity: &StoreIdentity) -> Result<(), StoreDirError> {
     let path = dir.join(IDENTITY_FILE);
     let io = |error| StoreDirError::Io(path.clone(), error);
-    let mut file = File::create(&path).map_err(io)?;
+    let mut file = super::access::create_private_file(&path).map_err(io)?;
     file.write_all(identity.encode().as_bytes()).map_err(io)?;
     file.sync_all().map_err(io)
 }
