@@ -395,6 +395,18 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         started: Instant::now(),
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
+        uuid: request
+            .store
+            .as_deref()
+            .and_then(|store| {
+                shoal_engine::store_dir::identity::read(store)
+                    .ok()
+                    .flatten()
+            })
+            .map(|identity| identity.uuid)
+            .unwrap_or_default(),
+        mountpoint: request.mountpoint.display().to_string(),
+        store: request.store.clone(),
     });
     start_reporting(
         stats,

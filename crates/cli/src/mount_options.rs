@@ -68,7 +68,7 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "journal=SIZE",
     "checkpoint=SIZE",
     "memory=SIZE",
-    "metrics=IP:PORT",
+    "metrics[=IP:PORT]",
     "writeback=on|off",
     "uring=on|off",
     "spin=MICROSECONDS",
@@ -148,13 +148,14 @@ pub fn help() -> String {
         "Comma-separated options (defaults in brackets): commit=DURATION [{commit}s], ro, rw, \
          allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
          compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
-         [{checkpoint}], memory=SIZE [{memory}], metrics=IP:PORT [off], writeback=on|off [on], \
+         [{checkpoint}], memory=SIZE [{memory}], metrics[=IP:PORT] [off; bare: 127.0.0.1:{metrics_port}], writeback=on|off [on], \
          uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fsname=NAME [the store's path], \
          subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
          atime, relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are \
          accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
          option prints the full list. See docs/cli.md.",
         commit = defaults.commit.as_secs(),
+        metrics_port = DEFAULT_METRICS_PORT,
         threads = defaults.threads,
         cache = size(defaults.cache_bytes),
         memtable = size(defaults.memtable_bytes),
@@ -201,13 +202,24 @@ fn duration(key: &str, value: Option<&str>, max_secs: u64) -> Result<Duration> {
     Ok(Duration::from_secs(secs))
 }
 
-/// `metrics=127.0.0.1:9100` or `metrics=[::1]:9100`: an IP address and a port (no host
-/// names: the daemon must not depend on name resolution at mount time).
+/// The metrics endpoint's port when `metrics` is given without one. Outside 9100-9999,
+/// the range Prometheus hands out to exporters (node_exporter has 9100), which is full, so
+/// a shoal mount does not take the port of an exporter already on the host.
+pub const DEFAULT_METRICS_PORT: u16 = 10190;
+
+/// `metrics` (loopback, `DEFAULT_METRICS_PORT`), `metrics=127.0.0.1:10190` or
+/// `metrics=[::1]:10190`: an IP address and a port (no host names: the daemon must not
+/// depend on name resolution at mount time).
 fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
-    let value = value.with_context(|| format!("option {key} needs a value ({key}=IP:PORT)"))?;
+    let Some(value) = value else {
+        return Ok(SocketAddr::from((
+            std::net::Ipv4Addr::LOCALHOST,
+            DEFAULT_METRICS_PORT,
+        )));
+    };
     value.parse().with_context(|| {
         format!(
-            "option {key}={value}: not an IP address and port (e.g. 127.0.0.1:9100 or [::1]:9100)"
+            "option {key}={value}: not an IP address and port (e.g. 127.0.0.1:{DEFAULT_METRICS_PORT} or [::1]:{DEFAULT_METRICS_PORT})"
         )
     })
 }
@@ -311,6 +323,11 @@ mod tests {
         assert_eq!(options.compaction_threads, 3);
         assert_eq!(options.journal_bytes, 128 << 20);
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
+        let bare = parse(&["metrics".into()]).unwrap();
+        assert_eq!(
+            bare.metrics,
+            Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)))
+        );
         let options = parse(&["cache=1,memtable=1,checkpoint=0,memory=4".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
         assert_eq!(options.checkpoint_bytes, 0);
@@ -381,7 +398,6 @@ mod tests {
             "compaction_threads=0",
             "journal=1",
             "journal=x",
-            "metrics",
             "metrics=localhost:9100",
             "metrics=127.0.0.1",
             "metrics=127.0.0.1:99999",
