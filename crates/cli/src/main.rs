@@ -14,6 +14,7 @@ mod gen_tree_cmd;
 mod import_cmd;
 mod info_cmd;
 mod log_file;
+mod man_sections;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -74,7 +75,7 @@ struct Cli {
 const MOUNT_ENVIRONMENT: &str = "Environment:\n  SHOAL_LOG  what the daemon logs: a level (error, warn, info [default], debug, trace) or \
 tracing directives (info,shoal_fuse=debug). The log is STORE_DIR/shoal.log (stderr with \
 --foreground), rotated at 16 MiB into shoal.log.1 .. shoal.log.3.\n\nAlso: mount -t fuse.shoal \
-STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (see docs/cli.md).";
+STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (man shoal-mount has examples).";
 
 #[derive(Subcommand)]
 enum Command {
@@ -104,7 +105,14 @@ enum Command {
         #[arg(long)]
         memory: bool,
         // The help is written from the defaults (`mount_options::help`).
-        #[arg(short = 'o', value_name = "OPTIONS", help = mount_options::help())]
+        // Completions offer each option (`mount_options::OptionWords`).
+        #[arg(
+            short = 'o',
+            value_name = "OPTIONS",
+            help = mount_options::help(),
+            value_parser = mount_options::OptionWords,
+            hide_possible_values = true
+        )]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
         #[arg(long)]

@@ -253,14 +253,14 @@ mod tests {
             "/srv/store",
             "/mnt/x",
             "-o",
-            "rw,nofail,_netdev,x-systemd.requires=network.target,noauto,user,comment=hi,cache=64,defaults",
+            "rw,nofail,_netdev,x-systemd.requires=network.target,noauto,user,comment=hi,cache=64M,defaults",
             "-t",
             "fuse.shoal",
         ])
         .unwrap();
         assert_eq!(request.store, PathBuf::from("/srv/store"));
         assert_eq!(request.mountpoint, PathBuf::from("/mnt/x"));
-        assert_eq!(request.options, ["rw", "cache=64"]);
+        assert_eq!(request.options, ["rw", "cache=64M"]);
         assert!(!request.fake);
     }
 

@@ -730,7 +730,7 @@ fn info_and_human_quota_report_on_a_labelled_store() {
     let human = shoal_ok(&[
         OsStr::new("quota"),
         OsStr::new("report"),
-        OsStr::new("-h"),
+        OsStr::new("--human"),
         store.as_os_str(),
     ]);
     assert!(
