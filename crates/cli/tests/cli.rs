@@ -326,6 +326,15 @@ fn store_already_mounted_is_refused() {
         "second mount of one store",
     );
     assert!(!is_mounted(&second_mnt));
+    // fsck of the mounted store names the mountpoint, not only the daemon's pid.
+    let fsck = shoal(&[OsStr::new("fsck"), os(&m.store)]);
+    assert_eq!(fsck.code, Some(2), "{}", fsck.describe());
+    assert!(
+        fsck.stderr
+            .contains(&format!("mounted on {}", m.mnt.display())),
+        "{}",
+        fsck.describe()
+    );
     assert_eq!(
         fs::read(m.path("file")).unwrap(),
         b"first mount",
