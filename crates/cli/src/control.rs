@@ -51,6 +51,8 @@ pub enum ControlRequest {
     /// Write a backup of a snapshot to a new file at `path` (`shoal backup`). It creates a
     /// file as the daemon's user, so it is limited as a change is.
     Backup { path: std::path::PathBuf },
+    /// Send a backup of a snapshot in frames (`shoal backup MNT -`).
+    BackupStream,
     /// Take the tree at `path` (from the mount's root) out of the namespace; it is
     /// deleted in the background (`shoal rmtree`).
     Rmtree { path: String },
@@ -70,7 +72,7 @@ impl ControlRequest {
             | ControlRequest::HeapStats
             | ControlRequest::Info
             | ControlRequest::ReclaimStatus => false,
-            ControlRequest::Backup { .. } => true,
+            ControlRequest::Backup { .. } | ControlRequest::BackupStream => true,
             ControlRequest::Quota(quota) => quota.mutates(),
             ControlRequest::Rmtree { .. } | ControlRequest::Import { .. } => true,
             // It reads every file whatever its permissions: as privileged as a change.
@@ -83,7 +85,9 @@ impl ControlRequest {
     pub fn streams(&self) -> bool {
         matches!(
             self,
-            ControlRequest::Import { .. } | ControlRequest::Export { .. }
+            ControlRequest::Import { .. }
+                | ControlRequest::Export { .. }
+                | ControlRequest::BackupStream
         )
     }
 
@@ -95,6 +99,7 @@ impl ControlRequest {
                 QuotaRequest::SetProject { .. } | QuotaRequest::VerifyCounters { .. },
             )
             | ControlRequest::Backup { .. }
+            | ControlRequest::BackupStream
             | ControlRequest::Import { .. }
             | ControlRequest::Export { .. }
             // One batch, but it may wait behind a checkpoint held up in the store.

@@ -2,6 +2,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use shoal_engine::store_dir::StoreDirError;
 use shoal_engine::OpenError;
 
 /// Exit 0 when clean, 1 when the store is damaged or an invariant fails (the report says
@@ -37,7 +38,11 @@ pub fn run(store_dir: &Path, repair: bool) -> Result<ExitCode> {
             })
         }
         Err(error @ OpenError::StoreDir(_)) => {
-            eprintln!("shoal: fsck {}: {error}", store_dir.display());
+            eprintln!(
+                "shoal: fsck {}: {error}{}",
+                store_dir.display(),
+                mounted_note(&error)
+            );
             Ok(ExitCode::from(2))
         }
         Err(error) => {
@@ -45,6 +50,24 @@ pub fn run(store_dir: &Path, repair: bool) -> Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// For a store in use: where the daemon holding it has it mounted, and what to run.
+fn mounted_note(error: &OpenError) -> String {
+    let OpenError::StoreDir(StoreDirError::Locked(_, owner)) = error else {
+        return String::new();
+    };
+    owner
+        .parse::<u32>()
+        .ok()
+        .and_then(shoal_sys::mounts::served_mountpoint)
+        .map(|mountpoint| {
+            format!(
+                "; it is mounted on {0}: `shoal umount {0}` first, or `shoal fsck --counters {0}` checks the counters live",
+                mountpoint.display()
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// `fsck --counters`: on a mountpoint the daemon checks a snapshot while writes go on; on a

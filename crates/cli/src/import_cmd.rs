@@ -16,7 +16,7 @@ use shoal_engine::{BulkAttrs, Engine, Timestamp, ROOT_INO};
 use crate::control::{self, ControlRequest, PeerCredentials};
 use crate::tar_export::{self, Exported};
 use crate::tar_import::{self, Imported};
-use crate::{mounts, progress_bar, rmtree_cmd};
+use crate::{decompress, mounts, progress_bar, rmtree_cmd};
 
 pub struct ImportArgs {
     /// The directory to create, on a mount or (with `inside`) an unmounted store.
@@ -36,7 +36,9 @@ pub struct ExportArgs {
 pub fn run_import(args: &ImportArgs) -> Result<ExitCode> {
     let (input, size) = open_input(args.from.as_deref())?;
     let bar = progress_bar::bytes("import", size);
-    let mut input = bar.wrap_read(input);
+    // The bar counts the bytes read from the source, compressed or not.
+    let (mut input, _) = decompress::by_magic(Box::new(bar.wrap_read(input)))
+        .context("reading the start of the archive")?;
     let imported = if is_store(&args.dir) {
         let inside = store_path(args.inside.as_deref())?;
         import_offline(&args.dir, inside, &mut input)?

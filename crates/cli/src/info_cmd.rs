@@ -51,22 +51,17 @@ struct Info {
     store_disk_bytes: u64,
 }
 
-/// `shoal info`'s command line.
-// `-h` is --human, as in df; help stays on --help.
+/// `shoal info`'s command line (`-h` is help, as everywhere in shoal).
 #[derive(clap::Args)]
-#[command(disable_help_flag = true)]
 pub struct InfoArgs {
     /// A shoal mountpoint (the daemon answers) or an unmounted store directory.
     target: PathBuf,
     /// Sizes and counts in human units (256M, 1.5k) instead of bytes and inodes.
-    #[arg(short = 'h', long = "human")]
+    #[arg(long = "human")]
     human: bool,
     /// Print the information as JSON (bytes and counts, never human units).
     #[arg(long)]
     json: bool,
-    /// Print help.
-    #[arg(long, action = clap::ArgAction::Help)]
-    help: Option<bool>,
 }
 
 pub fn run(args: &InfoArgs) -> Result<ExitCode> {

@@ -4,6 +4,7 @@ mod backup_cmd;
 mod bench_cmd;
 mod compact_cmd;
 mod control;
+mod decompress;
 mod docs_cmd;
 mod du_cmd;
 mod exit_report;
@@ -13,6 +14,7 @@ mod gen_tree_cmd;
 mod import_cmd;
 mod info_cmd;
 mod log_file;
+mod man_sections;
 mod metrics_http;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -74,7 +76,7 @@ struct Cli {
 const MOUNT_ENVIRONMENT: &str = "Environment:\n  SHOAL_LOG  what the daemon logs: a level (error, warn, info [default], debug, trace) or \
 tracing directives (info,shoal_fuse=debug). The log is STORE_DIR/shoal.log (stderr with \
 --foreground), rotated at 16 MiB into shoal.log.1 .. shoal.log.3.\n\nAlso: mount -t fuse.shoal \
-STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (see docs/cli.md).";
+STORE_DIR MOUNTPOINT -o OPTIONS and /etc/fstab lines of type fuse.shoal (man shoal-mount has examples).";
 
 #[derive(Subcommand)]
 enum Command {
@@ -104,7 +106,14 @@ enum Command {
         #[arg(long)]
         memory: bool,
         // The help is written from the defaults (`mount_options::help`).
-        #[arg(short = 'o', value_name = "OPTIONS", help = mount_options::help())]
+        // Completions offer each option (`mount_options::OptionWords`).
+        #[arg(
+            short = 'o',
+            value_name = "OPTIONS",
+            help = mount_options::help(),
+            value_parser = mount_options::OptionWords,
+            hide_possible_values = true
+        )]
         options: Vec<String>,
         /// Serve in the foreground instead of detaching a daemon.
         #[arg(long)]
@@ -209,7 +218,7 @@ enum Command {
         wait: bool,
     },
     /// Create the directory DIR from a tar archive (ustar, pax or GNU, as GNU tar writes
-    /// them), applied inside the engine in large batches; DIR appears only once the whole
+    /// them; plain or compressed with gzip, zstd or xz, told by its first bytes), applied inside the engine in large batches; DIR appears only once the whole
     /// archive is in. DIR is on a mount (root or the daemon's user only), or a store
     /// directory (unmounted) with --path.
     Import {

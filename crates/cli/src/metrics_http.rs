@@ -17,7 +17,8 @@ use shoal_engine::metric::Metric;
 use shoal_engine::STORE_METRICS;
 
 use crate::stats_report::{
-    LatencyReport, StatsReport, DAEMON_METRICS, ENGINE_HISTOGRAMS, ENGINE_METRICS, MEMORY_METRICS,
+    LatencyReport, QuotaUse, StatsReport, DAEMON_METRICS, ENGINE_HISTOGRAMS, ENGINE_METRICS,
+    MEMORY_METRICS,
 };
 
 /// A scraper that stalls is dropped after this long.
@@ -93,16 +94,38 @@ fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn sample(out: &mut String, name: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(out, "{name} {value}");
+/// One sample; `labels` is empty or `key="value",...,` (with its trailing comma).
+fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels.trim_end_matches(','));
+    }
+}
+
+/// A label value as the exposition format quotes it: backslash, quote and newline escaped.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The labels every sample carries: which store, mounted where, so that one Prometheus
+/// tells the mounts of many hosts apart (`uuid` is empty for a RAM filesystem).
+fn mount_labels(report: &StatsReport) -> String {
+    format!(
+        "uuid=\"{}\",mountpoint=\"{}\",",
+        label_value(&report.uuid),
+        label_value(&report.mountpoint)
+    )
 }
 
 /// Every exposed metric of one table, read from `of`.
-fn scalars<T>(out: &mut String, table: &[Metric<T>], of: &T) {
+fn scalars<T>(out: &mut String, table: &[Metric<T>], of: &T, labels: &str) {
     for metric in table {
         if let Some(name) = metric.prometheus {
             describe(out, name, metric.kind.as_str(), metric.help);
-            sample(out, name, metric.exposed_value(of));
+            sample(out, name, labels, metric.exposed_value(of));
         }
     }
 }
@@ -165,6 +188,58 @@ const OP_FAMILIES: [(&str, &str, &str); 3] = [
     ),
 ];
 
+/// The per-quota families, labelled `kind` (user, group, project) and `id`; the limits also
+/// `limit` (soft, hard). Only ids with a limit set are listed.
+const QUOTA_FAMILIES: [(&str, &str, &str); 4] = [
+    (
+        "shoal_quota_used_bytes",
+        "gauge",
+        "Bytes charged to a user, group or project that has a limit.",
+    ),
+    (
+        "shoal_quota_used_inodes",
+        "gauge",
+        "Inodes charged to a user, group or project that has a limit.",
+    ),
+    (
+        "shoal_quota_limit_bytes",
+        "gauge",
+        "Byte limit of a user, group or project (limit=soft or hard; 0: none).",
+    ),
+    (
+        "shoal_quota_limit_inodes",
+        "gauge",
+        "Inode limit of a user, group or project (limit=soft or hard; 0: none).",
+    ),
+];
+
+fn quota_samples(out: &mut String, report: &StatsReport, labels: &str) {
+    let [used_bytes, used_inodes, limit_bytes, limit_inodes] = QUOTA_FAMILIES;
+    let each = |quota: &QuotaUse| format!("{labels}kind=\"{}\",id=\"{}\",", quota.kind, quota.id);
+    describe(out, used_bytes.0, used_bytes.1, used_bytes.2);
+    for quota in &report.quotas {
+        sample(out, used_bytes.0, &each(quota), quota.used_bytes);
+    }
+    describe(out, used_inodes.0, used_inodes.1, used_inodes.2);
+    for quota in &report.quotas {
+        sample(out, used_inodes.0, &each(quota), quota.used_inodes);
+    }
+    describe(out, limit_bytes.0, limit_bytes.1, limit_bytes.2);
+    for quota in &report.quotas {
+        for (limit, value) in [("soft", quota.bytes_soft), ("hard", quota.bytes_hard)] {
+            let labels = format!("{}limit=\"{limit}\",", each(quota));
+            sample(out, limit_bytes.0, &labels, value);
+        }
+    }
+    describe(out, limit_inodes.0, limit_inodes.1, limit_inodes.2);
+    for quota in &report.quotas {
+        for (limit, value) in [("soft", quota.inodes_soft), ("hard", quota.inodes_hard)] {
+            let labels = format!("{}limit=\"{limit}\",", each(quota));
+            sample(out, limit_inodes.0, &labels, value);
+        }
+    }
+}
+
 /// Every family the endpoint serves, as (name, type, help): what docs/monitoring.md's
 /// glossary lists.
 #[cfg(test)]
@@ -183,6 +258,7 @@ pub fn families() -> Vec<(&'static str, &'static str, &'static str)> {
         .map(|histogram| (histogram.prometheus, "histogram", histogram.help));
     OP_FAMILIES
         .into_iter()
+        .chain(QUOTA_FAMILIES)
         .chain(of(ENGINE_METRICS))
         .chain(histograms)
         .chain(of(STORE_METRICS))
@@ -194,44 +270,48 @@ pub fn families() -> Vec<(&'static str, &'static str, &'static str)> {
 /// The whole exposition.
 pub fn render(report: &StatsReport) -> String {
     let mut out = String::new();
+    let labels = mount_labels(report);
     let [ops, latency, latency_max] = OP_FAMILIES;
     describe(&mut out, ops.0, ops.1, ops.2);
     for op in &report.ops {
-        sample(
-            &mut out,
-            &format!("{}{{op=\"{}\"}}", ops.0, op.op),
-            op.count,
-        );
+        let op_labels = format!("{labels}op=\"{}\",", op.op);
+        sample(&mut out, ops.0, &op_labels, op.count);
     }
     describe(&mut out, latency.0, latency.1, latency.2);
     for op in report.ops.iter().filter(|op| op.count > 0) {
-        let labels = format!("op=\"{}\",", op.op);
-        histogram_samples(&mut out, latency.0, &labels, &op.latency);
+        let op_labels = format!("{labels}op=\"{}\",", op.op);
+        histogram_samples(&mut out, latency.0, &op_labels, &op.latency);
     }
     describe(&mut out, latency_max.0, latency_max.1, latency_max.2);
     for op in report.ops.iter().filter(|op| op.count > 0) {
-        let name = format!("{}{{op=\"{}\"}}", latency_max.0, op.op);
-        sample(&mut out, &name, seconds(op.latency.max_ns));
+        let op_labels = format!("{labels}op=\"{}\",", op.op);
+        sample(
+            &mut out,
+            latency_max.0,
+            &op_labels,
+            seconds(op.latency.max_ns),
+        );
     }
-    scalars(&mut out, ENGINE_METRICS, &report.engine);
+    quota_samples(&mut out, report, &labels);
+    scalars(&mut out, ENGINE_METRICS, &report.engine, &labels);
     for histogram in ENGINE_HISTOGRAMS {
         describe(&mut out, histogram.prometheus, "histogram", histogram.help);
         histogram_samples(
             &mut out,
             histogram.prometheus,
-            "",
+            &labels,
             (histogram.read)(&report.engine),
         );
     }
-    scalars(&mut out, STORE_METRICS, &report.store);
-    scalars(&mut out, MEMORY_METRICS, &report.memory);
-    scalars(&mut out, DAEMON_METRICS, report);
-    fast_path_samples(&mut out, report);
+    scalars(&mut out, STORE_METRICS, &report.store, &labels);
+    scalars(&mut out, MEMORY_METRICS, &report.memory, &labels);
+    scalars(&mut out, DAEMON_METRICS, report, &labels);
+    fast_path_samples(&mut out, report, &labels);
     out
 }
 
 /// `shoal_fastpath_requests_total{kind, outcome}`: what `shoal run` processes asked.
-fn fast_path_samples(out: &mut String, report: &StatsReport) {
+fn fast_path_samples(out: &mut String, report: &StatsReport, mount: &str) {
     const NAME: &str = "shoal_fastpath_requests_total";
     describe(
         out,
@@ -245,8 +325,8 @@ fn fast_path_samples(out: &mut String, report: &StatsReport) {
             ("failed", kind.failed),
             ("fell_back", kind.fell_back),
         ] {
-            let labels = format!("{NAME}{{kind=\"{}\",outcome=\"{outcome}\"}}", kind.kind);
-            sample(out, &labels, count);
+            let labels = format!("{mount}kind=\"{}\",outcome=\"{outcome}\",", kind.kind);
+            sample(out, NAME, &labels, count);
         }
     }
 }
@@ -284,8 +364,23 @@ mod tests {
         report.engine.commits = 7;
         report.engine.log_bytes = 12_345;
         report.memory.rss_bytes = 40 << 20;
+        report.uuid = "0f6e0a1c-54b2-4c1e-9d1e-2a7b3c4d5e6f".into();
+        report.mountpoint = "/srv/a \"b\"".into();
+        report.free_bytes = 5 << 30;
+        report.reserved_bytes = 1 << 30;
+        report.quotas.push(QuotaUse {
+            kind: "user".into(),
+            id: 1000,
+            used_bytes: 4096,
+            used_inodes: 3,
+            bytes_hard: 1 << 20,
+            ..QuotaUse::default()
+        });
         report
     }
+
+    /// The labels of every sample of `sample_report`.
+    const LABELS: &str = r#"uuid="0f6e0a1c-54b2-4c1e-9d1e-2a7b3c4d5e6f",mountpoint="/srv/a \"b\"""#;
 
     /// Sample lines as `name{labels}` -> value; checks every metric has HELP and TYPE.
     fn parse_exposition(text: &str) -> HashMap<String, f64> {
@@ -333,32 +428,69 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
         assert!(head.contains("text/plain; version=0.0.4"));
         let samples = parse_exposition(body);
-        assert_eq!(samples["shoal_ops_total{op=\"create\"}"], 3.0);
-        assert_eq!(samples["shoal_ops_total{op=\"unlink\"}"], 0.0);
-        assert_eq!(samples["shoal_commits_total"], 7.0);
-        assert_eq!(samples["shoal_log_bytes_total"], 12_345.0);
-        assert_eq!(samples["shoal_rss_bytes"], (40u64 << 20) as f64);
+        assert_eq!(
+            samples[&format!("shoal_ops_total{{{LABELS},op=\"create\"}}")],
+            3.0
+        );
+        assert_eq!(
+            samples[&format!("shoal_ops_total{{{LABELS},op=\"unlink\"}}")],
+            0.0
+        );
+        assert_eq!(samples[&format!("shoal_commits_total{{{LABELS}}}")], 7.0);
+        assert_eq!(
+            samples[&format!("shoal_log_bytes_total{{{LABELS}}}")],
+            12_345.0
+        );
+        assert_eq!(
+            samples[&format!("shoal_rss_bytes{{{LABELS}}}")],
+            (40u64 << 20) as f64
+        );
         // The heap figures are on request only (`shoal stats --heap`), never on a scrape.
         assert!(!samples.contains_key("shoal_heap_free_bytes"));
         assert_eq!(
-            samples["shoal_op_latency_seconds_count{op=\"create\"}"],
+            samples[&format!("shoal_op_latency_seconds_count{{{LABELS},op=\"create\"}}")],
             3.0
         );
-        let sum = samples["shoal_op_latency_seconds_sum{op=\"create\"}"];
+        let sum = samples[&format!("shoal_op_latency_seconds_sum{{{LABELS},op=\"create\"}}")];
         assert!((sum - 0.005032).abs() < 1e-9, "sum {sum}");
         assert_eq!(
-            samples["shoal_op_latency_max_seconds{op=\"create\"}"],
+            samples[&format!("shoal_op_latency_max_seconds{{{LABELS},op=\"create\"}}")],
             0.005
         );
         // Cumulative buckets: 2 µs and 30 µs are below 2^15 ns (32.8 µs), 5 ms is not.
         let bucket = |le: &str| {
-            samples[&format!("shoal_op_latency_seconds_bucket{{op=\"create\",le=\"{le}\"}}")]
+            samples
+                [&format!("shoal_op_latency_seconds_bucket{{{LABELS},op=\"create\",le=\"{le}\"}}")]
         };
         assert_eq!(bucket("0.000001024"), 0.0);
         assert_eq!(bucket("0.000032768"), 2.0);
         assert_eq!(bucket("0.008388608"), 3.0);
         assert_eq!(bucket("+Inf"), 3.0);
-        assert!(!samples.contains_key("shoal_op_latency_seconds_count{op=\"unlink\"}"));
+        assert!(!samples.contains_key(&format!(
+            "shoal_op_latency_seconds_count{{{LABELS},op=\"unlink\"}}"
+        )));
+
+        // Space and quotas, by store and mountpoint; a quota by kind, id and limit.
+        assert_eq!(
+            samples[&format!("shoal_free_bytes{{{LABELS}}}")],
+            (5u64 << 30) as f64
+        );
+        assert_eq!(
+            samples[&format!("shoal_reserved_bytes{{{LABELS}}}")],
+            (1u64 << 30) as f64
+        );
+        let quota = format!("{LABELS},kind=\"user\",id=\"1000\"");
+        assert_eq!(
+            samples[&format!("shoal_quota_used_bytes{{{quota}}}")],
+            4096.0
+        );
+        assert_eq!(samples[&format!("shoal_quota_used_inodes{{{quota}}}")], 3.0);
+        let hard = format!("shoal_quota_limit_bytes{{{quota},limit=\"hard\"}}");
+        assert_eq!(samples[&hard], (1u64 << 20) as f64);
+        let soft = format!("shoal_quota_limit_inodes{{{quota},limit=\"soft\"}}");
+        assert_eq!(samples[&soft], 0.0);
+        // Every sample names its store and mountpoint.
+        assert!(samples.keys().all(|series| series.contains(LABELS)));
 
         assert!(scrape(address, "/other").starts_with("HTTP/1.1 404"));
     }

@@ -270,9 +270,9 @@ impl ControlHandler for DaemonControl {
                 Some(engine) => crate::rmtree_cmd::serve_status(&engine),
                 None => Err("the filesystem is unmounting".into()),
             },
-            ControlRequest::Import { .. } | ControlRequest::Export { .. } => {
-                Err("a streaming request needs its stream".into())
-            }
+            ControlRequest::Import { .. }
+            | ControlRequest::Export { .. }
+            | ControlRequest::BackupStream => Err("a streaming request needs its stream".into()),
         }
     }
 
@@ -296,6 +296,10 @@ impl ControlHandler for DaemonControl {
             ),
             ControlRequest::Export { path } => {
                 crate::import_cmd::serve_export(&engine, path, output)
+            }
+            ControlRequest::BackupStream => {
+                crate::backup_cmd::serve_backup_stream(&engine, self.store.as_deref(), output)
+                    .and_then(|answer| serde_json::to_value(answer).map_err(|e| e.to_string()))
             }
             other => self.handle(other, context),
         }
@@ -398,6 +402,18 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
         fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
+        uuid: request
+            .store
+            .as_deref()
+            .and_then(|store| {
+                shoal_engine::store_dir::identity::read(store)
+                    .ok()
+                    .flatten()
+            })
+            .map(|identity| identity.uuid)
+            .unwrap_or_default(),
+        mountpoint: request.mountpoint.display().to_string(),
+        store: request.store.clone(),
     });
     start_reporting(
         stats,

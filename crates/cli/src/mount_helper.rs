@@ -84,12 +84,18 @@ fn run_shoal_mount(request: &HelperRequest) -> Result<ExitCode> {
     })
 }
 
-/// `mount -o remount,ro|rw MNT`: mount(8) runs the helper for remounts too. The daemon
-/// keeps serving; the kernel switches the mount (mount(2) with MS_REMOUNT and the generic
-/// flags asked for). FUSE's own options (user_id=, default_permissions, ...) that mount(8)
-/// repeats from the current mount cannot change and are left as they are.
+/// `mount -o remount,... MNT`: mount(8) runs the helper for remounts too. The daemon
+/// keeps serving; the kernel switches the mount (mount(2) with MS_REMOUNT). mount(2) sets
+/// every per-mount flag from the call, so one left out is cleared: the flags the mount has
+/// now (statvfs) are passed on unless an option changes them, or `remount,ro` would drop
+/// nosuid and nodev and honour set-uid files and device nodes from then on. FUSE's own
+/// options (user_id=, default_permissions, ...) and shoal's (cache=, commit=, ...) that
+/// mount(8) repeats from fstab cannot change and are left as they are.
 fn remount(request: &HelperRequest) -> Result<ExitCode> {
-    let flags = remount_flags(&request.options);
+    let current = shoal_sys::statvfs::statvfs(&request.mountpoint)
+        .with_context(|| format!("cannot read the flags of {}", request.mountpoint.display()))?
+        .f_flag;
+    let flags = remount_flags(current, &request.options);
     let target = std::ffi::CString::new(request.mountpoint.as_os_str().as_encoded_bytes())
         .context("a mountpoint with a NUL byte")?;
     // SAFETY: a NUL-terminated path; null source, type and data are allowed for MS_REMOUNT.
@@ -112,19 +118,48 @@ fn remount(request: &HelperRequest) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// mount(2) flags of a remount: the last of ro/rw wins, the generic flags as given.
-fn remount_flags(options: &[String]) -> libc::c_ulong {
-    let mut flags = libc::MS_REMOUNT;
+/// The flags of a mount that a remount keeps unless told otherwise. statvfs reports them
+/// as ST_* bits, which Linux defines equal to the MS_* bits (ST_RDONLY = MS_RDONLY, ...).
+/// The atime flags are not among them: the kernel keeps those itself when a remount names
+/// none.
+const KEPT_FLAGS: libc::c_ulong =
+    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_SYNCHRONOUS;
+
+/// mount(2) flags of a remount: the mount's `current` flags (statvfs's `f_flag`), changed
+/// by the options in order (the last of ro/rw, nosuid/suid, ... wins).
+///
+/// What mount(8) hands over differs. Without an fstab line it passes the mount's whole
+/// option list from mountinfo (FUSE's `user_id=` among them) with the command's changes
+/// made, and drops `suid`, `dev` and `exec` once applied: a flag missing from that list
+/// was cleared, so the list alone says it all. With an fstab line it passes only the
+/// line's and the command's options, `suid`, `dev` and `exec` again dropped: what is
+/// missing says nothing, so the mount's current flags stay (the protective ones can then
+/// only be lifted by an unmount and a mount).
+fn remount_flags(current: libc::c_ulong, options: &[String]) -> libc::c_ulong {
+    let whole_list = options.iter().any(|option| option.starts_with("user_id="));
+    let kept = if whole_list { 0 } else { current & KEPT_FLAGS };
+    let mut flags = libc::MS_REMOUNT | kept;
     for option in options {
-        match option.as_str() {
-            "ro" => flags |= libc::MS_RDONLY,
-            "rw" => flags &= !libc::MS_RDONLY,
-            "nosuid" => flags |= libc::MS_NOSUID,
-            "nodev" => flags |= libc::MS_NODEV,
-            "noexec" => flags |= libc::MS_NOEXEC,
-            "noatime" => flags |= libc::MS_NOATIME,
-            _ => {}
-        }
+        let (set, clear) = match option.as_str() {
+            "ro" => (libc::MS_RDONLY, 0),
+            "rw" => (0, libc::MS_RDONLY),
+            "nosuid" => (libc::MS_NOSUID, 0),
+            "suid" => (0, libc::MS_NOSUID),
+            "nodev" => (libc::MS_NODEV, 0),
+            "dev" => (0, libc::MS_NODEV),
+            "noexec" => (libc::MS_NOEXEC, 0),
+            "exec" => (0, libc::MS_NOEXEC),
+            "sync" => (libc::MS_SYNCHRONOUS, 0),
+            "async" => (0, libc::MS_SYNCHRONOUS),
+            "noatime" => (libc::MS_NOATIME, 0),
+            // mount(8)'s "atime" only clears noatime, which the kernel reads as "keep the
+            // atime flags": name the default so that it takes effect.
+            "atime" | "relatime" => (libc::MS_RELATIME, libc::MS_NOATIME),
+            "strictatime" => (libc::MS_STRICTATIME, libc::MS_NOATIME),
+            "nodiratime" => (libc::MS_NODIRATIME, 0),
+            _ => (0, 0),
+        };
+        flags = (flags | set) & !clear;
     }
     flags
 }
@@ -218,14 +253,14 @@ mod tests {
             "/srv/store",
             "/mnt/x",
             "-o",
-            "rw,nofail,_netdev,x-systemd.requires=network.target,noauto,user,comment=hi,cache=64,defaults",
+            "rw,nofail,_netdev,x-systemd.requires=network.target,noauto,user,comment=hi,cache=64M,defaults",
             "-t",
             "fuse.shoal",
         ])
         .unwrap();
         assert_eq!(request.store, PathBuf::from("/srv/store"));
         assert_eq!(request.mountpoint, PathBuf::from("/mnt/x"));
-        assert_eq!(request.options, ["rw", "cache=64"]);
+        assert_eq!(request.options, ["rw", "cache=64M"]);
         assert!(!request.fake);
     }
 
@@ -238,12 +273,44 @@ mod tests {
     }
 
     #[test]
-    fn remount_flags_follow_the_last_of_ro_and_rw() {
+    fn remount_flags_keep_the_mounts_flags_unless_an_option_changes_them() {
         let options = |list: &[&str]| list.iter().map(|o| o.to_string()).collect::<Vec<_>>();
-        let ro = remount_flags(&options(&["remount", "rw", "nosuid", "ro"]));
+        let ro = remount_flags(0, &options(&["remount", "rw", "nosuid", "ro"]));
         assert_eq!(ro, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID);
-        let rw = remount_flags(&options(&["remount", "ro", "user_id=0", "rw"]));
+        let rw = remount_flags(0, &options(&["remount", "ro", "user_id=0", "rw"]));
         assert_eq!(rw, libc::MS_REMOUNT);
+        // A nosuid,nodev mount (statvfs's ST_* bits, 1024 = ST_NOATIME) stays so.
+        let mounted = libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOATIME;
+        let kept = remount_flags(mounted, &options(&["remount", "ro"]));
+        assert_eq!(
+            kept,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV
+        );
+        let changed = remount_flags(mounted, &options(&["remount", "suid", "noexec"]));
+        assert_eq!(changed, libc::MS_REMOUNT | libc::MS_NODEV | libc::MS_NOEXEC);
+        // mount(8)'s merged list (no fstab line), `exec,suid` applied: nosuid left out.
+        let merged = options(&[
+            "rw",
+            "nodev",
+            "noatime",
+            "remount",
+            "user_id=0",
+            "group_id=0",
+        ]);
+        assert_eq!(
+            remount_flags(mounted, &merged),
+            libc::MS_REMOUNT | libc::MS_NODEV | libc::MS_NOATIME
+        );
+    }
+
+    /// statvfs reports the flags a remount keeps with the values mount(2) takes.
+    #[test]
+    fn st_flags_are_ms_flags() {
+        assert_eq!(libc::ST_RDONLY, libc::MS_RDONLY);
+        assert_eq!(libc::ST_NOSUID, libc::MS_NOSUID);
+        assert_eq!(libc::ST_NODEV, libc::MS_NODEV);
+        assert_eq!(libc::ST_NOEXEC, libc::MS_NOEXEC);
+        assert_eq!(libc::ST_SYNCHRONOUS, libc::MS_SYNCHRONOUS);
     }
 
     #[test]

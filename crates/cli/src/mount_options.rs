@@ -9,7 +9,7 @@ use shoal_engine::defaults;
 use shoal_engine::staged_memory_bound;
 use shoal_fuse::KernelFlag;
 
-use crate::units::{self, PlainUnit};
+use crate::units;
 
 /// Defaults of the options that are the mount's own (the storage ones are
 /// `shoal_engine::defaults`).
@@ -70,7 +70,7 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "journal=SIZE",
     "checkpoint=SIZE",
     "memory=SIZE",
-    "metrics=IP:PORT",
+    "metrics[=IP:PORT]",
     "writeback=on|off",
     "uring=on|off",
     "spin=MICROSECONDS",
@@ -90,6 +90,49 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "relatime",
     "strictatime",
 ];
+
+/// What a shell completes after `-o`: every word of `KNOWN_OPTIONS`, a valued option as
+/// `key=` (`writeback=on` and `writeback=off` for the on|off ones). The value itself is
+/// taken as it is and checked by `parse`, which knows comma-separated lists.
+#[derive(Clone, Copy, Debug)]
+pub struct OptionWords;
+
+impl OptionWords {
+    fn words() -> impl Iterator<Item = String> {
+        KNOWN_OPTIONS.iter().flat_map(|option| {
+            let option = option.replace("[=IP:PORT]", "");
+            match option.split_once('=') {
+                Some((key, "on|off")) => vec![format!("{key}=on"), format!("{key}=off")],
+                Some((key, _)) => vec![format!("{key}=")],
+                None => vec![option],
+            }
+        })
+    }
+}
+
+impl clap::builder::TypedValueParser for OptionWords {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _command: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        value
+            .to_str()
+            .map(str::to_string)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidUtf8))
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            Self::words().map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
 
 /// The generic flags: applied by the kernel to the mount, passed through as they are.
 /// FUSE marks every inode `S_NOATIME`, so shoal never updates access times whichever of
@@ -152,13 +195,14 @@ pub fn help() -> String {
         "Comma-separated options (defaults in brackets): commit=DURATION [{commit}s], ro, rw, \
          allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
          compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
-         [{checkpoint}], memory=SIZE [{memory}], metrics=IP:PORT [off], writeback=on|off [on], \
+         [{checkpoint}], memory=SIZE [{memory}], metrics[=IP:PORT] [off; bare: 127.0.0.1:{metrics_port}], writeback=on|off [on], \
          uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fastpath=on|off [on], fsname=NAME [the store's path], \
          subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
-         atime, relatime, defaults. SIZE: a plain number is MiB; K, M, G, T suffixes are \
-         accepted (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
-         option prints the full list. See docs/cli.md.",
+         atime, relatime, defaults. SIZE: bytes, or a number with a K, M, G or T suffix \
+         (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
+         option prints the full list.",
         commit = defaults.commit.as_secs(),
+        metrics_port = DEFAULT_METRICS_PORT,
         threads = defaults.threads,
         cache = size(defaults.cache_bytes),
         memtable = size(defaults.memtable_bytes),
@@ -186,10 +230,17 @@ fn number(key: &str, value: Option<&str>, min: u64, max: u64) -> Result<u64> {
 /// (crate::units), bounded in MiB.
 fn size(key: &str, value: Option<&str>, min_mib: u64, max_mib: u64) -> Result<u64> {
     let value = value.with_context(|| format!("option {key} needs a size ({key}=256M)"))?;
-    let bytes = units::parse_size(value, PlainUnit::Mebibytes)
+    let bytes = units::parse_size(value)
         .map_err(|error| anyhow::anyhow!("option {key}={value}: {error}"))?;
     if bytes < min_mib << 20 || bytes > max_mib << 20 {
-        bail!("option {key}={value}: must be between {min_mib}M and {max_mib}M");
+        // Before sizes had one meaning a plain number here was MiB: say how to write that.
+        let plain = value.bytes().all(|byte| byte.is_ascii_digit());
+        let hint = if plain {
+            format!(" (a plain number is bytes: {value}M is {value} MiB)")
+        } else {
+            String::new()
+        };
+        bail!("option {key}={value}: must be between {min_mib}M and {max_mib}M{hint}");
     }
     Ok(bytes)
 }
@@ -205,13 +256,24 @@ fn duration(key: &str, value: Option<&str>, max_secs: u64) -> Result<Duration> {
     Ok(Duration::from_secs(secs))
 }
 
-/// `metrics=127.0.0.1:9100` or `metrics=[::1]:9100`: an IP address and a port (no host
-/// names: the daemon must not depend on name resolution at mount time).
+/// The metrics endpoint's port when `metrics` is given without one. Outside 9100-9999,
+/// the range Prometheus hands out to exporters (node_exporter has 9100), which is full, so
+/// a shoal mount does not take the port of an exporter already on the host.
+pub const DEFAULT_METRICS_PORT: u16 = 10190;
+
+/// `metrics` (loopback, `DEFAULT_METRICS_PORT`), `metrics=127.0.0.1:10190` or
+/// `metrics=[::1]:10190`: an IP address and a port (no host names: the daemon must not
+/// depend on name resolution at mount time).
 fn socket_address(key: &str, value: Option<&str>) -> Result<SocketAddr> {
-    let value = value.with_context(|| format!("option {key} needs a value ({key}=IP:PORT)"))?;
+    let Some(value) = value else {
+        return Ok(SocketAddr::from((
+            std::net::Ipv4Addr::LOCALHOST,
+            DEFAULT_METRICS_PORT,
+        )));
+    };
     value.parse().with_context(|| {
         format!(
-            "option {key}={value}: not an IP address and port (e.g. 127.0.0.1:9100 or [::1]:9100)"
+            "option {key}={value}: not an IP address and port (e.g. 127.0.0.1:{DEFAULT_METRICS_PORT} or [::1]:{DEFAULT_METRICS_PORT})"
         )
     })
 }
@@ -301,7 +363,7 @@ mod tests {
     fn parses_known_options() {
         let options = parse(&[
             "commit=1,ro".into(),
-            "threads=4,allow_other,cache=64".into(),
+            "threads=4,allow_other,cache=64M".into(),
         ])
         .unwrap();
         assert_eq!(options.commit, Duration::from_secs(1));
@@ -309,14 +371,19 @@ mod tests {
         assert_eq!(options.threads, 4);
         assert_eq!(options.cache_bytes, 64 << 20);
         let options = parse(&[
-            "compaction_threads=3,journal=128,metrics=127.0.0.1:9100".into(),
+            "compaction_threads=3,journal=128M,metrics=127.0.0.1:9100".into(),
             "metrics=[::1]:0".into(),
         ])
         .unwrap();
         assert_eq!(options.compaction_threads, 3);
         assert_eq!(options.journal_bytes, 128 << 20);
         assert_eq!(options.metrics, Some("[::1]:0".parse().unwrap()));
-        let options = parse(&["cache=1,memtable=1,checkpoint=0,memory=4".into()]).unwrap();
+        let bare = parse(&["metrics".into()]).unwrap();
+        assert_eq!(
+            bare.metrics,
+            Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)))
+        );
+        let options = parse(&["cache=1M,memtable=1M,checkpoint=0,memory=4M".into()]).unwrap();
         assert_eq!(options.memory_bytes, 4 << 20);
         assert_eq!(options.checkpoint_bytes, 0);
         let options = parse(&["cache=256M,memtable=1G,memory=4G,commit=2m".into()]).unwrap();
@@ -324,7 +391,7 @@ mod tests {
         assert_eq!(options.memtable_bytes, 1 << 30);
         assert_eq!(options.memory_bytes, 4 << 30);
         assert_eq!(options.commit, Duration::from_secs(120));
-        let options = parse(&["checkpoint=2".into()]).unwrap();
+        let options = parse(&["checkpoint=2M".into()]).unwrap();
         assert_eq!(options.checkpoint_bytes, 2 << 20);
         assert!(options.writeback, "writeback cache on by default");
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
@@ -368,6 +435,11 @@ mod tests {
                 KernelFlag::Atime,
             ]
         );
+        // A plain number is bytes, as everywhere; too small a size says how to write MiB.
+        let options = parse(&["cache=268435456".into()]).unwrap();
+        assert_eq!(options.cache_bytes, 256 << 20);
+        let error = parse(&["cache=64".into()]).unwrap_err().to_string();
+        assert!(error.contains("a plain number is bytes: 64M"), "{error}");
         let defaults = parse(&[]).unwrap();
         assert_eq!(defaults.fsname, None);
         assert_eq!(defaults.subtype, "shoal");
@@ -384,22 +456,21 @@ mod tests {
             "bogus",
             "ro=1",
             "compaction_threads=0",
-            "journal=1",
+            "journal=1M",
             "journal=x",
-            "metrics",
             "metrics=localhost:9100",
             "metrics=127.0.0.1",
             "metrics=127.0.0.1:99999",
-            "memory=1",
-            "memory=256",
+            "memory=1M",
+            "memory=256M",
             "writeback",
             "writeback=1",
             "writeback=yes",
-            "cache=64,memory=32",
-            "cache=64,memtable=64,memory=150",
-            "cache=1,memtable=1,memory=4",
+            "cache=64M,memory=32M",
+            "cache=64M,memtable=64M,memory=150M",
+            "cache=1M,memtable=1M,memory=4M",
             "checkpoint=-1",
-            "checkpoint=2000",
+            "checkpoint=2000M",
             "fsname",
             "fsname=",
             "fsname=a,b",

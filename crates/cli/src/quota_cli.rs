@@ -3,17 +3,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, Subcommand};
+use clap::Subcommand;
 
 use crate::quota_cmd;
 use crate::quota_protocol::{LimitsChange, QuotaKindArg, SettingsChange};
-use crate::units::{self, PlainUnit};
+use crate::units;
 
 #[derive(Subcommand)]
 pub enum QuotaCommand {
     /// Usage, limits and grace of every id with usage or limits (default: users).
-    // `-h` is --human, as in df and repquota; help stays on --help.
-    #[command(disable_help_flag = true)]
+    // `-h` is help, as everywhere in shoal; human units are --human only.
     Report {
         /// Report users (the default when no kind is given).
         #[arg(short = 'u', long = "user")]
@@ -25,14 +24,11 @@ pub enum QuotaCommand {
         #[arg(short = 'p', long = "project")]
         project: bool,
         /// Sizes and counts in human units (256M, 1.5k) instead of bytes and inodes.
-        #[arg(short = 'h', long = "human")]
+        #[arg(long = "human")]
         human: bool,
         /// Print the report as JSON (bytes and counts, never human units).
         #[arg(long)]
         json: bool,
-        /// Print help.
-        #[arg(long, action = ArgAction::Help)]
-        help: Option<bool>,
         /// A shoal mountpoint (the daemon answers) or an unmounted store directory.
         target: PathBuf,
     },
@@ -109,7 +105,7 @@ pub enum ProjectCommand {
 
 /// Quota limits: plain numbers are bytes (as in xfs_quota's `bhard=`).
 fn bytes(text: &str) -> Result<u64, String> {
-    units::parse_size(text, PlainUnit::Bytes)
+    units::parse_size(text)
 }
 
 pub fn run(command: QuotaCommand) -> anyhow::Result<ExitCode> {
@@ -120,7 +116,6 @@ pub fn run(command: QuotaCommand) -> anyhow::Result<ExitCode> {
             project,
             human,
             json,
-            help: _,
             target,
         } => {
             let kinds = [

@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use shoal_engine::histogram::HistogramSnapshot;
 use shoal_engine::metric::{exposed, Kind, Metric, Unit};
-use shoal_engine::{Engine, StoreMetrics};
+use shoal_engine::{Engine, QuotaKind, StoreMetrics};
 use shoal_fuse::FuseStats;
 
 /// Its numbers are described once each, in `DAEMON_METRICS`, `ENGINE_METRICS`,
@@ -40,6 +40,17 @@ pub struct StatsReport {
     pub fastpath: Vec<FastPathReport>,
     #[serde(default)]
     pub fastpath_connections: u64,
+    /// The store's UUID (empty for a RAM filesystem or a store made before identities):
+    /// with `mountpoint`, the labels that tell one host's mounts apart in Prometheus.
+    pub uuid: String,
+    pub mountpoint: String,
+    /// Bytes new data may still take: the store's device's free space less the reserve
+    /// (what df shows as available).
+    pub free_bytes: u64,
+    /// Free space kept back on the store's device (the space reserve).
+    pub reserved_bytes: u64,
+    /// Use and limits of every user, group and project that has a limit set.
+    pub quotas: Vec<QuotaUse>,
 }
 
 /// One fast-path request kind: done by the daemon, failed with the kernel's errno, or left
@@ -50,6 +61,41 @@ pub struct FastPathReport {
     pub served: u64,
     pub failed: u64,
     pub fell_back: u64,
+}
+
+/// One quota's use against its limits (0: no such limit), for the metrics endpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct QuotaUse {
+    /// "user", "group" or "project".
+    pub kind: String,
+    pub id: u32,
+    pub used_bytes: u64,
+    pub used_inodes: u64,
+    pub bytes_soft: u64,
+    pub bytes_hard: u64,
+    pub inodes_soft: u64,
+    pub inodes_hard: u64,
+}
+
+impl QuotaUse {
+    /// Every limited id's use, from the engine's in-memory totals (no store read).
+    pub fn of(engine: &Engine) -> Vec<QuotaUse> {
+        QuotaKind::ALL
+            .into_iter()
+            .flat_map(|kind| engine.quota_report(kind))
+            .filter(|entry| !entry.record.limits.is_unlimited())
+            .map(|entry| QuotaUse {
+                kind: entry.kind.name().to_string(),
+                id: entry.id,
+                used_bytes: entry.usage.bytes,
+                used_inodes: entry.usage.inodes,
+                bytes_soft: entry.record.limits.bytes_soft,
+                bytes_hard: entry.record.limits.bytes_hard,
+                inodes_soft: entry.record.limits.inodes_soft,
+                inodes_hard: entry.record.limits.inodes_hard,
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -430,6 +476,22 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Connections of `shoal run` processes to the fast path (one per thread that used the mount).",
         |r| r.fastpath_connections,
     ),
+    exposed(
+        "free_bytes",
+        "shoal_free_bytes",
+        Gauge,
+        Bytes,
+        "Bytes new data may still take: the store's device's free space less the reserve (df's available).",
+        |r| r.free_bytes,
+    ),
+    exposed(
+        "reserved_bytes",
+        "shoal_reserved_bytes",
+        Gauge,
+        Bytes,
+        "Free space kept back on the store's device so that deletes and unmounts still succeed when it fills.",
+        |r| r.reserved_bytes,
+    ),
     // Like spin_cpu_ns: idle time spent polling, not work on requests.
     exposed(
         "ring_poll_ns",
@@ -452,6 +514,11 @@ pub struct StatsSource {
     pub fuse_transport: &'static str,
     /// The fast path's counts (`None`: `-o fastpath=off`, or it could not start).
     pub fast_path: Option<Arc<shoal_fastpath_server::FastPathStats>>,
+    /// The store's UUID ("" if none) and the mountpoint: the report's labels.
+    pub uuid: String,
+    pub mountpoint: String,
+    /// The store directory, whose device's free space is reported; None for RAM.
+    pub store: Option<std::path::PathBuf>,
 }
 
 impl StatsSource {
@@ -462,8 +529,21 @@ impl StatsSource {
         let errors = live.write_errors();
         let (engine, store) = live.stats_snapshot();
         let reclaim = live.reclaim_backlog().unwrap_or_default();
-        let used = live.fs_stats().map(|stats| stats.used).unwrap_or_default();
+        let fs_stats = live.fs_stats().ok();
+        let used = fs_stats
+            .as_ref()
+            .map(|stats| stats.used)
+            .unwrap_or_default();
+        let reserved_bytes = fs_stats.map_or(0, |stats| stats.reserved_bytes);
+        let quotas = QuotaUse::of(&live);
         drop(live);
+        let free_bytes = self
+            .store
+            .as_deref()
+            .and_then(|store| shoal_sys::statvfs::device_space(store).ok())
+            .map_or(0, |space| {
+                space.available_bytes.saturating_sub(reserved_bytes)
+            });
         let fuse = self.fuse_stats.snapshot();
         let heap = heap.then(shoal_fuse::heap_bytes);
         Some(StatsReport {
@@ -536,6 +616,11 @@ impl StatsSource {
                 .fast_path
                 .as_ref()
                 .map_or(0, |stats| stats.connections()),
+            uuid: self.uuid.clone(),
+            mountpoint: self.mountpoint.clone(),
+            free_bytes,
+            reserved_bytes,
+            quotas,
         })
     }
 }
@@ -614,6 +699,9 @@ mod tests {
             memory_budget_bytes: 1 << 30,
             fuse_transport: "io_uring",
             fast_path: None,
+            uuid: String::new(),
+            mountpoint: "/mnt".into(),
+            store: None,
         };
         let report = source.report(false).unwrap();
         assert!(report.memory.rss_bytes > 0);

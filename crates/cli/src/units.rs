@@ -2,35 +2,18 @@
 //! their human-readable rendering (`-h`).
 //!
 //! Sizes: a whole number with an optional binary suffix `K`, `M`, `G`, `T` (case-insensitive,
-//! optionally followed by `B` or `iB`): `256M` = 256 MiB, `1G` = 1 GiB. A plain number is in
-//! the option's default unit: bytes for quota limits, MiB for the size options of
-//! `shoal mount -o` (so `cache=256` stays 256 MiB, as it always was).
+//! optionally followed by `B` or `iB`): `256M` = 256 MiB, `1G` = 1 GiB. A plain number is
+//! bytes, in every option of every command (`--bhard 512`, `-o cache=268435456`).
 //!
 //! Durations: a whole number with an optional suffix `s`, `m`, `h`, `d`; a plain number is
 //! seconds (`90`, `90s`, `15m`, `2h`, `7d`).
 
-/// The unit a plain number (no suffix) is counted in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlainUnit {
-    Bytes,
-    Mebibytes,
-}
-
-impl PlainUnit {
-    fn shift(self) -> u32 {
-        match self {
-            PlainUnit::Bytes => 0,
-            PlainUnit::Mebibytes => 20,
-        }
-    }
-}
-
 /// Shown in help texts and errors.
-pub const SIZE_SYNTAX: &str = "a number with an optional K, M, G or T suffix (binary)";
+pub const SIZE_SYNTAX: &str = "bytes, or a number with a K, M, G or T suffix (binary: 256M, 1G)";
 pub const DURATION_SYNTAX: &str = "seconds, or a number with s, m, h or d (e.g. 90, 15m, 7d)";
 
 /// A size in bytes; see the module documentation for the syntax.
-pub fn parse_size(text: &str, plain: PlainUnit) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
     let without_b = lower
         .strip_suffix("ib")
@@ -41,13 +24,11 @@ pub fn parse_size(text: &str, plain: PlainUnit) -> Result<u64, String> {
         Some('m') => (&without_b[..without_b.len() - 1], 20),
         Some('g') => (&without_b[..without_b.len() - 1], 30),
         Some('t') => (&without_b[..without_b.len() - 1], 40),
-        // "12b" is bytes whatever the plain unit; "12" is in the plain unit.
-        _ if without_b.len() < lower.len() => (without_b, 0),
-        _ => (without_b, plain.shift()),
+        _ => (without_b, 0),
     };
     let count: u64 = digits
         .parse()
-        .map_err(|_| format!("{text:?} is not a size ({SIZE_SYNTAX}, e.g. 256M or 1G)"))?;
+        .map_err(|_| format!("{text:?} is not a size ({SIZE_SYNTAX})"))?;
     count
         .checked_mul(1u64 << shift)
         .ok_or_else(|| format!("{text:?} is too large"))
@@ -112,20 +93,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_take_binary_suffixes_and_a_plain_unit() {
-        let bytes = |text| parse_size(text, PlainUnit::Bytes);
-        let mib = |text| parse_size(text, PlainUnit::Mebibytes);
-        assert_eq!(bytes("100"), Ok(100));
-        assert_eq!(bytes("10k"), Ok(10 << 10));
-        assert_eq!(bytes("5M"), Ok(5 << 20));
-        assert_eq!(bytes("2GiB"), Ok(2 << 30));
-        assert_eq!(bytes("1T"), Ok(1 << 40));
-        assert_eq!(bytes("0"), Ok(0));
-        assert_eq!(mib("256"), Ok(256 << 20));
-        assert_eq!(mib("256M"), Ok(256 << 20));
-        assert_eq!(mib("1G"), Ok(1 << 30));
-        assert_eq!(mib("4096k"), Ok(4 << 20));
-        assert_eq!(mib("1048576b"), Ok(1 << 20), "an explicit B means bytes");
+    fn sizes_take_binary_suffixes_and_a_plain_number_is_bytes() {
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("10k"), Ok(10 << 10));
+        assert_eq!(parse_size("5M"), Ok(5 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("256"), Ok(256));
+        assert_eq!(parse_size("4096k"), Ok(4 << 20));
+        assert_eq!(parse_size("1048576b"), Ok(1 << 20));
         for bad in [
             "-1",
             "ten",
@@ -135,8 +112,7 @@ mod tests {
             "99999999999999999999",
             "16777216t",
         ] {
-            assert!(bytes(bad).is_err(), "{bad}");
-            assert!(mib(bad).is_err(), "{bad}");
+            assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
 

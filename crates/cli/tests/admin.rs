@@ -216,6 +216,124 @@ fn remount_read_only_and_back_through_mount_8() {
     fs.umount_and_check();
 }
 
+/// The per-mount flags of the mount at `mnt`, as mountinfo lists them ("rw", "nosuid", ...).
+fn mount_flags(mnt: &Path) -> Vec<String> {
+    let info = shoal_sys::mounts::mount_at(mnt).expect("mounted");
+    let per_mount = info.options.split(' ').next().unwrap_or("");
+    per_mount.split(',').map(str::to_string).collect()
+}
+
+/// A line appended to /etc/fstab for as long as this lives; the file is put back byte for
+/// byte on drop (or removed if there was none). Taken with `HelperInstalled`, which
+/// serialises the tests that use mount(8).
+struct FstabLine {
+    saved: Option<Vec<u8>>,
+}
+
+const FSTAB: &str = "/etc/fstab";
+
+impl FstabLine {
+    fn add(line: &str) -> FstabLine {
+        let saved = fs::read(FSTAB).ok();
+        let mut text = saved.clone().unwrap_or_default();
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+        text.extend_from_slice(line.as_bytes());
+        text.push(b'\n');
+        fs::write(FSTAB, text).unwrap();
+        FstabLine { saved }
+    }
+}
+
+impl Drop for FstabLine {
+    fn drop(&mut self) {
+        match &self.saved {
+            Some(bytes) => fs::write(FSTAB, bytes).expect("restore /etc/fstab"),
+            None => fs::remove_file(FSTAB).expect("remove the test's /etc/fstab"),
+        }
+    }
+}
+
+/// `mount -o remount,...` keeps nosuid, nodev and every other flag the mount has unless
+/// the command changes it, for a mount made from an fstab line that does not repeat them
+/// and for one made by `mount -t fuse.shoal`: mount(2) clears every flag a remount leaves
+/// out, and the helper used to pass only the ones it was given. (With an fstab line,
+/// mount(8) does not hand `suid` and `exec` to the helper: those stay as they were.)
+#[test]
+fn remount_keeps_every_flag_the_command_does_not_change() {
+    let _helper = HelperInstalled::new();
+    for with_fstab in [false, true] {
+        let fs = Unmounted::new();
+        let _fstab = with_fstab.then(|| {
+            FstabLine::add(&format!(
+                "{} {} fuse.shoal nofail 0 0",
+                fs.store.display(),
+                fs.mnt.display()
+            ))
+        });
+        let mut mount = Command::new("mount");
+        if with_fstab {
+            mount.arg(&fs.mnt);
+        } else {
+            mount.args(["-t", "fuse.shoal"]).arg(&fs.store).arg(&fs.mnt);
+        }
+        let out = run(&mut mount, SHOAL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        let has = |flags: &[String], wanted: &[&str], absent: &[&str]| {
+            wanted.iter().all(|flag| flags.iter().any(|f| f == flag))
+                && absent.iter().all(|flag| flags.iter().all(|f| f != flag))
+        };
+        let initial = mount_flags(&fs.mnt);
+        assert!(
+            has(&initial, &["rw", "nosuid", "nodev"], &[]),
+            "{initial:?}"
+        );
+        let lifted: (&[&str], &[&str]) = if with_fstab {
+            (&["rw", "nodev", "noexec", "nosuid"], &[])
+        } else {
+            (&["rw", "nodev"], &["noexec", "nosuid"])
+        };
+        let steps: [(&str, &[&str], &[&str]); 7] = [
+            ("remount,ro", &["ro", "nosuid", "nodev", "noatime"], &["rw"]),
+            ("remount,rw", &["rw", "nosuid", "nodev", "noatime"], &["ro"]),
+            ("remount,noexec", &["rw", "nosuid", "nodev", "noexec"], &[]),
+            ("remount", &["rw", "nosuid", "nodev", "noexec"], &[]),
+            ("remount,exec,suid", lifted.0, lifted.1),
+            (
+                "remount,nosuid,noexec",
+                &["rw", "nosuid", "nodev", "noexec"],
+                &[],
+            ),
+            ("remount,ro", &["ro", "nosuid", "nodev", "noexec"], &["rw"]),
+        ];
+        for (options, wanted, absent) in steps {
+            let out = run(
+                Command::new("mount").args(["-o", options]).arg(&fs.mnt),
+                SHOAL_TIMEOUT,
+            );
+            assert!(out.success(), "mount -o {options}: {}", out.describe());
+            let flags = mount_flags(&fs.mnt);
+            assert!(
+                has(&flags, wanted, absent),
+                "fstab line: {with_fstab}; after {options}: {flags:?}, want {wanted:?} and not {absent:?}"
+            );
+            // Every flag the mount had and the command did not name is still there.
+            for flag in &initial {
+                let named = options
+                    .split(',')
+                    .any(|option| ["ro", "rw", "suid"].contains(&option));
+                let named = named && (flag == "rw" || flag == "nosuid");
+                assert!(
+                    named || flags.contains(flag),
+                    "fstab line: {with_fstab}; {options} dropped {flag}: {flags:?}"
+                );
+            }
+        }
+        fs.umount_and_check();
+    }
+}
+
 /// The `key=value` lines of a unit file's section entries.
 fn unit_value(unit: &str, key: &str) -> Option<String> {
     unit.lines()
@@ -629,7 +747,7 @@ fn info_and_human_quota_report_on_a_labelled_store() {
     let human = shoal_ok(&[
         OsStr::new("quota"),
         OsStr::new("report"),
-        OsStr::new("-h"),
+        OsStr::new("--human"),
         store.as_os_str(),
     ]);
     assert!(

@@ -148,3 +148,96 @@ fn offline_backup_and_restore_refuse_what_they_must() {
     assert_eq!(fs::read(m.path("file")).unwrap(), b"offline");
     m.finish();
 }
+
+/// Runs a shell pipeline (bash, for pipefail) with `$SHOAL` set; its output.
+fn pipeline(script: &str) -> CmdOutput {
+    run(
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -o pipefail; {script}"))
+            .env("SHOAL", SHOAL),
+        SHOAL_TIMEOUT,
+    )
+}
+
+/// `shoal backup SOURCE -` writes to standard output (a live mount through its daemon, an
+/// unmounted store here) and `shoal restore - DIR` reads standard input, also straight
+/// through a pipe; each restores the same tree.
+#[test]
+fn backup_and_restore_stream_through_standard_output_and_input() {
+    let mut m = Mounted::new();
+    gen_tree(&m.path("tree"), 300);
+    let expected = read_tree(&m.mnt).unwrap();
+    let dir = m.dir.path().to_path_buf();
+    let live = dir.join("live.backup");
+    let out = pipeline(&format!(
+        "\"$SHOAL\" backup {} - > {}",
+        m.mnt.display(),
+        live.display()
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("to standard output") && !dir.join("-").exists(),
+        "{}",
+        out.describe()
+    );
+    m.umount();
+    let offline = dir.join("offline.backup");
+    let out = pipeline(&format!(
+        "\"$SHOAL\" backup {} - > {}",
+        m.store.display(),
+        offline.display()
+    ));
+    assert!(out.success(), "{}", out.describe());
+    // Both are whole backups of the same tree: restore each from standard input.
+    for (name, script) in [
+        (
+            "from-live",
+            format!("\"$SHOAL\" restore - DIR < {}", live.display()),
+        ),
+        (
+            "from-offline",
+            format!("\"$SHOAL\" restore - DIR < {}", offline.display()),
+        ),
+        (
+            "piped",
+            format!(
+                "\"$SHOAL\" backup {} - | \"$SHOAL\" restore - DIR",
+                m.store.display()
+            ),
+        ),
+    ] {
+        let restored = dir.join(name);
+        let out = pipeline(&script.replace("DIR", &restored.display().to_string()));
+        assert!(out.success(), "{name}: {}", out.describe());
+        assert!(out.stdout.contains("standard input"), "{}", out.describe());
+        let restored_mnt = dir.join(format!("{name}-mnt"));
+        fs::create_dir(&restored_mnt).unwrap();
+        let _guard = MountGuard {
+            store: Some(restored.clone()),
+            mnt: restored_mnt.clone(),
+        };
+        shoal_ok(&[
+            OsStr::new("mount"),
+            restored.as_os_str(),
+            restored_mnt.as_os_str(),
+        ]);
+        assert_eq!(read_tree(&restored_mnt).unwrap(), expected, "{name}");
+        shoal_ok(&[OsStr::new("umount"), restored_mnt.as_os_str()]);
+    }
+    // A cut stream is refused before anything is written.
+    let cut = dir.join("cut");
+    let out = pipeline(&format!(
+        "head -c 1000 {} | \"$SHOAL\" restore - {}",
+        live.display(),
+        cut.display()
+    ));
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        fs::read_dir(&cut).map_or(true, |mut entries| entries.next().is_none()),
+        "a cut backup left files in {}",
+        cut.display()
+    );
+    m.mount();
+    m.finish();
+}

@@ -326,6 +326,15 @@ fn store_already_mounted_is_refused() {
         "second mount of one store",
     );
     assert!(!is_mounted(&second_mnt));
+    // fsck of the mounted store names the mountpoint, not only the daemon's pid.
+    let fsck = shoal(&[OsStr::new("fsck"), os(&m.store)]);
+    assert_eq!(fsck.code, Some(2), "{}", fsck.describe());
+    assert!(
+        fsck.stderr
+            .contains(&format!("mounted on {}", m.mnt.display())),
+        "{}",
+        fsck.describe()
+    );
     assert_eq!(
         fs::read(m.path("file")).unwrap(),
         b"first mount",
@@ -517,4 +526,85 @@ fn mountpoint_is_an_empty_dir_after_umount() {
         libc::ENOENT,
         "the file is gone with the mount",
     );
+}
+
+/// `-h` is help for every command (it was --human on info and quota report), and a plain
+/// size number is bytes everywhere (it was MiB in `-o` options): `-o cache=64` is refused
+/// with the hint to write `64M`, and `--bhard 512` is 512 bytes.
+#[test]
+fn dash_h_is_help_and_a_plain_size_is_bytes_everywhere() {
+    for command in [
+        "",
+        "mkfs",
+        "mount",
+        "umount",
+        "fsck",
+        "info",
+        "backup",
+        "restore",
+        "quota",
+        "quota report",
+        "quota set",
+        "quota config",
+        "stats",
+        "du",
+        "rmtree",
+        "import",
+        "export",
+        "gen-tree",
+        "bench",
+    ] {
+        let mut args: Vec<&str> = command.split_whitespace().collect();
+        args.push("-h");
+        let out = shoal(&args);
+        assert!(
+            out.success() && out.stdout.contains("Usage: shoal"),
+            "shoal {command} -h: {}",
+            out.describe()
+        );
+    }
+    let mut m = Mounted::new();
+    m.umount();
+    m.set_options(&["cache=64"]);
+    let refused = shoal(&[
+        OsStr::new("mount"),
+        m.store.as_os_str(),
+        m.mnt.as_os_str(),
+        OsStr::new("-o"),
+        OsStr::new("cache=64"),
+    ]);
+    assert!(!refused.success(), "{}", refused.describe());
+    assert!(
+        refused
+            .stderr
+            .contains("a plain number is bytes: 64M is 64 MiB"),
+        "{}",
+        refused.describe()
+    );
+    m.set_options(&["cache=67108864"]);
+    m.mount();
+    shoal_ok(&[
+        OsStr::new("quota"),
+        OsStr::new("set"),
+        OsStr::new("-u"),
+        OsStr::new("4242"),
+        OsStr::new("--bhard"),
+        OsStr::new("512"),
+        m.mnt.as_os_str(),
+    ]);
+    let report = shoal_ok(&[
+        OsStr::new("quota"),
+        OsStr::new("report"),
+        OsStr::new("--json"),
+        m.mnt.as_os_str(),
+    ]);
+    let lines: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+    let line = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|line| line["id"] == 4242)
+        .unwrap_or_else(|| panic!("no id 4242 in {}", report.stdout));
+    assert_eq!(line["bytes_hard"], 512, "{line}");
+    m.finish();
 }

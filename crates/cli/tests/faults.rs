@@ -421,7 +421,7 @@ fn template_store(dir: &Path) -> PathBuf {
         os(&store),
         os(&mnt),
         OsStr::new("-o"),
-        OsStr::new("memtable=1,checkpoint=0"),
+        OsStr::new("memtable=1M,checkpoint=0"),
     ]);
     let _guard = common::MountGuard {
         store: Some(store.clone()),
@@ -858,7 +858,7 @@ fn a_replay_the_device_has_no_room_for_is_refused() {
 #[test]
 fn a_salvage_the_device_has_no_room_for_is_refused() {
     let disk = LoopFs::new(128, "ext4");
-    let m = StoreOn::new(&disk, "memtable=1,checkpoint=0");
+    let m = StoreOn::new(&disk, "memtable=1M,checkpoint=0");
     for index in 0..3u64 {
         write_file(
             &m.path(&format!("file{index}")),

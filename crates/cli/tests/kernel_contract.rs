@@ -897,3 +897,210 @@ fn acls_grant_and_deny_other_users() {
     assert_eq!(mode, 0o666 & !umask);
     m.finish();
 }
+
+// ---------------------------------------------------------------------------------------
+// Set-uid and set-gid, cleared by a user without CAP_FSETID as the kernel clears them on
+// tmpfs (the VFS rules XFS follows too).
+
+/// What the test user does to a file or directory made by root.
+#[derive(Clone, Copy, Debug)]
+enum SetIdOp {
+    Write,
+    DirectWrite,
+    Truncate,
+    OpenTruncate,
+    /// fchown to the user's own group (a change of group by its owner).
+    ChownGroup,
+    /// An access ACL naming another user (`setfacl -m u:1:rwx`).
+    AccessAcl,
+    Chmod(u32),
+}
+
+/// One 4 KiB block, aligned for O_DIRECT.
+#[repr(C, align(4096))]
+struct Block([u8; 4096]);
+
+/// `system.posix_acl_access` for u::rwx,u:1:rwx,g::rwx,m::rwx,o::rwx (the kernel's
+/// posix_acl_xattr layout: version 2, then tag, perm, id per entry).
+fn acl_value() -> Vec<u8> {
+    let mut value = 2u32.to_le_bytes().to_vec();
+    for (tag, id) in [
+        (0x01u16, u32::MAX),
+        (0x02, 1),
+        (0x04, u32::MAX),
+        (0x10, u32::MAX),
+        (0x20, u32::MAX),
+    ] {
+        value.extend_from_slice(&tag.to_le_bytes());
+        value.extend_from_slice(&7u16.to_le_bytes());
+        value.extend_from_slice(&id.to_le_bytes());
+    }
+    value
+}
+
+/// In the forked child: `op` on `path`; 0 or the errno.
+fn set_id_op(op: SetIdOp, path: &CString, block: &Block, acl: &[u8], gid: u32) -> i32 {
+    // SAFETY: syscalls on a NUL-terminated path and buffers made before the fork.
+    unsafe {
+        let open = |flags: i32| libc::open(path.as_ptr(), flags);
+        let rc = match op {
+            SetIdOp::Write | SetIdOp::DirectWrite => {
+                let direct = if matches!(op, SetIdOp::DirectWrite) {
+                    libc::O_DIRECT
+                } else {
+                    0
+                };
+                let fd = open(libc::O_WRONLY | direct);
+                let written = fd >= 0 && libc::pwrite(fd, block.0.as_ptr().cast(), 4096, 0) == 4096;
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if written {
+                    0
+                } else {
+                    -1
+                }
+            }
+            SetIdOp::Truncate => {
+                let fd = open(libc::O_WRONLY);
+                let rc = if fd >= 0 {
+                    libc::ftruncate(fd, 100)
+                } else {
+                    -1
+                };
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                rc
+            }
+            SetIdOp::OpenTruncate => {
+                let fd = open(libc::O_WRONLY | libc::O_TRUNC);
+                if fd >= 0 {
+                    libc::close(fd)
+                } else {
+                    -1
+                }
+            }
+            SetIdOp::ChownGroup => libc::chown(path.as_ptr(), u32::MAX, gid),
+            SetIdOp::AccessAcl => libc::setxattr(
+                path.as_ptr(),
+                c"system.posix_acl_access".as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            ),
+            SetIdOp::Chmod(mode) => libc::chmod(path.as_ptr(), mode),
+        };
+        if rc == 0 {
+            0
+        } else {
+            common::last_errno()
+        }
+    }
+}
+
+/// The mode as `stat -c %A` reads it: statx asking for the mode alone, which the kernel
+/// answers from its cache while the mode is valid there (a plain stat also asks for size
+/// and times, which a write invalidates, and so fetches the mode anew).
+fn statx_mode(path: &CString) -> u32 {
+    // SAFETY: a zeroed statx filled by statx(2) on a NUL-terminated path.
+    unsafe {
+        let mut stx: libc::statx = std::mem::zeroed();
+        let rc = libc::statx(libc::AT_FDCWD, path.as_ptr(), 0, libc::STATX_MODE, &mut stx);
+        assert_eq!(rc, 0, "statx: {}", io::Error::last_os_error());
+        u32::from(stx.stx_mode) & 0o7777
+    }
+}
+
+/// Each case on a fresh file (or directory) under `root` made by root with 4 KiB in it,
+/// owned by USER_A, of the group given (USER_A's own, or root's: one the user is not in),
+/// and `mode`; the mode stat shows right after the user's operation.
+fn set_id_story(root: &Path) -> Vec<(String, u32)> {
+    let cases: &[(SetIdOp, bool, bool, &[u32])] = &[
+        // (operation, directory, in the file's group, modes)
+        (
+            SetIdOp::Write,
+            false,
+            true,
+            &[0o6644, 0o6754, 0o2754, 0o4755, 0o2644],
+        ),
+        (
+            SetIdOp::DirectWrite,
+            false,
+            true,
+            &[0o6644, 0o6754, 0o2754, 0o4755, 0o2644],
+        ),
+        (SetIdOp::Truncate, false, true, &[0o6644, 0o6754, 0o2644]),
+        (SetIdOp::OpenTruncate, false, true, &[0o6644, 0o6754]),
+        (SetIdOp::ChownGroup, false, true, &[0o6755, 0o6745, 0o2755]),
+        (SetIdOp::AccessAcl, false, false, &[0o2777, 0o6777]),
+        (SetIdOp::AccessAcl, false, true, &[0o2777]),
+        (SetIdOp::AccessAcl, true, false, &[0o2777]),
+        (SetIdOp::AccessAcl, true, true, &[0o2777]),
+        (SetIdOp::Chmod(0o2777), false, false, &[0o0777]),
+        (SetIdOp::Chmod(0o2777), true, false, &[0o0777]),
+    ];
+    let block = Block([7u8; 4096]);
+    let acl = acl_value();
+    let mut out = Vec::new();
+    for (index, &(op, dir, member, modes)) in cases.iter().enumerate() {
+        for &mode in modes {
+            let name = format!(
+                "{index}-{op:?}-{}-{}-{mode:o}",
+                if dir { "dir" } else { "file" },
+                if member { "member" } else { "outsider" }
+            );
+            let path = root.join(&name);
+            if dir {
+                fs::create_dir(&path).unwrap();
+            } else {
+                fs::write(&path, [1u8; 4096]).unwrap();
+            }
+            let gid = if member { USER_A } else { 0 };
+            std::os::unix::fs::chown(&path, Some(USER_A), Some(gid)).unwrap();
+            fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+            let cpath = cpath(&path);
+            let errno = as_user(USER_A, || set_id_op(op, &cpath, &block, &acl, USER_A));
+            assert_eq!(errno, 0, "{name}: {}", io::Error::from_raw_os_error(errno));
+            out.push((name, statx_mode(&cpath)));
+        }
+    }
+    out
+}
+
+/// Set-uid always goes on a write, truncate or chown by a user without CAP_FSETID,
+/// set-gid too when group-executable (buffered and O_DIRECT writes alike, seen by stat at
+/// once, not only once the kernel's cached mode expires); an access ACL set by an owner
+/// outside the group clears set-gid, as chmod does. All as on tmpfs.
+#[test]
+fn set_id_bits_are_cleared_as_on_tmpfs() {
+    let _forks = alone();
+    let tmpfs = Tmpfs::new();
+    let m = Mounted::with_options(&["allow_other"]);
+    let expected = set_id_story(tmpfs.dir.path());
+    let actual = set_id_story(&m.mnt);
+    let differing: Vec<String> = expected
+        .iter()
+        .zip(&actual)
+        .filter(|(want, got)| want != got)
+        .map(|((name, want), (_, got))| format!("{name}: tmpfs {want:o}, shoal {got:o}"))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "set-id bits differ:\n{}",
+        differing.join("\n")
+    );
+    // The rules themselves, so that a tmpfs gone wrong cannot pass for right.
+    let mode_of = |prefix: &str| {
+        actual
+            .iter()
+            .find(|(name, _)| name.starts_with(prefix))
+            .map(|(_, mode)| *mode)
+            .unwrap()
+    };
+    assert_eq!(mode_of("1-DirectWrite-file-member-6644"), 0o2644);
+    assert_eq!(mode_of("1-DirectWrite-file-member-6754"), 0o0754);
+    assert_eq!(mode_of("5-AccessAcl-file-outsider-2777"), 0o0777);
+    assert_eq!(mode_of("6-AccessAcl-file-member-2777"), 0o2777);
+    m.finish();
+}

@@ -37,7 +37,7 @@ fn path(mnt: &Path, file: usize) -> std::path::PathBuf {
 fn referenced_inodes_stay_within_a_small_budget() {
     // 4 MiB for the table and a 1 MiB block cache, nothing staged besides: room
     // for a few tens of thousands of references, a fraction of the files.
-    let m = Mounted::with_options(&["cache=1", "memtable=1", "checkpoint=0", "memory=4"]);
+    let m = Mounted::with_options(&["cache=1M", "memtable=1M", "checkpoint=0", "memory=4M"]);
     for dir in 0..DIRS {
         fs::create_dir(m.path(format!("d{dir}"))).unwrap();
     }
@@ -83,7 +83,7 @@ fn resident_set_stays_near_a_small_budget() {
     // (program, stacks, allocator slack: about 15 MB). 100k creates hold about 70 MB of
     // memtable and 10 MB of references if nothing were sealed or evicted.
     let budget_bytes = 24u64 << 20;
-    let m = Mounted::with_options(&["cache=2", "memtable=2", "checkpoint=1", "memory=24"]);
+    let m = Mounted::with_options(&["cache=2M", "memtable=2M", "checkpoint=1M", "memory=24M"]);
     for dir in 0..DIRS {
         fs::create_dir(m.path(format!("d{dir}"))).unwrap();
     }

@@ -971,7 +971,7 @@ fn counters_survive_kill_dash_nine() {
     // XFS): the counters stay exact, but the walk below, which sums sizes, would not be.
     // Checkpoints every MiB (a hundred files or so), so the kill finds some of the files in
     // the store and some staged.
-    let mut m = Mounted::with_options(&["writeback=off", "checkpoint=1"]);
+    let mut m = Mounted::with_options(&["writeback=off", "checkpoint=1M"]);
     fs::create_dir(m.path("w")).unwrap();
     quota_ok(&["set", "-u", "60001", "--ihard", "100000"], &m.mnt);
     File::open(&m.mnt).unwrap().sync_all().unwrap();

@@ -267,3 +267,112 @@ fn repair_cuts_directory_cycles_and_drops_undecodable_records() {
     assert!(!m.path("broken").exists());
     m.umount();
 }
+
+/// The uuid line of the store's IDENTITY file.
+fn identity_uuid(store: &Path) -> Option<String> {
+    let text = fs::read_to_string(store.join("IDENTITY")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("uuid="))
+        .map(str::to_string)
+}
+
+/// A store whose FORMAT file is deleted or damaged is refused by every command with the
+/// one hint that keeps its data (`fsck --repair`), never one at a flag that deletes it;
+/// `fsck --repair` writes FORMAT again from the superblock, and IDENTITY (deleted, or
+/// damaged with its uuid still readable, or garbage) from what still reads, and says so.
+#[test]
+fn repair_rebuilds_a_missing_or_damaged_format_and_identity() {
+    let mut m = Mounted::new();
+    fs::write(m.path("kept"), b"precious").unwrap();
+    m.umount();
+    let format = fs::read_to_string(m.store.join("FORMAT")).unwrap();
+    let uuid = identity_uuid(&m.store).unwrap();
+    let store = m.store.clone();
+    let damages: [(&str, &dyn Fn()); 2] = [
+        ("deleted", &|| {
+            fs::remove_file(store.join("FORMAT")).unwrap()
+        }),
+        ("damaged", &|| {
+            fs::write(store.join("FORMAT"), b"shoal-st\xffre 2\x00\n").unwrap()
+        }),
+    ];
+    for (how, damage) in damages {
+        damage();
+        let mnt = m.mnt.as_os_str();
+        for args in [
+            vec![OsStr::new("mount"), m.store.as_os_str(), mnt],
+            vec![OsStr::new("fsck"), m.store.as_os_str()],
+            vec![OsStr::new("mkfs"), m.store.as_os_str()],
+            vec![OsStr::new("info"), m.store.as_os_str()],
+        ] {
+            let out = shoal(&args);
+            assert!(!out.success(), "FORMAT {how}: {}", out.describe());
+            let said = format!("{}{}", out.stdout, out.stderr);
+            assert!(
+                said.contains("fsck --repair"),
+                "FORMAT {how}: {}",
+                out.describe()
+            );
+            assert!(
+                !said.contains("--wipe") && !said.contains("--force"),
+                "FORMAT {how}: a hint at a flag that deletes: {}",
+                out.describe()
+            );
+        }
+        assert!(!common::is_mounted(&m.mnt));
+        let out = fsck(&m.store, true);
+        assert!(out.success(), "FORMAT {how}: {}", out.describe());
+        assert!(
+            out.stdout.contains("rebuilt FORMAT") && out.stdout.contains("superblock"),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(fs::read_to_string(m.store.join("FORMAT")).unwrap(), format);
+        m.mount();
+        assert_eq!(fs::read(m.path("kept")).unwrap(), b"precious");
+        m.umount();
+    }
+
+    // IDENTITY: damaged around a readable uuid (kept), garbage, deleted (new uuids).
+    fs::write(
+        m.store.join("IDENTITY"),
+        format!("uuid={uuid}\ncreated=\u{fffd}\u{fffd}\n"),
+    )
+    .unwrap();
+    let out = fsck(&m.store, true);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("rebuilt IDENTITY (damaged)")
+            && out.stdout.contains(&format!("uuid {uuid} kept")),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(identity_uuid(&m.store).as_deref(), Some(uuid.as_str()));
+    for (how, damage) in [
+        ("damaged", Some(b"\x00\xffnot an identity\n".as_slice())),
+        ("missing", None),
+    ] {
+        match damage {
+            Some(bytes) => fs::write(m.store.join("IDENTITY"), bytes).unwrap(),
+            None => fs::remove_file(m.store.join("IDENTITY")).unwrap(),
+        }
+        let out = fsck(&m.store, true);
+        assert!(out.success(), "{}", out.describe());
+        assert!(
+            out.stdout.contains(&format!("rebuilt IDENTITY ({how})"))
+                && out.stdout.contains("new uuid"),
+            "{}",
+            out.describe()
+        );
+        let new_uuid = identity_uuid(&m.store).unwrap();
+        assert_ne!(new_uuid, uuid);
+        let info = shoal(&[OsStr::new("info"), m.store.as_os_str()]);
+        assert!(info.stdout.contains(&new_uuid), "{}", info.describe());
+        // A second repair finds nothing to rebuild.
+        let again = fsck(&m.store, true);
+        assert!(!again.stdout.contains("rebuilt"), "{}", again.describe());
+    }
+    m.mount();
+    assert_eq!(fs::read(m.path("kept")).unwrap(), b"precious");
+    m.finish();
+}

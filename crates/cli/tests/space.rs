@@ -42,7 +42,7 @@ fn df_used(mnt: &Path) -> (u64, u64) {
 #[test]
 fn df_and_stats_show_shoals_own_space_and_reclaims() {
     // Small memtables: the data reaches blob files, where deleting it leaves garbage.
-    let mut m = Mounted::with_options(&["memtable=1"]);
+    let mut m = Mounted::with_options(&["memtable=1M"]);
     for index in 0..FILES {
         let mut file = fs::File::create(m.path(format!("f{index}"))).unwrap();
         file.write_all(&incompressible(index, FILE_BYTES as usize))

@@ -119,18 +119,96 @@ fn counters_match_the_operations_performed_and_prometheus_agrees() {
     assert!(field("p999_ns") <= field("max_ns"), "{latency}");
     assert_eq!(field("count"), count(&after, "create"));
 
-    // Nothing touches the mount between the JSON snapshot and the scrape.
+    // Nothing touches the mount between the JSON snapshot and the scrape. Every sample
+    // names the store (its uuid, as `shoal info` shows it) and the mountpoint.
     let exposition = scrape(port);
+    let labels = mount_labels(&m);
     assert_eq!(
-        sample(&exposition, "shoal_ops_total{op=\"create\"}"),
+        sample(
+            &exposition,
+            &format!("shoal_ops_total{{{labels},op=\"create\"}}")
+        ),
         count(&after, "create") as f64
     );
     assert_eq!(
-        sample(&exposition, "shoal_op_latency_seconds_count{op=\"create\"}"),
+        sample(
+            &exposition,
+            &format!("shoal_op_latency_seconds_count{{{labels},op=\"create\"}}")
+        ),
         count(&after, "create") as f64
     );
     assert!(exposition.contains("# TYPE shoal_op_latency_seconds histogram"));
-    assert!(sample(&exposition, "shoal_rss_bytes") > 0.0);
+    assert!(sample(&exposition, &format!("shoal_rss_bytes{{{labels}}}")) > 0.0);
+    let unlabelled: Vec<&str> = exposition
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.contains(&labels))
+        .collect();
+    assert!(
+        unlabelled.is_empty(),
+        "samples without the mount's labels: {unlabelled:?}"
+    );
+    m.finish();
+}
+
+/// `uuid="...",mountpoint="..."` of a mount, the uuid read from `shoal info --json`.
+fn mount_labels(m: &Mounted) -> String {
+    let info = shoal_ok(&[OsStr::new("info"), OsStr::new("--json"), m.mnt.as_os_str()]);
+    let info: Value = serde_json::from_str(&info.stdout).expect("info --json");
+    let uuid = info["uuid"].as_str().expect("a uuid").to_string();
+    assert_eq!(uuid.len(), 36, "{info}");
+    format!("uuid=\"{uuid}\",mountpoint=\"{}\"", m.mnt.display())
+}
+
+/// The endpoint carries free space and the reserve as gauges (as df and `shoal info`
+/// see them), and each quota's use and limits, which follow a `quota set` and writes.
+#[test]
+fn metrics_carry_free_space_reserve_and_every_quota() {
+    let port = free_port();
+    let metrics = format!("metrics=127.0.0.1:{port}");
+    let m = Mounted::with_options(&[&metrics]);
+    let labels = mount_labels(&m);
+    for (flag, id, limit) in [("-u", "4242", "--bhard"), ("-g", "4343", "--ihard")] {
+        shoal_ok(&[
+            OsStr::new("quota"),
+            OsStr::new("set"),
+            OsStr::new(flag),
+            OsStr::new(id),
+            OsStr::new(limit),
+            OsStr::new("1000000"),
+            m.mnt.as_os_str(),
+        ]);
+    }
+    fs::write(m.path("owned"), vec![1u8; 10_000]).unwrap();
+    std::os::unix::fs::chown(m.path("owned"), Some(4242), Some(4343)).unwrap();
+    let exposition = scrape(port);
+    let free = sample(&exposition, &format!("shoal_free_bytes{{{labels}}}"));
+    let reserved = sample(&exposition, &format!("shoal_reserved_bytes{{{labels}}}"));
+    assert!(free > 0.0 && reserved > 0.0, "{exposition}");
+    // df's available space is the same figure, give or take what changed in between.
+    let available = shoal_sys::statvfs::device_space(&m.mnt)
+        .unwrap()
+        .available_bytes as f64;
+    assert!(
+        (available - free).abs() < 64.0 * 1024.0 * 1024.0,
+        "df {available}, metric {free}"
+    );
+    let user = format!("{labels},kind=\"user\",id=\"4242\"");
+    let group = format!("{labels},kind=\"group\",id=\"4343\"");
+    let value = |series: String| sample(&exposition, &series);
+    assert_eq!(value(format!("shoal_quota_used_bytes{{{user}}}")), 10_000.0);
+    assert_eq!(value(format!("shoal_quota_used_inodes{{{group}}}")), 1.0);
+    let hard = |family: &str, who: &str| format!("{family}{{{who},limit=\"hard\"}}");
+    assert_eq!(value(hard("shoal_quota_limit_bytes", &user)), 1_000_000.0);
+    assert_eq!(value(hard("shoal_quota_limit_inodes", &group)), 1_000_000.0);
+    assert_eq!(
+        value(format!("shoal_quota_limit_bytes{{{user},limit=\"soft\"}}")),
+        0.0
+    );
+    // Ids without a limit are not listed (root owns the root directory).
+    assert!(
+        !exposition.contains("kind=\"user\",id=\"0\""),
+        "{exposition}"
+    );
     m.finish();
 }
 

@@ -331,6 +331,10 @@ pub fn restore_backup<F: Read + Seek>(
     identity::write(dir, &identity)?;
     // Last, as mkfs: until FORMAT exists the directory is not a store.
     store_dir::write_format(dir)?;
+    // Private as mkfs makes it: the directory may have existed (0755), and fjall's files
+    // follow the caller's umask.
+    store_dir::access::make_private(dir)
+        .map_err(|error| store_dir::StoreDirError::Io(dir.into(), error))?;
     Ok(summary)
 }
 

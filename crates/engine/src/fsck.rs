@@ -8,6 +8,7 @@ mod lost_found;
 pub mod progress;
 mod repair;
 mod salvage;
+mod store_files;
 pub(crate) mod tree_usage;
 
 use std::fmt::Write as _;

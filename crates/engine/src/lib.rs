@@ -56,7 +56,7 @@ pub use error::{FsError, FsResult};
 pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use keys::FORMAT_VERSION;
 pub use namespace::bulk::{BulkAttrs, BulkFailure, BulkOp, NodeRef};
-pub use namespace::data::{SetAttr, SetTime, MAX_FILE_BYTES};
+pub use namespace::data::{SetAttr, SetTime, Written, MAX_FILE_BYTES};
 pub use namespace::fallocate::Fallocate;
 pub use namespace::inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,

@@ -25,7 +25,7 @@ use crate::namespace::rename::check_project_move;
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 
-const S_ISGID: u16 = 0o2000;
+use crate::namespace::inode::S_ISGID;
 
 /// A page of entries is read with one inode scan when their numbers span at most this many
 /// numbers per entry (plus one allocation block): else the scan would read mostly others'.

@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::keys::{FORMAT_VERSION, FORMAT_VERSION_UPGRADABLE};
@@ -40,10 +41,16 @@ pub enum StoreDirError {
          `shoal mkfs --wipe` deletes all of that and formats it"
     )]
     NotEmpty(PathBuf, String),
-    #[error(
-        "{0}: already holds a shoal store; `shoal mkfs --force` replaces it (its files are lost)"
-    )]
+    // No hint at a flag that would delete it: the store may be someone's only copy.
+    #[error("{0}: already holds a shoal store; refusing to format over it")]
     AlreadyAStore(PathBuf),
+    /// The directory holds a store's data (`kv/`) but its `FORMAT` file is gone or
+    /// unreadable: `fsck --repair` writes it again from the store's superblock.
+    #[error(
+        "{0}: holds a shoal store's data (kv/) but {1}; `shoal fsck --repair {0}` rebuilds \
+         it from the store (nothing else is touched)"
+    )]
+    FormatLost(PathBuf, String),
     #[error("{0}: store is in use by process {1} (mounted?)")]
     Locked(PathBuf, String),
     #[error("{0}: {1}")]
@@ -103,7 +110,13 @@ pub fn prepare_new(dir: &Path, overwrite: Overwrite) -> Result<Vec<String>, Stor
     if names.is_empty() {
         return Ok(Vec::new());
     }
-    let is_store = read_format(dir).is_ok() || has_format_file(dir);
+    let format = read_format(dir);
+    // A store whose FORMAT is lost is still a store: `--force` may replace it, and no
+    // message offers `--wipe` for it.
+    let is_store = format.is_ok() || has_format_file(dir) || holds_store_data(dir);
+    if let (Overwrite::Nothing, Err(lost @ StoreDirError::FormatLost(..))) = (overwrite, format) {
+        return Err(lost);
+    }
     match overwrite {
         Overwrite::Nothing if is_store => {
             return Err(StoreDirError::AlreadyAStore(dir.to_path_buf()))
@@ -128,6 +141,31 @@ pub fn prepare_new(dir: &Path, overwrite: Overwrite) -> Result<Vec<String>, Stor
         removed.map_err(io_error(&path))?;
     }
     Ok(names)
+}
+
+/// Whether `dir` holds what only a shoal store has: a `kv/` directory with fjall's
+/// `version` file in it. Such a directory is never offered to a flag that deletes.
+pub fn holds_store_data(dir: &Path) -> bool {
+    kv_path(dir).join(FJALL_VERSION_FILE).is_file()
+}
+
+/// The file fjall writes first into every database directory.
+const FJALL_VERSION_FILE: &str = "version";
+
+fn format_lost(dir: &Path, why: &str) -> StoreDirError {
+    StoreDirError::FormatLost(dir.to_path_buf(), why.to_string())
+}
+
+/// Writes `FORMAT` again for a store whose file was lost, naming `version` (read from
+/// the store's superblock by `fsck --repair`).
+pub fn rewrite_format(dir: &Path, version: u32) -> Result<(), StoreDirError> {
+    if !(FORMAT_VERSION_UPGRADABLE..=FORMAT_VERSION).contains(&version) {
+        return Err(StoreDirError::UnsupportedVersion(
+            dir.to_path_buf(),
+            version,
+        ));
+    }
+    write_format_version(dir, version)
 }
 
 /// A `FORMAT` file naming a shoal store, of any version: such a directory is a store
@@ -171,9 +209,13 @@ fn create_private_dir(dir: &Path) -> Result<(), StoreDirError> {
 
 /// Writes the `FORMAT` file last, once the database exists: a store without it is not one.
 pub fn write_format(dir: &Path) -> Result<(), StoreDirError> {
+    write_format_version(dir, FORMAT_VERSION)
+}
+
+fn write_format_version(dir: &Path, version: u32) -> Result<(), StoreDirError> {
     let path = dir.join(FORMAT_FILE);
-    let text = format!("{FORMAT_MAGIC} {FORMAT_VERSION}\n");
-    let mut file = File::create(&path).map_err(io_error(&path))?;
+    let text = format!("{FORMAT_MAGIC} {version}\n");
+    let mut file = access::create_private_file(&path).map_err(io_error(&path))?;
     file.write_all(text.as_bytes()).map_err(io_error(&path))?;
     file.sync_all().map_err(io_error(&path))
 }
@@ -188,7 +230,11 @@ pub fn read_format(dir: &Path) -> Result<u32, StoreDirError> {
     let text = match fs::read(&path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreDirError::NotAStore(dir.to_path_buf()))
+            return Err(if holds_store_data(dir) {
+                format_lost(dir, "no FORMAT file")
+            } else {
+                StoreDirError::NotAStore(dir.to_path_buf())
+            });
         }
         Err(error) => return Err(StoreDirError::Io(path, error)),
     };
@@ -200,6 +246,12 @@ pub fn read_format(dir: &Path) -> Result<u32, StoreDirError> {
         words.next(),
     ) {
         (Some(FORMAT_MAGIC), Some(Ok(version)), None) => version,
+        _ if holds_store_data(dir) => {
+            return Err(format_lost(
+                dir,
+                &format!("its FORMAT file is damaged ({first_line:?})"),
+            ))
+        }
         _ => return Err(StoreDirError::Foreign(dir.to_path_buf(), first_line)),
     };
     if !(FORMAT_VERSION_UPGRADABLE..=FORMAT_VERSION).contains(&version) {
@@ -232,6 +284,7 @@ impl StoreLock {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(access::PRIVATE_FILE_MODE)
             .open(&path)
             .map_err(io_error(&path))?;
         // flock(2) on Linux: released by the kernel when the file closes, whatever kills us.

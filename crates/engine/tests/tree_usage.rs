@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::*;
@@ -138,7 +139,17 @@ fn a_format_1_store_is_upgraded_on_its_first_read_write_open() {
     let refused = open_err(&closed.store, read_only).to_string();
     assert!(refused.contains("open it read-write once"), "{refused}");
 
+    // As a store made under umask 022 by a build before stores were private.
+    for (path, mode) in [
+        (closed.store.join("FORMAT"), 0o644),
+        (store_dir::kv_path(&closed.store), 0o755),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     let fs = closed.open();
+    // The upgrade rewrote the store: every file of it private, as mkfs makes them.
+    let exposed = store_dir::access::exposure(&closed.store, 10).unwrap();
+    assert!(exposed.is_empty(), "after the upgrade: {exposed:?}");
     expect_populated(&fs, d, e);
     // The upgraded links work as if written by format 2: the second name goes, the file
     // stays with its one parent, and a write reaches its directory.

@@ -242,9 +242,11 @@ impl Server {
         } else {
             offset
         };
+        // The kernel learns of the cleared set-id bits from the invalidation below.
         let written = self
             .engine
-            .write_killing_privileges(handle.ino, offset, data, kill)?;
+            .write_killing_privileges(handle.ino, offset, data, kill)?
+            .bytes;
         self.kernel.inode_changed(handle.ino, true);
         Ok(Reply::Written {
             written: u64::from(written),

@@ -3,7 +3,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -55,7 +55,13 @@ pub struct ShoalFs {
     keep_awake: Arc<KeepAwake>,
     writeback_cache: bool,
     io_uring: bool,
+    /// Tells the kernel a mode it cached is stale (set once the session exists).
+    mode_notifier: Arc<OnceLock<fuser::Notifier>>,
 }
+
+/// `fuse_setxattr_in.setxattr_flags`: the caller is outside the inode's group without
+/// CAP_FSETID, so an access ACL must clear set-gid (fuse_kernel.h).
+const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1;
 
 fn caller(req: &Request) -> Caller {
     Caller {
@@ -101,6 +107,24 @@ impl ShoalFs {
             keep_awake: Arc::default(),
             writeback_cache: true,
             io_uring: true,
+            mode_notifier: Arc::default(),
+        }
+    }
+
+    /// Where `mount` puts the session's notifier, for `forget_cached_mode`.
+    pub fn mode_notifier(&self) -> &Arc<OnceLock<fuser::Notifier>> {
+        &self.mode_notifier
+    }
+
+    /// A write cleared set-id bits: the kernel's cached mode is stale (a write's reply
+    /// carries no attributes), and `ls -l` would show the bits until the cache expires.
+    /// Only the attributes are dropped (offset -1), which takes no inode lock, so this is
+    /// safe while the kernel holds the file's lock for the write being answered.
+    fn forget_cached_mode(&self, ino: u64) {
+        if let Some(notifier) = self.mode_notifier.get() {
+            if let Err(error) = notifier.inval_inode(INodeNo(ino), -1, 0) {
+                tracing::debug!(ino, "dropping the kernel's cached mode: {error}");
+            }
         }
     }
 
@@ -334,6 +358,9 @@ impl fuser::Filesystem for ShoalFs {
             // sets SB_NOSEC, so it asks for `security.capability` once per inode instead
             // of on every write.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            // setxattr carries FUSE_SETXATTR_ACL_KILL_SGID: an ACL set by a user outside
+            // the file's group clears set-gid, as chmod by that user does.
+            InitFlags::FUSE_SETXATTR_EXT,
             // File handles: lookups of "." and ".." by inode (see `export`).
             InitFlags::FUSE_EXPORT_SUPPORT,
             // POSIX ACLs enforced by the kernel, stored by the engine; modes arrive
@@ -636,6 +663,10 @@ impl fuser::Filesystem for ShoalFs {
             if let Err(error) = self.engine.setattr(ino.0, &truncate) {
                 return reply.error(errno(&error));
             }
+            if kill_suidgid {
+                // The open's reply carries no attributes either.
+                self.forget_cached_mode(ino.0);
+            }
         }
         // Only regular files reach open (the kernel serves fifos and devices itself), so
         // there is nothing to look up: count the open for unlink-while-open.
@@ -679,7 +710,12 @@ impl fuser::Filesystem for ShoalFs {
             .engine
             .write_killing_privileges(ino.0, offset, data, kill_suidgid)
         {
-            Ok(written) => reply.written(written),
+            Ok(written) => {
+                if written.mode_changed {
+                    self.forget_cached_mode(ino.0);
+                }
+                reply.written(written.bytes)
+            }
             Err(error) => {
                 if matches!(error, FsError::QuotaExceeded)
                     && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
@@ -898,6 +934,7 @@ impl fuser::Filesystem for ShoalFs {
         value: &[u8],
         flags: i32,
         _position: u32,
+        setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         let _timer = self.begin(FuseOp::Setxattr);
@@ -907,9 +944,12 @@ impl fuser::Filesystem for ShoalFs {
             XATTR_REPLACE => XattrMode::ReplaceOnly,
             _ => return reply.error(Errno::EINVAL),
         };
+        let kill_sgid = setxattr_flags & FUSE_SETXATTR_ACL_KILL_SGID != 0;
+        // The kernel drops its cached attributes after a setxattr: the new mode is seen.
         Self::reply_empty(
             reply,
-            self.engine.setxattr(ino.0, name.as_bytes(), value, mode),
+            self.engine
+                .setxattr_killing_sgid(ino.0, name.as_bytes(), value, mode, kill_sgid),
         );
     }
 

@@ -171,7 +171,10 @@ pub fn mount(
         .with_writeback_cache(config.writeback_cache)
         .with_io_uring(config.io_uring);
     let keep_awake = filesystem.keep_awake().clone();
+    let mode_notifier = filesystem.mode_notifier().clone();
     let session = fuser::Session::new(filesystem, mountpoint, &fuse_config)?;
+    // Before any request can be served: `run` has not started yet.
+    let _ = mode_notifier.set(session.notifier());
     keep_awake::spawn(config.spin_window, &keep_awake, &stats)?;
     Ok(session)
 }

@@ -153,6 +153,19 @@ pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// The mountpoint the shoal daemon `pid` serves, from its command line (`shoal mount ...
+/// MOUNTPOINT`), if it is one.
+pub fn served_mountpoint(pid: u32) -> Option<PathBuf> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    let named = mountpoint_argument(&args)?;
+    let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
+    Some(lexical_absolute(Path::new(OsStr::from_bytes(named)), &cwd))
+}
+
 fn serves(pid: u32, target: &Path) -> bool {
     let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;

@@ -792,7 +792,8 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);
     }
 
-    /// Set an extended attribute.
+    /// Set an extended attribute. `setxattr_flags` are the kernel's
+    /// (`FUSE_SETXATTR_ACL_KILL_SGID`), 0 unless FUSE_SETXATTR_EXT was agreed at INIT.
     fn setxattr(
         &self,
         _req: &Request,
@@ -801,6 +802,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _value: &[u8],
         flags: i32,
         position: u32,
+        _setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         warn!(

@@ -27,8 +27,16 @@ const MAX_LISTED_NOTES: usize = 200;
 /// first damaged batch on), repairs what is left (`repair`), checks it, and records the
 /// result as the store's state so it mounts again. Says what it dropped and changed.
 pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
-    store_dir::read_format(dir)?;
+    match store_dir::read_format(dir) {
+        // Written again below, under the lock.
+        Ok(_) | Err(store_dir::StoreDirError::FormatLost(..)) => {}
+        Err(error) => return Err(error.into()),
+    }
     let _lock = StoreLock::acquire(dir)?;
+    let mut rebuilt: Vec<String> = super::store_files::rebuild_format(dir)?
+        .into_iter()
+        .collect();
+    rebuilt.extend(super::store_files::rebuild_identity(dir)?);
     let kv = store_dir::kv_path(dir);
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
     let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
@@ -50,6 +58,7 @@ pub fn repair_store_dir(dir: &Path) -> Result<FsckReport, OpenError> {
     };
     let repaired = repair(&store);
     let mut report = checked(&store);
+    report.notes.extend(rebuilt);
     if let Some(salvaged) = &salvaged {
         report.notes.extend(super::salvage::notes(salvaged, &store));
     }

@@ -7,7 +7,7 @@
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
+use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
 use crate::stats::Op;
 use crate::store::{Scan, SharedBytes, Space};
 
@@ -20,11 +20,18 @@ pub const COPY_RANGE_MAX_BYTES: u64 = 64 << 20;
 /// Bytes read and written per step of a copy (one write batch each).
 const COPY_RANGE_PIECE_BYTES: u64 = 1 << 20;
 
-const S_ISUID: u16 = 0o4000;
-const S_ISGID: u16 = 0o2000;
-const S_IXGRP: u16 = 0o0010;
 /// The xattr holding file capabilities, which writes and chown clear like setuid.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
+
+/// What `write_killing_privileges` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes written: all of them.
+    pub bytes: u32,
+    /// Set-id bits were cleared: the kernel's cached mode is stale (it learns of modes
+    /// from attribute replies, and a write's reply carries none).
+    pub mode_changed: bool,
+}
 
 /// A time to set: a given instant, or the time of the operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +123,7 @@ impl Engine {
     /// Writes `data` at `offset`; returns the bytes written (all of them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.write_killing_privileges(ino, offset, data, false)
+            .map(|written| written.bytes)
     }
 
     /// A write that also clears setuid/setgid and capabilities when `kill_suidgid` (see
@@ -126,11 +134,11 @@ impl Engine {
         offset: u64,
         data: &[u8],
         kill_suidgid: bool,
-    ) -> FsResult<u32> {
+    ) -> FsResult<Written> {
         self.stats().count(Op::Write);
         if data.is_empty() {
             // POSIX: a zero-length write changes nothing (not even the size).
-            return Ok(0);
+            return Ok(Written::default());
         }
         let end = offset
             .checked_add(data.len() as u64)
@@ -156,9 +164,7 @@ impl Engine {
         }
         inode.mtime = txn.now;
         inode.ctime = txn.now;
-        if kill_suidgid {
-            txn.kill_privileges(&mut inode);
-        }
+        let mode_changed = kill_suidgid && txn.kill_privileges(&mut inode);
         txn.charge(
             &inode,
             0,
@@ -167,7 +173,10 @@ impl Engine {
         txn.put_inode(&inode);
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
-        Ok(data.len() as u32)
+        Ok(Written {
+            bytes: data.len() as u32,
+            mode_changed,
+        })
     }
 
     /// Copies up to `len` bytes from `ino_in` at `offset_in` to `ino_out` at `offset_out`
@@ -251,6 +260,7 @@ impl Engine {
             }
         }
         if change.kill_suidgid {
+            // The setattr reply carries the new mode to the kernel.
             txn.kill_privileges(&mut inode);
         }
         if let Some(perm) = change.perm {
@@ -299,11 +309,13 @@ fn overwrite(bytes: &mut Vec<u8>, at: usize, data: &[u8]) {
 }
 
 impl Txn<'_> {
-    /// Clears setuid, setgid when group-executable, and the file capability xattr.
-    fn kill_privileges(&mut self, inode: &mut Inode) {
+    /// Clears setuid, setgid when group-executable, and the file capability xattr;
+    /// whether the mode changed.
+    fn kill_privileges(&mut self, inode: &mut Inode) -> bool {
         if inode.kind == FileKind::Directory {
-            return;
+            return false;
         }
+        let before = inode.perm;
         inode.perm &= !S_ISUID;
         if inode.perm & S_IXGRP != 0 {
             inode.perm &= !S_ISGID;
@@ -311,6 +323,7 @@ impl Txn<'_> {
         if inode.may_have_xattrs {
             self.delete(Space::Meta, keys::xattr_key(inode.ino, SECURITY_CAPABILITY));
         }
+        inode.perm != before
     }
 
     /// Moves an inline file's bytes into chunk 0 before it grows past the threshold.

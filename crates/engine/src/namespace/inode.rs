@@ -99,6 +99,11 @@ pub enum Content {
     Chunked,
 }
 
+/// The set-id bits and group-execute, as `Inode::perm` holds them (stat's `st_mode`).
+pub(crate) const S_ISUID: u16 = 0o4000;
+pub(crate) const S_ISGID: u16 = 0o2000;
+pub(crate) const S_IXGRP: u16 = 0o0010;
+
 /// One inode as stored under its `I` key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {

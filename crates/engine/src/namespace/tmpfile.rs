@@ -34,6 +34,10 @@ impl Engine {
         }
         let mut inode = txn.new_inode(&parent_inode, new, caller);
         inode.nlink = 0;
+        // No name, so no parent: a file's parent field names its one directory only while
+        // it has exactly one name (`link` sets it from the directory it is linked into).
+        // fsck checks that, also on the orphan a crash leaves here.
+        inode.parent = 0;
         txn.inherit_acls(&parent_inode, &mut inode, umask)?;
         txn.put_inode(&inode);
         txn.put(Space::Meta, keys::orphan_key(inode.ino), Vec::new());

@@ -40,6 +40,20 @@ pub(crate) fn check_xattr_name(name: &[u8]) -> FsResult<()> {
 
 impl Engine {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> FsResult<()> {
+        self.setxattr_killing_sgid(ino, name, value, mode, false)
+    }
+
+    /// `setxattr`, and when `kill_sgid` an access ACL (which sets the mode) also clears
+    /// the set-gid bit: the caller is outside the inode's group and may not keep it, as a
+    /// chmod by them would clear it (the kernel says so: FUSE_SETXATTR_ACL_KILL_SGID).
+    pub fn setxattr_killing_sgid(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+        kill_sgid: bool,
+    ) -> FsResult<()> {
         self.stats().count(Op::Xattr);
         check_xattr_name(name)?;
         if value.len() > XATTR_VALUE_MAX_BYTES {
@@ -56,6 +70,9 @@ impl Engine {
         }
         if crate::namespace::acl::is_acl_name(name) {
             txn.set_acl(&mut inode, name, value)?;
+            if kill_sgid && name == crate::namespace::acl::ACL_ACCESS {
+                inode.perm &= !crate::namespace::inode::S_ISGID;
+            }
         } else {
             txn.put(Space::Meta, key, value.to_vec());
             inode.may_have_xattrs = true;

@@ -20,6 +20,21 @@ pub const PRIVATE_FILE_MODE: u32 = 0o600;
 /// Permission bits that let users other than the owner in.
 const SHARED_BITS: u32 = 0o077;
 
+/// Creates (or truncates) a file of the store itself (FORMAT, IDENTITY, STATE, the lock)
+/// with the private mode, whatever the process's umask: a library user's or a command's.
+/// An existing file is made private too.
+pub fn create_private_file(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)?;
+    file.set_permissions(fs::Permissions::from_mode(PRIVATE_FILE_MODE))?;
+    Ok(file)
+}
+
 /// Sets `dir` and everything below it to owner-only modes (0700 directories, 0600 files),
 /// keeping the owner's own bits for files (an executable stays executable to its owner).
 pub fn make_private(dir: &Path) -> io::Result<()> {

@@ -57,24 +57,94 @@ impl StoreIdentity {
     }
 
     fn decode(text: &str) -> Option<StoreIdentity> {
-        let mut uuid = None;
-        let mut created_secs = None;
-        let mut label = None;
+        let fields = Fields::read(text);
+        Some(StoreIdentity {
+            uuid: fields.uuid?,
+            label: fields.label,
+            created_secs: fields.created_secs?,
+        })
+    }
+}
+
+/// The fields of an `IDENTITY` text that read as what they should be; a damaged file
+/// keeps those for `rebuild`.
+#[derive(Default)]
+struct Fields {
+    uuid: Option<String>,
+    label: Option<String>,
+    created_secs: Option<i64>,
+}
+
+impl Fields {
+    fn read(text: &str) -> Fields {
+        let mut fields = Fields::default();
         for line in text.lines() {
             // Unknown keys are a newer shoal's additions: skipped, not an error.
             match line.split_once('=') {
-                Some(("uuid", value)) => uuid = Some(value.to_string()),
-                Some(("created", value)) => created_secs = value.parse().ok(),
-                Some(("label", value)) => label = Some(value.to_string()),
+                Some(("uuid", value)) if is_uuid(value) => fields.uuid = Some(value.into()),
+                Some(("created", value)) => fields.created_secs = value.parse().ok(),
+                Some(("label", value)) if check_label(value).is_ok() => {
+                    fields.label = Some(value.into());
+                }
                 _ => {}
             }
         }
-        Some(StoreIdentity {
-            uuid: uuid?,
-            label,
-            created_secs: created_secs?,
-        })
+        fields
     }
+}
+
+/// Lower-case hex in the 8-4-4-4-12 groups `uuid_v4` writes.
+fn is_uuid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.iter().map(|group| group.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|group| {
+            group
+                .bytes()
+                .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
+/// An `IDENTITY` written again by `rebuild`, and what it kept of the old one.
+#[derive(Debug)]
+pub struct Rebuilt {
+    pub identity: StoreIdentity,
+    /// "missing" or "damaged".
+    pub why: &'static str,
+    pub kept_uuid: bool,
+    pub kept_created: bool,
+}
+
+/// Writes `IDENTITY` again when it is missing or does not read whole (`fsck --repair`):
+/// fields that still read are kept, a lost UUID is made anew, a lost creation time is
+/// `created_fallback`. `None` when the file is whole.
+pub fn rebuild(dir: &Path, created_fallback: i64) -> Result<Option<Rebuilt>, StoreDirError> {
+    let path = dir.join(IDENTITY_FILE);
+    let (fields, why) = match fs::read(&path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            if StoreIdentity::decode(&text).is_some() {
+                return Ok(None);
+            }
+            (Fields::read(&text), "damaged")
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            (Fields::default(), "missing")
+        }
+        Err(error) => return Err(StoreDirError::Io(path, error)),
+    };
+    let fresh = StoreIdentity::new(None)?;
+    let rebuilt = Rebuilt {
+        kept_uuid: fields.uuid.is_some(),
+        kept_created: fields.created_secs.is_some(),
+        identity: StoreIdentity {
+            uuid: fields.uuid.unwrap_or(fresh.uuid),
+            label: fields.label,
+            created_secs: fields.created_secs.unwrap_or(created_fallback),
+        },
+        why,
+    };
+    write(dir, &rebuilt.identity)?;
+    Ok(Some(rebuilt))
 }
 
 pub fn check_label(label: &str) -> Result<(), LabelError> {
@@ -112,7 +182,7 @@ fn uuid_v4(mut bytes: [u8; 16]) -> String {
 pub fn write(dir: &Path, identity: &StoreIdentity) -> Result<(), StoreDirError> {
     let path = dir.join(IDENTITY_FILE);
     let io = |error| StoreDirError::Io(path.clone(), error);
-    let mut file = File::create(&path).map_err(io)?;
+    let mut file = super::access::create_private_file(&path).map_err(io)?;
     file.write_all(identity.encode().as_bytes()).map_err(io)?;
     file.sync_all().map_err(io)
 }

@@ -80,7 +80,7 @@ pub fn write_state(dir: &Path, state: &StoreState) -> io::Result<()> {
         }
     }
     let temporary = dir.join(format!("{STATE_FILE}.new"));
-    let mut file = fs::File::create(&temporary)?;
+    let mut file = super::access::create_private_file(&temporary)?;
     file.write_all(text.as_bytes())?;
     file.sync_all()?;
     fs::rename(&temporary, dir.join(STATE_FILE))?;

@@ -841,10 +841,45 @@ mod op {
         #[expect(dead_code)]
         header: &'a fuse_in_header,
         arg: &'a fuse_setxattr_in,
+        /// `fuse_setxattr_in.setxattr_flags` when FUSE_SETXATTR_EXT was agreed, else 0.
+        setxattr_flags: u32,
         name: &'a OsStr,
         value: &'a [u8],
     }
     impl<'a> SetXAttr<'a> {
+        /// With FUSE_SETXATTR_EXT (agreed at INIT) the kernel sends `setxattr_flags` and
+        /// a padding word after `flags`, else not. Only one of the two layouts adds up to
+        /// the request's length (the name is NUL-terminated, the value `size` bytes), so
+        /// the request says which it is.
+        fn parse(header: &'a fuse_in_header, mut data: ArgumentIterator<'a>) -> Option<Self> {
+            let arg: &fuse_setxattr_in = data.fetch()?;
+            let rest = data.fetch_all();
+            let fits = |bytes: &[u8]| {
+                memchr::memchr(0, bytes)
+                    .is_some_and(|name| name + 1 + arg.size as usize == bytes.len())
+            };
+            let (setxattr_flags, rest) = if fits(rest) {
+                (0, rest)
+            } else {
+                let (extension, rest) = rest.split_at_checked(8)?;
+                let flags = u32::from_ne_bytes(extension[..4].try_into().ok()?);
+                (flags, rest)
+            };
+            let mut data = ArgumentIterator::new(rest);
+            let out = SetXAttr {
+                header,
+                arg,
+                setxattr_flags,
+                name: data.fetch_str()?,
+                value: data.fetch_all(),
+            };
+            (out.value.len() == out.arg.size as usize).then_some(out)
+        }
+        /// `FUSE_SETXATTR_ACL_KILL_SGID` (1): the caller may not keep a set-gid bit, so an
+        /// access ACL that sets the mode clears it (as chmod would).
+        pub(crate) fn setxattr_flags(&self) -> u32 {
+            self.setxattr_flags
+        }
         pub(crate) fn name(&self) -> &'a OsStr {
             self.name
         }
@@ -1745,16 +1780,7 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
-            fuse_opcode::FUSE_SETXATTR => Operation::SetXAttr({
-                let out = SetXAttr {
-                    header,
-                    arg: data.fetch()?,
-                    name: data.fetch_str()?,
-                    value: data.fetch_all(),
-                };
-                assert!(out.value.len() == out.arg.size as usize);
-                out
-            }),
+            fuse_opcode::FUSE_SETXATTR => Operation::SetXAttr(SetXAttr::parse(header, data)?),
             fuse_opcode::FUSE_GETXATTR => Operation::GetXAttr(GetXAttr {
                 header,
                 arg: data.fetch()?,
