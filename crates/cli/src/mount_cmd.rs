@@ -391,7 +391,14 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     let fast_path = if request.options.fastpath {
         let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
-        start_fast_path(&engine, changes, &request.mountpoint)
+        let access = shoal_fastpath_server::Access {
+            allow_other: request.options.allow_other,
+            // SAFETY: geteuid and getegid cannot fail.
+            owner_uid: unsafe { libc::geteuid() },
+            // SAFETY: as above.
+            owner_gid: unsafe { libc::getegid() },
+        };
+        start_fast_path(&engine, changes, &request.mountpoint, access)
     } else {
         None
     };
@@ -459,13 +466,18 @@ fn start_fast_path(
     engine: &Arc<Engine>,
     changes: shoal_fuse::OtherDoorChanges,
     mountpoint: &Path,
+    access: shoal_fastpath_server::Access,
 ) -> Option<shoal_fastpath_server::FastPathHandle> {
     let Some(mount) = shoal_sys::mounts::mount_at(mountpoint) else {
         tracing::warn!("no fast path: the mount is not in /proc/self/mountinfo");
         return None;
     };
-    match shoal_fastpath_server::start(engine.clone(), Arc::new(KernelMount(changes)), mount.device)
-    {
+    match shoal_fastpath_server::start(
+        engine.clone(),
+        Arc::new(KernelMount(changes)),
+        mount.device,
+        access,
+    ) {
         Ok(handle) => Some(handle),
         Err(error) => {
             tracing::warn!(%error, "no fast path for `shoal run` on this mount");

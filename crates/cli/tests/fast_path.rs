@@ -633,7 +633,6 @@ fn shell_scripts_with_redirections_and_pipes() {
 /// `{ ...; } > f`: one open file description shared by the shell and the programs it
 /// starts, so each write lands after the previous one whoever makes it.
 #[test]
-#[ignore = "bug: a vfork child (dash, posix_spawn) gets a fresh file description, so its writes do not move the parent's offset"]
 fn a_group_redirection_shares_its_offset_with_children() {
     let m = mount_with_fast_path(&[]);
     for shell in ["dash", "bash"] {
@@ -646,7 +645,6 @@ fn a_group_redirection_shares_its_offset_with_children() {
 
 /// `exec 3> f`: the program's own descriptor 3, whatever the library uses for itself.
 #[test]
-#[ignore = "bug: the library's daemon socket takes the lowest free descriptor (3); the program's dup2 onto 3 closes it"]
 fn exec_redirections_onto_low_descriptors() {
     let m = mount_with_fast_path(&[]);
     for shell in ["dash", "bash"] {
@@ -683,8 +681,6 @@ os.close(fd)
 /// Python's subprocess starts children with vfork (posix_spawn-like): the parent's
 /// description must be the child's.
 #[test]
-#[ignore = "bug: a vfork child (python subprocess, posix_spawn, dash) gets a fresh file description, \
-            so its writes do not move the parent's offset"]
 fn python_subprocess_children_share_the_parents_descriptions() {
     let programs = programs_dir();
     let check = script(programs.path(), "children.py", SUBPROCESS);
@@ -766,7 +762,6 @@ print("parent stdout")
 "#;
 
 #[test]
-#[ignore = "bug: a vfork child (posix_spawn) gets a fresh file description, so its writes do not move the parent's offset"]
 fn posix_spawn_child_writes_through_the_parents_description() {
     let programs = programs_dir();
     let check = script(programs.path(), "spawn.py", POSIX_SPAWN);
@@ -1563,9 +1558,6 @@ print(result)
 "#;
 
 #[test]
-#[ignore = "security bug: in a threaded process setresuid goes through glibc's __nptl_setxid (a computed \
-            syscall number the interception misses): threads keep the daemon connections they made as \
-            root, and are served as root"]
 fn a_threaded_process_that_drops_root_is_served_as_the_new_user() {
     let programs = programs_dir();
     let check = script(programs.path(), "drop.py", THREAD_DROPS_ROOT);
@@ -1595,7 +1587,6 @@ fn a_threaded_process_that_drops_root_is_served_as_the_new_user() {
 /// Without allow_other the kernel refuses every other user outright (FUSE's own rule,
 /// before any mode bits): the fast path must not open a side door.
 #[test]
-#[ignore = "bug: the daemon serves users other than the mount's owner on a mount without allow_other"]
 fn a_mount_without_allow_other_stays_closed_to_other_users() {
     let programs = programs_dir();
     let cases = script(programs.path(), "user.py", USER_CASES);

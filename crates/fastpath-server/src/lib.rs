@@ -15,5 +15,5 @@ mod server;
 mod stats;
 mod walk;
 
-pub use server::{start, FastPathHandle, KernelCache};
+pub use server::{start, Access, FastPathHandle, KernelCache};
 pub use stats::{FastPathStats, KindCounts, REQUEST_KINDS};

@@ -42,6 +42,7 @@ const SERVER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 pub struct Server {
     pub(crate) engine: Arc<Engine>,
     pub(crate) kernel: Arc<dyn KernelCache>,
+    access: Access,
     pub(crate) handle_ids: AtomicU64,
     processes: Processes,
     append_locks: Vec<Mutex<()>>,
@@ -83,15 +84,34 @@ impl Drop for FastPathHandle {
 
 /// Listens on the fast path's socket for the mount with device number `device`
 /// (major, minor) and serves connections until the handle is dropped.
+/// Who may use the fast path: as the kernel lets them use the mount.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    /// `allow_other`: any user; otherwise only the mount's owner.
+    pub allow_other: bool,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+}
+
+impl Access {
+    /// The kernel's `fuse_allow_current_process`: without allow_other, only a caller whose
+    /// ids are the mount owner's reaches the filesystem (root included).
+    fn admits(&self, caller: &Credentials) -> bool {
+        self.allow_other || (caller.uid == self.owner_uid && caller.gid == self.owner_gid)
+    }
+}
+
 pub fn start(
     engine: Arc<Engine>,
     kernel: Arc<dyn KernelCache>,
     device: (u32, u32),
+    access: Access,
 ) -> io::Result<FastPathHandle> {
     let listener = Arc::new(listen(&shoal_fastpath::socket_name(device.0, device.1))?);
     let server = Arc::new(Server {
         engine,
         kernel,
+        access,
         handle_ids: AtomicU64::new(1),
         processes: Processes::default(),
         append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
@@ -200,6 +220,10 @@ impl Server {
                 return;
             }
         };
+        if !self.access.admits(&caller) {
+            // Closed at once: the client uses the kernel mount, which refuses it (EACCES).
+            return;
+        }
         let process = self.processes.join(caller.pid);
         self.stats.connected();
         match self.greet(&socket) {

@@ -34,18 +34,29 @@ pub enum ChannelError {
 const CLIENT_SPIN: Duration = Duration::from_micros(200);
 
 struct Connection {
-    fd: i32,
+    /// The socket's slot among the library's own descriptors (`internal_fds`).
+    slot: usize,
     epoch: u64,
     pid: u32,
+    /// The thread's (euid, egid) when it connected: what the daemon read from the socket.
+    ids: (u32, u32),
     /// Requests travel here once the Hello is answered.
     shared: Option<SharedChannel>,
     /// A request sent without waiting (a close): its reply is taken before the next one.
     unanswered: Option<u32>,
 }
 
+struct SocketGuard(i32);
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        sys::close(self.0);
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
-        sys::close(self.fd);
+        crate::internal_fds::release(self.slot);
     }
 }
 
@@ -120,9 +131,13 @@ impl ThreadChannels {
         let epoch = CREDENTIALS_EPOCH.load(Ordering::Acquire);
         // The pid as of the last fork (libc's fork runs our atfork handler in the child).
         let pid = crate::process_state::pid();
+        // A threaded process changes ids through glibc's __nptl_setxid, whose system calls
+        // take their number from a register and are not intercepted: so the ids are read
+        // from the kernel at every request (two cheap system calls), not trusted from a hook.
+        let ids = effective_ids();
         let stale = self.connections[index]
             .as_ref()
-            .is_some_and(|c| c.epoch != epoch || c.pid != pid);
+            .is_some_and(|c| c.epoch != epoch || c.pid != pid || c.ids != ids);
         if stale {
             self.connections[index] = None;
         }
@@ -130,9 +145,10 @@ impl ThreadChannels {
             match connect(mount, &mut self.send, &mut self.receive) {
                 Ok((fd, shared)) => {
                     self.connections[index] = Some(Connection {
-                        fd,
+                        slot: crate::internal_fds::hide(fd),
                         epoch,
                         pid,
+                        ids,
                         shared: Some(shared),
                         unanswered: None,
                     })
@@ -149,8 +165,8 @@ impl ThreadChannels {
         let Some(shared) = &connection.shared else {
             return Err(ChannelError::Unreachable);
         };
-        let fd = connection.fd;
-        let alive = || daemon_alive(fd);
+        let slot = connection.slot;
+        let alive = || daemon_alive(crate::internal_fds::fd(slot));
         let mut result = Ok((Status::Ok, Reply::Empty));
         if let Some(seq) = connection.unanswered.take() {
             // The reply of a request sent without waiting (its outcome mattered to nobody).
@@ -164,7 +180,7 @@ impl ThreadChannels {
         request.encode(&mut self.send);
         if result.is_ok() {
             result = match mode {
-                Wait::ForReply => shared_round_trip(fd, shared, &self.send, &mut self.receive),
+                Wait::ForReply => shared_round_trip(slot, shared, &self.send, &mut self.receive),
                 Wait::No => {
                     connection.unanswered = Some(shared.send(&self.send));
                     Ok((Status::Ok, Reply::Empty))
@@ -180,16 +196,24 @@ impl ThreadChannels {
 }
 
 fn shared_round_trip(
-    fd: i32,
+    slot: usize,
     shared: &SharedChannel,
     send: &[u8],
     receive: &mut Vec<u8>,
 ) -> Result<(Status, Reply), ChannelError> {
-    let alive = || daemon_alive(fd);
+    let alive = || daemon_alive(crate::internal_fds::fd(slot));
     shared
         .call(send, receive, CLIENT_SPIN, &alive)
         .map_err(|_| ChannelError::Lost)?;
     Reply::decode(receive).map_err(|_| ChannelError::Lost)
+}
+
+/// This thread's effective uid and gid, from the kernel.
+fn effective_ids() -> (u32, u32) {
+    (
+        sys::call(libc::SYS_geteuid, &[]) as u32,
+        sys::call(libc::SYS_getegid, &[]) as u32,
+    )
 }
 
 /// Whether the daemon still holds its end of the socket.
@@ -246,13 +270,8 @@ fn connect(
         ],
     ))
     .map_err(|_| ChannelError::Unreachable)? as i32;
-    let connection = Connection {
-        fd,
-        epoch: 0,
-        pid: 0,
-        shared: None,
-        unanswered: None,
-    };
+    // Closes the socket on every early return.
+    let guard = SocketGuard(fd);
     let name = shoal_fastpath::socket_name(mount.device.0, mount.device.1);
     let (address, len) = abstract_address(&name);
     let rc = sys::call(
@@ -273,10 +292,12 @@ fn connect(
     .encode(send);
     send_with_fd(fd, send, std::os::fd::AsRawFd::as_raw_fd(&memfd))?;
     drop(memfd);
-    let len = receive_message(fd, receive)?;
+    // A daemon that closes at once refused us (a user a mount without allow_other does not
+    // admit): the kernel mount answers instead.
+    let len = receive_message(fd, receive).map_err(|_| ChannelError::Unreachable)?;
     match Reply::decode(&receive[..len]) {
         Ok((Status::Ok, Reply::Hello(hello))) if hello.version == PROTOCOL_VERSION => {
-            std::mem::forget(connection);
+            std::mem::forget(guard);
             Ok((fd, shared))
         }
         _ => Err(ChannelError::Unreachable),

@@ -15,9 +15,11 @@ mod calls;
 mod channel;
 mod fds;
 pub mod intercept;
+mod internal_fds;
 mod mounts;
 mod process_state;
 mod resolve;
+mod spawn;
 mod stats;
 mod sys;
 
@@ -36,6 +38,7 @@ extern "C" fn load() {
         return;
     }
     process_state::start();
+    spawn::resolve();
     // SAFETY: registering plain extern "C" functions with no preconditions.
     unsafe {
         libc::pthread_atfork(

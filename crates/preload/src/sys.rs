@@ -72,3 +72,23 @@ pub fn check(result: i64) -> Result<i64, i32> {
         Ok(result)
     }
 }
+
+/// RLIMIT_NOFILE's soft limit.
+pub fn rlimit_nofile() -> i64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let rc = call(
+        libc::SYS_getrlimit,
+        &[
+            i64::from(libc::RLIMIT_NOFILE),
+            std::ptr::addr_of_mut!(limit) as i64,
+        ],
+    );
+    if rc < 0 {
+        1024
+    } else {
+        i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX)
+    }
+}

@@ -2,7 +2,7 @@
 //! kernel (sendmsg with SCM_RIGHTS, poll, select): the table follows the kernel's numbering.
 
 use super::{fail, kernel, raw};
-use crate::{fds, process_state};
+use crate::{fds, internal_fds, process_state};
 
 /// A vfork child (posix_spawn's, python's subprocess, dash) shares the parent's memory,
 /// this table included, but has a descriptor table of its own: what it closes or dups is
@@ -14,6 +14,10 @@ fn in_vfork_child() -> bool {
 
 pub fn close(args: [i64; 6]) -> Option<i64> {
     let fd = args[0];
+    if internal_fds::is_internal(fd) {
+        // The library's own socket: not a descriptor of the program's.
+        return Some(fail(libc::EBADF));
+    }
     fds::get(fd)?;
     if !in_vfork_child() {
         fds::remove(fd);
@@ -23,7 +27,7 @@ pub fn close(args: [i64; 6]) -> Option<i64> {
 
 pub fn close_range(args: [i64; 6]) -> Option<i64> {
     let flags = args[2] as u32;
-    let result = raw(libc::SYS_close_range, args);
+    let result = close_range_around_internal(args);
     // With CLOSE_RANGE_CLOEXEC the kernel only marks the placeholders; they stay fast.
     if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC == 0 && !in_vfork_child() {
         fds::remove_range(args[0] as u32, args[1] as u32);
@@ -31,9 +35,41 @@ pub fn close_range(args: [i64; 6]) -> Option<i64> {
     Some(result)
 }
 
+/// close_range(2) of every descriptor in the range but the library's own.
+fn close_range_around_internal(args: [i64; 6]) -> i64 {
+    let (first, last) = (args[0] as u32, args[1] as u32);
+    let kept = internal_fds::in_range(first, last);
+    if kept.is_empty() || first > last {
+        return raw(libc::SYS_close_range, args);
+    }
+    let mut start = first;
+    for fd in kept {
+        if fd > start {
+            let result = raw(
+                libc::SYS_close_range,
+                [i64::from(start), i64::from(fd - 1), args[2], 0, 0, 0],
+            );
+            if result < 0 {
+                return result;
+            }
+        }
+        start = fd.saturating_add(1);
+    }
+    if start <= last && start != 0 {
+        return raw(
+            libc::SYS_close_range,
+            [i64::from(start), i64::from(last), args[2], 0, 0, 0],
+        );
+    }
+    0
+}
+
 /// dup(2), dup2(2), dup3(2): the kernel numbers a copy of the placeholder; the copy shares
 /// the open file. A fast descriptor replaced by dup2 is closed.
 pub fn dup(nr: i64, args: [i64; 6]) -> Option<i64> {
+    if nr != libc::SYS_dup {
+        internal_fds::make_room(args[1]);
+    }
     let old = fds::get(args[0]);
     let replaces_fast = nr != libc::SYS_dup && fds::is_fast(args[1]) && args[0] != args[1];
     if old.is_none() && !replaces_fast {
