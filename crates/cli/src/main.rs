@@ -248,6 +248,7 @@ enum Command {
     /// to the daemon without the kernel's FUSE round trip; everything else, and what the
     /// fast path cannot serve exactly as the kernel would, goes through the kernel.
     /// SHOAL_RUN=off in CMD's environment turns it off.
+    #[command(after_help = RUN_ENVIRONMENT)]
     Run(run_cmd::RunArgs),
     /// Generate a deterministic, source-like tree (for demos, tests and benchmarks).
     GenTree {
@@ -261,6 +262,19 @@ enum Command {
         seed: u64,
     },
 }
+
+/// `shoal run --help` and its man page: the library and its switches.
+const RUN_ENVIRONMENT: &str = "\
+The fast path is a preloaded library, libshoal_preload.so: beside the shoal binary in a build
+tree, in PREFIX/lib/shoal/ when installed (scripts/install), or where SHOAL_PRELOAD names it.
+Any program can use it without shoal run:
+  LD_PRELOAD=/usr/local/lib/shoal/libshoal_preload.so tar xf src.tar -C /mnt/data
+Environment of CMD: SHOAL_RUN=off (every call to the kernel), SHOAL_RUN_MOUNT=PATH (serve only
+that mount), SHOAL_RUN_STATS=FILE (each process appends its counts at exit).
+Static programs, set-id programs and raw system calls (Go, io_uring) use the kernel mount.
+Calls the library cannot serve exactly as the kernel would go to the kernel mount too; both
+doors show one filesystem (changes on either are seen at once by the other, except bytes
+still in the kernel's writeback cache, which follow at close or fsync).";
 
 fn parse_interval(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
