@@ -259,6 +259,7 @@ pub fn families() -> Vec<(&'static str, &'static str, &'static str)> {
     OP_FAMILIES
         .into_iter()
         .chain(QUOTA_FAMILIES)
+        .chain([FASTPATH_FAMILY])
         .chain(of(ENGINE_METRICS))
         .chain(histograms)
         .chain(of(STORE_METRICS))
@@ -310,15 +311,18 @@ pub fn render(report: &StatsReport) -> String {
     out
 }
 
-/// `shoal_fastpath_requests_total{kind, outcome}`: what `shoal run` processes asked.
+/// What `shoal run` processes asked, by request kind and outcome.
+const FASTPATH_FAMILY: (&str, &str, &str) = (
+    "shoal_fastpath_requests_total",
+    "counter",
+    "Fast-path requests by kind and outcome: served, failed (the kernel's errno), fell_back (left to the kernel).",
+);
+
+/// `shoal_fastpath_requests_total{kind, outcome}`.
 fn fast_path_samples(out: &mut String, report: &StatsReport, mount: &str) {
-    const NAME: &str = "shoal_fastpath_requests_total";
-    describe(
-        out,
-        NAME,
-        "counter",
-        "Fast-path requests by kind and outcome: served, failed (the kernel's errno), fell_back (left to the kernel).",
-    );
+    let (name, kind, help) = FASTPATH_FAMILY;
+    describe(out, name, kind, help);
+    const NAME: &str = FASTPATH_FAMILY.0;
     for kind in &report.fastpath {
         for (outcome, count) in [
             ("served", kind.served),
