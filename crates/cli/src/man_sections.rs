@@ -55,6 +55,11 @@ fn examples(name: &str) -> Examples {
             ("Unpack a compressed tarball (gzip, zstd or xz) into a new directory:", "shoal import --from src.tar.zst /mnt/data/src\ncurl -s https://example.org/src.tar.gz | shoal import /mnt/data/src"),
         ],
         "shoal-export" => &[("Archive a tree to another host:", "shoal export /mnt/data/src | ssh host tar xf - -C /srv")],
+        "shoal-run" => &[
+            ("Unpack an archive onto a mount on the fast path:", "shoal run -- tar xf src.tar -C /mnt/data"),
+            ("Copy a tree, then see which calls the daemon served and which went to the kernel:", "shoal run --stats -- cp -a /mnt/data/src /mnt/data/copy"),
+            ("The same library without shoal run, for one program:", "LD_PRELOAD=/usr/local/lib/shoal/libshoal_preload.so make -C /mnt/data/src"),
+        ],
         "shoal-gen-tree" => &[("A source-like tree of 5000 files:", "shoal gen-tree --files 5000 /tmp/tree")],
         "shoal-bench" => &[
             ("Creates on XFS, ext4 and shoal side by side, with a report:", "shoal bench --make xfs,ext4,shoal --size small --runs 3 --report /tmp/bench create"),
