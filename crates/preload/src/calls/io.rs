@@ -80,36 +80,86 @@ fn read_at(
     buffers: &[(i64, usize)],
     offset: u64,
 ) -> Result<(i64, u64), i64> {
+    // One request per MAX_IO_BYTES of the whole vector, not one per iovec: readv of many
+    // small buffers is one read to the kernel too.
+    let wanted: usize = buffers.iter().map(|&(_, len)| len).sum();
+    let mut cursor = IovCursor::new(buffers);
     let mut position = offset;
-    let mut total = 0i64;
-    for &(ptr, len) in buffers {
-        let mut done = 0;
-        while done < len {
-            let want = chunk(len - done) as u32;
-            let request = Request::Read {
-                handle: file.handle,
-                offset: position,
-                len: want,
-            };
-            let data = match ask(nr, file.mount, &request) {
-                Answer::Done(Reply::Data(data)) => data,
-                Answer::Done(_) => return Err(fail(libc::EPROTO)),
-                Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
-                Answer::Errno(_) => return Ok((total, position)),
-                Answer::Kernel => return Err(TO_KERNEL),
-            };
-            let got = data.len().min(len - done);
-            // SAFETY: the program's buffer holds `len` bytes; `done + got <= len`.
-            unsafe { copy_out(ptr + done as i64, &data[..got]) };
-            done += got;
-            total += got as i64;
-            position += got as u64;
-            if got < want as usize {
-                return Ok((total, position));
-            }
+    let mut total = 0usize;
+    while total < wanted {
+        let want = chunk(wanted - total) as u32;
+        let request = Request::Read {
+            handle: file.handle,
+            offset: position,
+            len: want,
+        };
+        let data = match ask(nr, file.mount, &request) {
+            Answer::Done(Reply::Data(data)) => data,
+            Answer::Done(_) => return Err(fail(libc::EPROTO)),
+            Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
+            Answer::Errno(_) => break,
+            Answer::Kernel => return Err(TO_KERNEL),
+        };
+        let got = data.len().min(want as usize);
+        cursor.scatter(&data[..got]);
+        total += got;
+        position += got as u64;
+        if got < want as usize {
+            break;
         }
     }
-    Ok((total, position))
+    Ok((total as i64, position))
+}
+
+/// A position in a program's iovec array: where the next bytes go or come from.
+struct IovCursor<'a> {
+    buffers: &'a [(i64, usize)],
+    index: usize,
+    within: usize,
+}
+
+impl<'a> IovCursor<'a> {
+    fn new(buffers: &'a [(i64, usize)]) -> Self {
+        IovCursor {
+            buffers,
+            index: 0,
+            within: 0,
+        }
+    }
+
+    /// Copies `bytes` into the buffers from the cursor on.
+    fn scatter(&mut self, mut bytes: &[u8]) {
+        while let (Some(&(ptr, len)), false) = (self.buffers.get(self.index), bytes.is_empty()) {
+            let n = (len - self.within).min(bytes.len());
+            // SAFETY: the program's iovec holds `len` bytes; `within + n <= len`.
+            unsafe { copy_out(ptr + self.within as i64, &bytes[..n]) };
+            bytes = &bytes[n..];
+            self.advance(n, len);
+        }
+    }
+
+    /// Appends up to `max` bytes from the buffers to `out`.
+    fn gather(&mut self, max: usize, out: &mut Vec<u8>) {
+        while let Some(&(ptr, len)) = self.buffers.get(self.index) {
+            if out.len() >= max {
+                break;
+            }
+            let n = (len - self.within).min(max - out.len());
+            // SAFETY: the program's iovec holds `len` bytes; `within + n <= len`.
+            let bytes =
+                unsafe { std::slice::from_raw_parts((ptr + self.within as i64) as *const u8, n) };
+            out.extend_from_slice(bytes);
+            self.advance(n, len);
+        }
+    }
+
+    fn advance(&mut self, n: usize, len: usize) {
+        self.within += n;
+        if self.within >= len {
+            self.index += 1;
+            self.within = 0;
+        }
+    }
 }
 
 pub fn write(nr: i64, args: [i64; 6]) -> Option<i64> {
@@ -153,35 +203,34 @@ fn write_at(
     offset: u64,
     append: bool,
 ) -> Result<(i64, u64), i64> {
+    let wanted: usize = buffers.iter().map(|&(_, len)| len).sum();
+    let mut cursor = IovCursor::new(buffers);
     let mut position = offset;
-    let mut total = 0i64;
-    for &(ptr, len) in buffers {
-        let mut done = 0;
-        while done < len {
-            let n = chunk(len - done);
-            // SAFETY: the program's buffer holds `len` bytes; `done + n <= len`.
-            let data = unsafe { std::slice::from_raw_parts((ptr + done as i64) as *const u8, n) };
-            let request = Request::Write {
-                handle: file.handle,
-                offset: position,
-                append,
-                data: data.to_vec(),
-            };
-            let (written, end) = match ask(nr, file.mount, &request) {
-                Answer::Done(Reply::Written { written, end }) => (written as usize, end),
-                Answer::Done(_) => return Err(fail(libc::EPROTO)),
-                Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
-                Answer::Errno(_) => return Ok((total, position)),
-                Answer::Kernel => return Err(TO_KERNEL),
-            };
-            done += written;
-            total += written as i64;
-            position = end;
-            if written < n {
-                return Ok((total, position));
-            }
+    let mut total = 0usize;
+    while total < wanted {
+        let mut data = Vec::with_capacity(chunk(wanted - total));
+        cursor.gather(chunk(wanted - total), &mut data);
+        let n = data.len();
+        let request = Request::Write {
+            handle: file.handle,
+            offset: position,
+            append,
+            data,
+        };
+        let (written, end) = match ask(nr, file.mount, &request) {
+            Answer::Done(Reply::Written { written, end }) => (written as usize, end),
+            Answer::Done(_) => return Err(fail(libc::EPROTO)),
+            Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
+            Answer::Errno(_) => break,
+            Answer::Kernel => return Err(TO_KERNEL),
+        };
+        total += written;
+        position = end;
+        if written < n {
+            break;
         }
     }
+    let total = total as i64;
     if file.status_flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
         if let Answer::Errno(errno) = ask(
             nr,
