@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -47,6 +47,8 @@ pub struct Server {
     processes: Processes,
     append_locks: Vec<Mutex<()>>,
     connections: AtomicU64,
+    /// Connection threads spinning for their next request now (see `spin_slot`).
+    spinners: AtomicUsize,
     stopped: AtomicBool,
     pub stats: Arc<FastPathStats>,
 }
@@ -116,6 +118,7 @@ pub fn start(
         processes: Processes::default(),
         append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
         connections: AtomicU64::new(0),
+        spinners: AtomicUsize::new(0),
         stopped: AtomicBool::new(false),
         stats: Arc::default(),
     });
@@ -273,7 +276,11 @@ impl Server {
         let mut request_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
-        while let Ok(next) = channel.next_request(seq, &mut request_buf, SERVER_SPIN, &alive) {
+        loop {
+            let spin = self.spin_slot();
+            let next = channel.next_request(seq, &mut request_buf, spin.window(), &alive);
+            drop(spin);
+            let Ok(next) = next else { break };
             seq = next;
             let (status, reply) = match Request::decode(&request_buf) {
                 Ok(request) => self.serve(caller, process, &request),
@@ -347,8 +354,43 @@ impl Server {
         }
     }
 
+    /// Spinning for the next request saves a wake-up only while a CPU is free to spin on:
+    /// at most one spinner per CPU but one (the client needs a CPU too); the others sleep
+    /// on the futex at once.
+    fn spin_slot(&self) -> SpinSlot<'_> {
+        let budget =
+            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1));
+        let granted = self.spinners.fetch_add(1, Ordering::AcqRel) < budget;
+        SpinSlot {
+            spinners: &self.spinners,
+            granted,
+        }
+    }
+
     pub(crate) fn append_lock(&self, ino: u64) -> MutexGuard<'_, ()> {
         self.append_locks[(ino as usize) % APPEND_LOCKS].lock()
+    }
+}
+
+/// A place among the spinners, given back when the wait ends.
+struct SpinSlot<'a> {
+    spinners: &'a AtomicUsize,
+    granted: bool,
+}
+
+impl SpinSlot<'_> {
+    fn window(&self) -> std::time::Duration {
+        if self.granted {
+            SERVER_SPIN
+        } else {
+            std::time::Duration::ZERO
+        }
+    }
+}
+
+impl Drop for SpinSlot<'_> {
+    fn drop(&mut self) {
+        self.spinners.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
