@@ -3,49 +3,15 @@
 //! Their figures go next to the built-in ones, named "fs_mark ..." and "bonnie++ ...".
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use crate::error::{BenchError, IoContext, Result};
 use crate::tools::{has_tool, is_root, run_capture};
 use crate::workload::{Better, Ctx, Outcome};
 
-/// fs_mark 3.3 overflows a buffer (and aborts) with `-d` paths of 39 bytes or more.
-const FS_MARK_MAX_PATH: usize = 38;
-
-/// A short alias of a long directory for fs_mark: a symlink in /tmp, removed on drop.
-struct ShortPath {
-    link: Option<PathBuf>,
-    path: PathBuf,
-}
-
-impl ShortPath {
-    /// `threads` names the `-d DIR/0 .. DIR/(threads-1)` that fs_mark will be given.
-    fn new(dir: &Path, threads: usize) -> Result<Self> {
-        let longest_arg = dir.as_os_str().len() + 1 + threads.saturating_sub(1).to_string().len();
-        if longest_arg <= FS_MARK_MAX_PATH {
-            return Ok(ShortPath {
-                link: None,
-                path: dir.to_path_buf(),
-            });
-        }
-        let link = PathBuf::from(format!("/tmp/sbfm.{}", std::process::id()));
-        let _ = fs::remove_file(&link);
-        std::os::unix::fs::symlink(dir, &link).context(|| format!("symlink {}", link.display()))?;
-        Ok(ShortPath {
-            link: Some(link.clone()),
-            path: link,
-        })
-    }
-}
-
-impl Drop for ShortPath {
-    fn drop(&mut self) {
-        if let Some(link) = &self.link {
-            let _ = fs::remove_file(link);
-        }
-    }
-}
+/// fs_mark 3.3 overflows a buffer (and aborts) with `-d` paths of 39 bytes or more: it is
+/// given paths relative to its working directory, the sample's.
+const FS_MARK_DIR: &str = "fsmark";
 
 /// fs_mark -S0 (or -S1 with --fsync) -k -L1 -n N -s S [-D D -N files/D] -d DIR/0 -d DIR/1 ...
 /// One `-d` per thread, as the built-in create gives each thread its own directory (fs_mark's
@@ -58,10 +24,9 @@ pub fn fs_mark(ctx: &Ctx, outcome: &mut Outcome) -> Result<()> {
         return Ok(());
     }
     let params = ctx.params;
-    let dir = ctx.dir.join("fsmark");
+    let dir = ctx.dir.join(FS_MARK_DIR);
     fs::create_dir(&dir).context(|| format!("mkdir {}", dir.display()))?;
-    let short = ShortPath::new(&dir, params.threads)?;
-    let mut cmd = Command::new("fs_mark");
+    let mut cmd = ctx.tool("fs_mark");
     cmd.current_dir(&ctx.dir) // it leaves fs_log.txt in its working directory
         .arg(if params.fsync { "-S1" } else { "-S0" })
         .args(["-k", "-L", "1"])
@@ -73,7 +38,8 @@ pub fn fs_mark(ctx: &Ctx, outcome: &mut Outcome) -> Result<()> {
             .args(["-N", &per_dir.to_string()]);
     }
     for thread in 0..params.threads {
-        cmd.arg("-d").arg(short.path.join(thread.to_string()));
+        cmd.arg("-d")
+            .arg(Path::new(FS_MARK_DIR).join(thread.to_string()));
     }
     let output = run_capture(&mut cmd)?;
     let rate = parse_fs_mark(&output).ok_or_else(|| BenchError::Tool {
@@ -109,7 +75,7 @@ pub fn bonnie(ctx: &Ctx, files: usize, outcome: &mut Outcome) -> Result<()> {
     let dir = ctx.dir.join("bonnie++");
     fs::create_dir(&dir).context(|| format!("mkdir {}", dir.display()))?;
     let kilo_files = files.div_ceil(1024).max(1);
-    let mut cmd = Command::new("bonnie++");
+    let mut cmd = ctx.tool("bonnie++");
     cmd.arg("-d").arg(&dir).args([
         "-s",
         "0",

@@ -6,6 +6,7 @@
 //! - [`tree`]: a deterministic, kernel-source-like directory tree (same seed, same bytes).
 //! - [`manifest`]: a canonical description of a tree, to compare two trees exactly.
 //! - [`workload`], [`runner`], [`target`], [`report`], [`chart`]: `shoal bench`.
+//! - [`worker`]: the samples of a target measured under the fast path library.
 
 pub mod chart;
 pub mod cpu;
@@ -24,6 +25,7 @@ mod sys;
 pub mod target;
 pub mod tools;
 pub mod tree;
+pub mod worker;
 pub mod workload;
 
 pub use error::{BenchError, Result};

@@ -406,6 +406,7 @@ mod tests {
             mount: None,
             shoal: false,
             daemon_pids: Vec::new(),
+            preload: None,
         };
         let report = Report {
             command: "shoal bench --target a --target b".into(),

@@ -2,6 +2,7 @@
 //! the machine hits every target alike. Each sample runs in a fresh `shoal-bench.XXXXXX`
 //! directory of its target, removed (untimed) afterwards. With `fresh`, every sample on a
 //! made target gets a new filesystem: the previous one is unmounted and destroyed first.
+//! Samples on a preloaded target (`shoal-run`) run in a worker process (`crate::worker`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,9 @@ use crate::progress::Progress;
 use crate::target::{tempfile_in, MakeOptions, Target};
 use crate::tools::run_silent;
 use crate::tree::{generate, TreeSpec};
+use crate::worker;
 use crate::workload::count_entries;
-use crate::workload::{self, Ctx, Outcome, Params, Workload};
+use crate::workload::{self, git, Ctx, Outcome, Params, Workload};
 
 pub struct Plan {
     pub workloads: Vec<Workload>,
@@ -46,17 +48,30 @@ pub struct Sample {
     pub error: Option<String>,
 }
 
-/// The staged tarball of the generated tree; its directory is removed on drop.
+/// The generated tree, staged as a tarball and as a bare git repository (as the
+/// workloads need); its directory is removed on drop.
 struct Staging {
     dir: PathBuf,
-    tarball: PathBuf,
+    tarball: Option<PathBuf>,
+    git_repo: Option<PathBuf>,
 }
 
 impl Staging {
-    fn new(parent: &Path, params: &Params, progress: &Progress) -> Result<Staging> {
+    fn new(parent: &Path, plan: &Plan, progress: &Progress) -> Result<Option<Staging>> {
+        let tarball = plan.workloads.iter().any(|w| w.needs_tarball());
+        let mut git_repo = plan.workloads.iter().any(|w| w.needs_git_repo());
+        if git_repo && !git::is_installed() {
+            progress.log("git is not installed: the git workload is skipped");
+            git_repo = false;
+        }
+        if !tarball && !git_repo {
+            return Ok(None);
+        }
+        let params = &plan.params;
         let dir = tempfile_in(parent).context(|| format!("staging dir in {}", parent.display()))?;
         let staging = Staging {
-            tarball: dir.join("tree.tar"),
+            tarball: tarball.then(|| dir.join("tree.tar")),
+            git_repo: git_repo.then(|| dir.join("tree.git")),
             dir,
         };
         progress.log(&format!(
@@ -68,16 +83,22 @@ impl Staging {
         let tree = staging.dir.join("tree");
         generate(&tree, &TreeSpec::with_files(params.tree_files, params.seed))
             .context(|| format!("generating {}", tree.display()))?;
-        run_silent(
-            Command::new("tar")
-                .arg("-cf")
-                .arg(&staging.tarball)
-                .arg("-C")
-                .arg(&staging.dir)
-                .arg("tree"),
-        )?;
+        if let Some(tarball) = &staging.tarball {
+            run_silent(
+                Command::new("tar")
+                    .arg("-cf")
+                    .arg(tarball)
+                    .arg("-C")
+                    .arg(&staging.dir)
+                    .arg("tree"),
+            )?;
+        }
+        if let Some(repo) = &staging.git_repo {
+            progress.log(&format!("staging a git repository in {}", repo.display()));
+            git::stage_repo(&tree, repo)?;
+        }
         fs::remove_dir_all(&tree).context(|| format!("removing {}", tree.display()))?;
-        Ok(staging)
+        Ok(Some(staging))
     }
 }
 
@@ -108,11 +129,7 @@ pub fn run(plan: &Plan, targets: &mut [Target], progress: &Progress) -> Result<V
     if targets.is_empty() {
         return Err(BenchError::Invalid("no targets".into()));
     }
-    let staging = if plan.workloads.iter().any(|w| w.needs_tarball()) {
-        Some(Staging::new(&plan.staging_parent, &plan.params, progress)?)
-    } else {
-        None
-    };
+    let staging = Staging::new(&plan.staging_parent, plan, progress)?;
     progress.start(plan.runs * plan.workloads.len() * targets.len());
     let mut samples = Vec::new();
     let mut used = vec![false; targets.len()];
@@ -130,8 +147,7 @@ pub fn run(plan: &Plan, targets: &mut [Target], progress: &Progress) -> Result<V
                     workload.name(),
                     target.label
                 ));
-                let tarball = staging.as_ref().map(|s| s.tarball.as_path());
-                let sample = run_sample(plan, run, workload, target, tarball, progress)?;
+                let sample = run_sample(plan, run, workload, target, staging.as_ref(), progress)?;
                 // A workload may have remounted the target (`Target::while_unmounted`).
                 target.refresh_daemons();
                 if let Some(error) = &sample.error {
@@ -155,7 +171,7 @@ fn run_sample(
     run: usize,
     workload: Workload,
     target: &Target,
-    tarball: Option<&Path>,
+    staging: Option<&Staging>,
     progress: &Progress,
 ) -> Result<Sample> {
     let dir =
@@ -167,8 +183,10 @@ fn run_sample(
         dir: dir.clone(),
         params: &plan.params,
         run,
-        tarball,
+        tarball: staging.and_then(|s| s.tarball.as_deref()),
+        git_repo: staging.and_then(|s| s.git_repo.as_deref()),
         progress: &report_progress,
+        fastpath: Default::default(),
     };
     // What the target held before the sample, for made targets: 0 on a fresh filesystem
     // (ext4 has its lost+found), more when earlier samples were kept (`--keep`).
@@ -178,11 +196,16 @@ fn run_sample(
         None
     };
     let started = Instant::now();
-    let result = workload::run(workload, &ctx);
+    // The bench process is not preloaded: a preloaded target's sample runs in a worker.
+    let result = if target.preload.is_some() {
+        worker::run_sample(workload, &ctx)
+    } else {
+        workload::run(workload, &ctx)
+    };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     if !plan.keep {
         // Untimed cleanup; `rm -rf` copes with whatever a failed workload left.
-        if let Err(error) = run_silent(Command::new("rm").arg("-rf").arg(&dir)) {
+        if let Err(error) = run_silent(target.tool("rm").arg("-rf").arg(&dir)) {
             progress.log(&format!("cleanup of {}: {error}", dir.display()));
         }
     }

@@ -1,8 +1,12 @@
 //! Where workloads run: any existing directory (`--target DIR`), or a fresh filesystem that
 //! `--make` creates (on a loop device, as a shoal mount, or as a `reference-memfs` process:
 //! the minimal fuser in-memory filesystem, the FUSE ceiling) and always tears down again.
+//! A `shoal-run` target is a shoal mount whose workloads run under the fast path library
+//! (`shoal run`): its tools get LD_PRELOAD from [`Target::tool`], its in-process samples
+//! run in a preloaded worker (`crate::worker`); no other target is preloaded.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,16 +27,19 @@ pub enum MakeKind {
     Ext4,
     Btrfs,
     Shoal,
+    /// A shoal mount made as `shoal` is, measured through the fast path (`shoal run`).
+    ShoalRun,
     ShoalMemory,
     ReferenceMemfs,
 }
 
 impl MakeKind {
-    pub const ALL: [MakeKind; 6] = [
+    pub const ALL: [MakeKind; 7] = [
         MakeKind::Xfs,
         MakeKind::Ext4,
         MakeKind::Btrfs,
         MakeKind::Shoal,
+        MakeKind::ShoalRun,
         MakeKind::ShoalMemory,
         MakeKind::ReferenceMemfs,
     ];
@@ -43,6 +50,7 @@ impl MakeKind {
             MakeKind::Ext4 => "ext4",
             MakeKind::Btrfs => "btrfs",
             MakeKind::Shoal => "shoal",
+            MakeKind::ShoalRun => "shoal-run",
             MakeKind::ShoalMemory => "shoal-memory",
             MakeKind::ReferenceMemfs => "reference-memfs",
         }
@@ -66,17 +74,29 @@ impl MakeKind {
             MakeKind::Xfs => Some("mkfs.xfs"),
             MakeKind::Ext4 => Some("mkfs.ext4"),
             MakeKind::Btrfs => Some("mkfs.btrfs"),
-            MakeKind::Shoal | MakeKind::ShoalMemory | MakeKind::ReferenceMemfs => None,
+            MakeKind::Shoal
+            | MakeKind::ShoalRun
+            | MakeKind::ShoalMemory
+            | MakeKind::ReferenceMemfs => None,
         }
     }
 
     fn is_shoal(self) -> bool {
-        matches!(self, MakeKind::Shoal | MakeKind::ShoalMemory)
+        matches!(
+            self,
+            MakeKind::Shoal | MakeKind::ShoalRun | MakeKind::ShoalMemory
+        )
+    }
+
+    /// Whether the mount has a store directory (made by `shoal mkfs`).
+    fn has_store(self) -> bool {
+        matches!(self, MakeKind::Shoal | MakeKind::ShoalRun)
     }
 }
 
-/// One place workloads run in.
-#[derive(Debug)]
+/// One place workloads run in. It travels as JSON to a worker process (`crate::worker`),
+/// all but the teardown, which stays with the process that made the target.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Target {
     /// Short name for tables and charts: the --make kind, or the directory.
     pub label: String,
@@ -87,7 +107,19 @@ pub struct Target {
     pub daemon_pids: Vec<u32>,
     /// For shoal targets: the binary, to ask it for its quota report.
     pub shoal_bin: Option<PathBuf>,
+    /// The fast path library (`shoal-run`): every tool and sample on this target runs with
+    /// it preloaded.
+    pub preload: Option<PathBuf>,
+    /// The store and mountpoint of a shoal mount `--make` created, for offline steps.
+    made_store: Option<MadeStore>,
+    #[serde(skip)]
     teardown: Option<Teardown>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct MadeStore {
+    store: PathBuf,
+    mnt: PathBuf,
 }
 
 /// What a shoal daemon has counted so far (see [`Target::daemon_counts`]).
@@ -95,6 +127,39 @@ pub struct DaemonCounts {
     pub requests: BTreeMap<String, u64>,
     /// Polling by ring threads that follow a lone caller (`follow=`): idle time, not work.
     pub ring_poll: Duration,
+    pub fastpath: FastPathCounts,
+}
+
+/// Requests of fast-path (`shoal run`) processes a shoal daemon answered, all kinds
+/// together: served, failed with the kernel's errno, or left to the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastPathCounts {
+    pub served: u64,
+    pub failed: u64,
+    pub fell_back: u64,
+}
+
+impl FastPathCounts {
+    /// The sums over the kinds of `shoal stats --json`'s `fastpath` list (empty on a daemon
+    /// without a fast path).
+    fn from_stats(stats: &serde_json::Value) -> FastPathCounts {
+        let kinds = stats["fastpath"].as_array().map_or(&[][..], Vec::as_slice);
+        let sum = |field: &str| kinds.iter().filter_map(|k| k[field].as_u64()).sum();
+        FastPathCounts {
+            served: sum("served"),
+            failed: sum("failed"),
+            fell_back: sum("fell_back"),
+        }
+    }
+
+    /// What was counted after `earlier`.
+    pub fn since(&self, earlier: &FastPathCounts) -> FastPathCounts {
+        FastPathCounts {
+            served: self.served.saturating_sub(earlier.served),
+            failed: self.failed.saturating_sub(earlier.failed),
+            fell_back: self.fell_back.saturating_sub(earlier.fell_back),
+        }
+    }
 }
 
 /// What the report says about a target.
@@ -106,9 +171,32 @@ pub struct TargetInfo {
     pub mount: Option<MountInfo>,
     pub shoal: bool,
     pub daemon_pids: Vec<u32>,
+    /// The fast path library its workloads ran under (`shoal-run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preload: Option<PathBuf>,
 }
 
 impl Target {
+    /// A command for one of a workload's tools (tar, cp, find, git ...): on a `shoal-run`
+    /// target with the fast path library preloaded, elsewhere as it is.
+    pub fn tool(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut command = Command::new(program);
+        self.preload_into(&mut command);
+        command
+    }
+
+    /// Sets what `command` needs to run on the fast path of this target (nothing for other
+    /// targets): the library, and its mount as the only one it serves.
+    pub fn preload_into(&self, command: &mut Command) {
+        let Some(library) = &self.preload else {
+            return;
+        };
+        command.env("LD_PRELOAD", library);
+        if let Some(mount) = &self.mount {
+            command.env("SHOAL_RUN_MOUNT", &mount.mountpoint);
+        }
+    }
+
     /// FUSE requests the shoal daemon serving this target has answered so far, by type,
     /// and the time its ring threads spent polling (`shoal stats --json`); `None` for
     /// other filesystems.
@@ -130,6 +218,7 @@ impl Target {
         Some(DaemonCounts {
             requests,
             ring_poll: Duration::from_nanos(stats["ring_poll_ns"].as_u64().unwrap_or(0)),
+            fastpath: FastPathCounts::from_stats(&stats),
         })
     }
 
@@ -157,6 +246,8 @@ impl Target {
             mount,
             daemon_pids,
             shoal_bin: shoal_bin.map(Path::to_path_buf),
+            preload: None,
+            made_store: None,
             teardown: None,
         })
     }
@@ -174,8 +265,11 @@ impl Target {
     /// For a shoal target: its store directory (made here, or as its daemon says with
     /// `shoal info --json`); `None` for other filesystems and in-memory shoal mounts.
     pub fn shoal_store(&self) -> Option<PathBuf> {
-        if let Some(teardown) = &self.teardown {
-            return (teardown.kind == MakeKind::Shoal).then(|| teardown.base.join("store"));
+        if let Some(made) = &self.made_store {
+            return Some(made.store.clone());
+        }
+        if self.is_made() {
+            return None;
         }
         let mount = self.mount.as_ref().filter(|mount| mount.is_shoal())?;
         let output = Command::new(self.shoal_bin.as_ref()?)
@@ -192,32 +286,28 @@ impl Target {
         self.mount.as_ref().is_some_and(MountInfo::is_shoal)
     }
 
-    /// For a shoal store made by `--make shoal`: unmounts it (`shoal umount`), runs `f` on
-    /// the store directory, and mounts it again, for what only works offline (a whole
-    /// compaction, offline reports). `None` for every other target. The daemon serving the
-    /// target afterwards is a new process: the runner asks for it again after the sample
-    /// (`refresh_daemons`), so an offline step goes last in a workload.
+    /// For a shoal store made by `--make shoal` or `shoal-run`: unmounts it (`shoal
+    /// umount`), runs `f` on the store directory, and mounts it again, for what only works
+    /// offline (a whole compaction, offline reports). `None` for every other target. The
+    /// daemon serving the target afterwards is a new process: the runner asks for it again
+    /// after the sample (`refresh_daemons`), so an offline step goes last in a workload (a
+    /// preloaded worker's fast path does not serve the new mount either).
     pub fn while_unmounted<T>(&self, f: impl FnOnce(&Path) -> Result<T>) -> Result<Option<T>> {
-        let Some(teardown) = self
-            .teardown
-            .as_ref()
-            .filter(|teardown| teardown.kind == MakeKind::Shoal)
-        else {
+        let Some(made) = &self.made_store else {
             return Ok(None);
         };
         let shoal = self
             .shoal_bin
             .as_ref()
             .ok_or_else(|| BenchError::Invalid("no shoal binary".into()))?;
-        let store = teardown.base.join("store");
-        run_capture(Command::new(shoal).arg("umount").arg(&teardown.mnt))?;
-        let result = f(&store);
+        run_capture(Command::new(shoal).arg("umount").arg(&made.mnt))?;
+        let result = f(&made.store);
         // Mounted again whatever `f` did: the target must stay usable for the session.
         run_capture(
             Command::new(shoal)
                 .arg("mount")
-                .arg(&store)
-                .arg(&teardown.mnt),
+                .arg(&made.store)
+                .arg(&made.mnt),
         )?;
         result.map(Some)
     }
@@ -253,6 +343,7 @@ impl Target {
             mount: self.mount.clone(),
             shoal: self.is_shoal(),
             daemon_pids: self.daemon_pids.clone(),
+            preload: self.preload.clone(),
         }
     }
 }
@@ -287,6 +378,8 @@ pub struct MakeOptions {
     pub image_bytes: u64,
     /// The `shoal` binary for shoal targets.
     pub shoal_bin: Option<PathBuf>,
+    /// The fast path library for `shoal-run` (`libshoal_preload.so`).
+    pub preload: Option<PathBuf>,
     /// The `reference-memfs` binary and its `--threads`.
     pub memfs_bin: Option<PathBuf>,
     pub memfs_threads: usize,
@@ -323,8 +416,25 @@ pub fn check_make(kinds: &[MakeKind], options: &MakeOptions) -> Result<()> {
         if *kind == MakeKind::ReferenceMemfs {
             check_memfs(options)?;
         }
+        if *kind == MakeKind::ShoalRun {
+            check_preload(options)?;
+        }
     }
     Ok(())
+}
+
+fn check_preload(options: &MakeOptions) -> Result<()> {
+    match &options.preload {
+        Some(library) if library.is_file() => Ok(()),
+        Some(library) => Err(BenchError::Invalid(format!(
+            "--make shoal-run: the fast path library {} does not exist (cargo build \
+             --release -p shoal-preload, or set SHOAL_PRELOAD)",
+            library.display()
+        ))),
+        None => Err(BenchError::Invalid(
+            "--make shoal-run: no fast path library given".into(),
+        )),
+    }
 }
 
 fn check_memfs(options: &MakeOptions) -> Result<()> {
@@ -382,21 +492,31 @@ pub fn make(kind: MakeKind, options: &MakeOptions) -> Result<Target> {
         MakeKind::Xfs | MakeKind::Ext4 | MakeKind::Btrfs => {
             make_loop_fs(kind, options, &mut teardown)?
         }
-        MakeKind::Shoal | MakeKind::ShoalMemory => make_shoal(kind, options, &teardown)?,
+        MakeKind::Shoal | MakeKind::ShoalRun | MakeKind::ShoalMemory => {
+            make_shoal(kind, options, &teardown)?
+        }
         MakeKind::ReferenceMemfs => make_memfs(options, &mut teardown)?,
     }
     let mount = mounts::mount_of(&mnt);
     let daemon_pids = match (kind, &teardown.memfs) {
-        (MakeKind::Shoal | MakeKind::ShoalMemory, _) => mounts::shoal_daemon_pids(&mnt),
         (MakeKind::ReferenceMemfs, Some(child)) => vec![child.id()],
+        _ if kind.is_shoal() => mounts::shoal_daemon_pids(&mnt),
         _ => Vec::new(),
     };
+    let made_store = kind.has_store().then(|| MadeStore {
+        store: base.join("store"),
+        mnt: mnt.clone(),
+    });
     Ok(Target {
         label: kind.name().to_string(),
         path: mnt,
         mount,
         daemon_pids,
         shoal_bin: options.shoal_bin.clone(),
+        preload: (kind == MakeKind::ShoalRun)
+            .then(|| options.preload.clone())
+            .flatten(),
+        made_store,
         teardown: Some(teardown),
     })
 }
@@ -441,7 +561,7 @@ fn make_shoal(kind: MakeKind, options: &MakeOptions, teardown: &Teardown) -> Res
         .ok_or_else(|| BenchError::Invalid("no shoal binary".into()))?;
     let mut mount = Command::new(shoal);
     mount.arg("mount");
-    if kind == MakeKind::Shoal {
+    if kind.has_store() {
         let store = teardown.base.join("store");
         fs::create_dir_all(&store).context(|| format!("creating {}", store.display()))?;
         run_capture(Command::new(shoal).arg("mkfs").arg(&store))?;

@@ -5,6 +5,7 @@ pub mod bigdir;
 pub mod bonnie;
 pub mod churn;
 pub mod create;
+pub mod git;
 pub mod objects;
 pub mod quota;
 pub mod quotacheck;
@@ -13,14 +14,17 @@ pub mod store_bytes;
 pub mod tree;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::{CpuSnapshot, CpuUsage};
 use crate::error::{BenchError, Result};
-use crate::target::Target;
+use crate::target::{FastPathCounts, Target};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -30,6 +34,7 @@ pub enum Workload {
     Unlink,
     Rmtree,
     Tree,
+    Git,
     Objects,
     Bonnie,
     Quotacheck,
@@ -41,12 +46,13 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 12] = [
+    pub const ALL: [Workload; 13] = [
         Workload::Create,
         Workload::Stat,
         Workload::Unlink,
         Workload::Rmtree,
         Workload::Tree,
+        Workload::Git,
         Workload::Objects,
         Workload::Bonnie,
         Workload::Quotacheck,
@@ -63,6 +69,7 @@ impl Workload {
             Workload::Unlink => "unlink",
             Workload::Rmtree => "rmtree",
             Workload::Tree => "tree",
+            Workload::Git => "git",
             Workload::Objects => "objects",
             Workload::Bonnie => "bonnie",
             Workload::Quotacheck => "quotacheck",
@@ -98,6 +105,11 @@ impl Workload {
     /// Whether a run needs the generated tree's tarball.
     pub fn needs_tarball(self) -> bool {
         matches!(self, Workload::Tree | Workload::Quotacheck)
+    }
+
+    /// Whether a run needs a bare git repository of the generated tree.
+    pub fn needs_git_repo(self) -> bool {
+        self == Workload::Git
     }
 }
 
@@ -136,7 +148,7 @@ pub struct Params {
     pub dirs_per_thread: usize,
     /// create and objects: fsync each file before close (fs_mark -S1).
     pub fsync: bool,
-    /// tree and quotacheck: regular files of the generated tree (entries are ~1.1x).
+    /// tree, git and quotacheck: regular files of the generated tree (entries are ~1.1x).
     pub tree_files: usize,
     pub seed: u64,
     /// objects: total objects written.
@@ -383,6 +395,31 @@ pub struct Timed {
     pub requests: Option<BTreeMap<String, u64>>,
 }
 
+/// Fast-path requests of a sample's timed sections, added up as they end.
+#[derive(Debug, Default)]
+pub struct FastPathTally {
+    served: AtomicU64,
+    failed: AtomicU64,
+    fell_back: AtomicU64,
+}
+
+impl FastPathTally {
+    fn add(&self, counts: FastPathCounts) {
+        self.served.fetch_add(counts.served, Ordering::Relaxed);
+        self.failed.fetch_add(counts.failed, Ordering::Relaxed);
+        self.fell_back
+            .fetch_add(counts.fell_back, Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> FastPathCounts {
+        FastPathCounts {
+            served: self.served.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            fell_back: self.fell_back.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Everything a workload sees.
 pub struct Ctx<'a> {
     pub target: &'a Target,
@@ -394,11 +431,22 @@ pub struct Ctx<'a> {
     pub run: usize,
     /// The generated tree as a tar archive (tree and quotacheck only).
     pub tarball: Option<&'a Path>,
+    /// The generated tree as a bare git repository, outside the targets (git only; `None`
+    /// where git is not installed).
+    pub git_repo: Option<&'a Path>,
     /// Streams a progress line (a progress bar message on a terminal).
     pub progress: &'a (dyn Fn(&str) + Sync),
+    /// What the daemon's fast path did during the timed sections (shoal targets).
+    pub fastpath: FastPathTally,
 }
 
 impl Ctx<'_> {
+    /// A command for one of the workload's tools: preloaded on a `shoal-run` target
+    /// ([`Target::tool`]).
+    pub fn tool(&self, program: impl AsRef<OsStr>) -> Command {
+        self.target.tool(program)
+    }
+
     /// Runs `f` and measures its wall time and CPU (ours, our children's and the daemon's).
     pub fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Timed)> {
         // Request counts are read outside the timed and CPU-measured window (asking the
@@ -411,6 +459,7 @@ impl Ctx<'_> {
         let mut cpu = CpuSnapshot::take(&self.target.daemon_pids).since(&before);
         let counts_after = counts_before.as_ref().and(self.target.daemon_counts());
         let requests = counts_before.zip(counts_after).map(|(before, after)| {
+            self.fastpath.add(after.fastpath.since(&before.fastpath));
             // A follower's polling is CPU the daemon would otherwise have left idle: it
             // counts with the spinners', not as work on requests.
             let polled = after.ring_poll.saturating_sub(before.ring_poll);
@@ -438,14 +487,27 @@ impl Ctx<'_> {
     }
 }
 
-/// Runs one workload in `ctx.dir`.
+/// Runs one workload in `ctx.dir`. On shoal, the counts say what the fast path did during
+/// its timed sections (all zero unless the target is `shoal-run`).
 pub fn run(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
+    let mut outcome = run_workload(workload, ctx)?;
+    if ctx.target.is_shoal() {
+        let fastpath = ctx.fastpath.total();
+        outcome.count("fastpath served", fastpath.served);
+        outcome.count("fastpath failed", fastpath.failed);
+        outcome.count("fastpath fell back", fastpath.fell_back);
+    }
+    Ok(outcome)
+}
+
+fn run_workload(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
     match workload {
         Workload::Create => create::run_create(ctx),
         Workload::Stat => create::run_stat(ctx),
         Workload::Unlink => create::run_unlink(ctx),
         Workload::Rmtree => rmtree::run(ctx),
         Workload::Tree => tree::run(ctx),
+        Workload::Git => git::run(ctx),
         Workload::Objects => objects::run(ctx),
         Workload::Bonnie => bonnie::run(ctx),
         Workload::Quotacheck => quotacheck::run(ctx),

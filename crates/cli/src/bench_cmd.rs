@@ -12,21 +12,25 @@ use shoal_bench::progress::Progress;
 use shoal_bench::report::{self, Report};
 use shoal_bench::runner::{self, Plan};
 use shoal_bench::target::{self, MakeKind, MakeOptions, Target};
+use shoal_bench::worker;
 use shoal_bench::workload::{Params, Size, TimeLimit, Workload};
+
+use crate::run_cmd;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Workloads to run: create, stat, unlink, rmtree, tree, objects, bonnie, quotacheck,
-    /// churn, quota, bigdir, store-bytes (default: all but churn, quota, bigdir and
-    /// store-bytes).
+    /// Workloads to run: create, stat, unlink, rmtree, tree, git, objects, bonnie,
+    /// quotacheck, churn, quota, bigdir, store-bytes (default: all but churn, quota, bigdir
+    /// and store-bytes).
     #[arg(value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A directory to run in (any filesystem; repeatable). Ratios are against the first.
     #[arg(long = "target", value_name = "DIR")]
     targets: Vec<PathBuf>,
-    /// Root only: make fresh filesystems to compare, from xfs,ext4,btrfs,shoal,shoal-memory,
-    /// reference-memfs (loop devices, shoal mounts and the minimal fuser in-memory
-    /// filesystem, the FUSE ceiling, under --scratch; always torn down).
+    /// Root only: make fresh filesystems to compare, from xfs,ext4,btrfs,shoal,shoal-run,
+    /// shoal-memory,reference-memfs (loop devices, shoal mounts and the minimal fuser
+    /// in-memory filesystem, the FUSE ceiling, under --scratch; always torn down). shoal-run
+    /// is a shoal mount whose workloads run under the fast path library (`shoal run`).
     #[arg(long, value_name = "LIST")]
     make: Option<String>,
     /// Give every sample on a --make target a new filesystem (made, mounted, measured,
@@ -67,7 +71,7 @@ pub struct BenchArgs {
     /// fsync every file in create and objects (fs_mark -S1).
     #[arg(long)]
     fsync: bool,
-    /// Regular files of the generated tree (tree, quotacheck).
+    /// Regular files of the generated tree (tree, git, quotacheck).
     #[arg(long)]
     tree_files: Option<usize>,
     /// Objects written by the objects workload.
@@ -100,6 +104,9 @@ pub struct BenchArgs {
     /// of an earlier session (e.g. after the charts changed).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["targets", "make"])]
     from_json: Option<PathBuf>,
+    /// Internal: run one sample sent as JSON on stdin (a shoal-run target's, preloaded).
+    #[arg(long, hide = true)]
+    worker: bool,
 }
 
 fn params(args: &BenchArgs, size: Size) -> Result<Params> {
@@ -192,6 +199,9 @@ fn command_line() -> String {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if args.worker {
+        return Ok(ExitCode::from(worker::serve()));
+    }
     if let Some(path) = &args.from_json {
         let report = report::read_json(path)?;
         return output(args, &report);
@@ -212,10 +222,16 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         Some(path) => path.clone(),
         None => shoal_bin.with_file_name("reference-memfs"),
     };
+    let preload = if kinds.contains(&MakeKind::ShoalRun) {
+        Some(run_cmd::library_path().context("--make shoal-run")?)
+    } else {
+        None
+    };
     let make_options = MakeOptions {
         scratch: args.scratch.clone(),
         image_bytes: image_bytes(size),
         shoal_bin: Some(shoal_bin.clone()),
+        preload,
         memfs_bin: Some(memfs_bin),
         memfs_threads: args.memfs_threads.max(1),
     };

@@ -489,3 +489,148 @@ fn bigdir_store_bytes_and_quota_with_offline_steps_on_a_made_store() {
     let scratch_path = scratch.path().to_str().unwrap();
     assert!(!mounts.contains(scratch_path), "left mounted:\n{mounts}");
 }
+
+/// The fast path library, built next to shoal (`cargo build --release --workspace`, as
+/// scripts/test does).
+fn preload_library() -> PathBuf {
+    let path = Path::new(SHOAL).with_file_name("libshoal_preload.so");
+    assert!(
+        path.is_file(),
+        "{} is missing: cargo build --release -p shoal-preload",
+        path.display()
+    );
+    path
+}
+
+/// `--make shoal,shoal-run`: two fresh shoal mounts made alike, the second measured
+/// through the fast path library, its tools preloaded and the bench's own creates and
+/// unlinks done in a preloaded worker. Its column must be there with sane numbers, its
+/// daemon must have served the timed sections on the fast path, and the kernel-path
+/// target's must have served none: if the library is silently not used, this fails.
+#[test]
+fn shoal_run_target_goes_through_the_fast_path() {
+    let library = preload_library();
+    let scratch = tempfile::Builder::new()
+        .prefix("shoal-bench-run.")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir");
+    let report_dir = ram_dir("shoal-bench-run-report.");
+    let json_file = report_dir.path().join("samples.json");
+    let files: u64 = 200;
+    let workloads = ["create", "unlink", "tree", "git"];
+    let mut cmd = Command::new(SHOAL);
+    cmd.arg("bench")
+        .args(["--make", "shoal,shoal-run", "--scratch"])
+        .arg(scratch.path())
+        .args([
+            "--runs",
+            "1",
+            "--threads",
+            "1",
+            "--files",
+            &files.to_string(),
+        ])
+        .args(["--tree-files", "150", "--json"])
+        .arg(&json_file)
+        .args(workloads);
+    let out = run_ok(&mut cmd, BENCH_TIMEOUT);
+    let report: Value = serde_json::from_str(&fs::read_to_string(&json_file).unwrap()).unwrap();
+    let targets = report["targets"].as_array().unwrap();
+    let labels: Vec<&str> = targets
+        .iter()
+        .map(|t| t["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["shoal", "shoal-run"]);
+    assert!(targets[0].get("preload").is_none(), "{}", targets[0]);
+    let preloaded = PathBuf::from(targets[1]["preload"].as_str().expect("preload"));
+    assert_eq!(
+        fs::canonicalize(preloaded).unwrap(),
+        fs::canonicalize(&library).unwrap()
+    );
+    let samples = report["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2 * workloads.len(), "{}", out.describe());
+    for sample in samples {
+        assert!(sample.get("error").is_none(), "{sample}");
+        for metric in sample["metrics"].as_array().unwrap() {
+            let value = metric["value"].as_f64().unwrap();
+            // A target on the fast path may send the kernel no request at all, and
+            // spinners may burn nothing in a short run (clock ticks are 10 ms).
+            let may_be_zero = metric["unit"] == "req/entry"
+                || metric["name"]
+                    .as_str()
+                    .is_some_and(|name| name.ends_with("spin CPU"));
+            assert!(
+                value.is_finite() && (value > 0.0 || may_be_zero && value == 0.0),
+                "{metric} in {sample}"
+            );
+        }
+        let served = sample["counts"]["fastpath served"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no fast-path count: {sample}"));
+        let workload = sample["workload"].as_str().unwrap();
+        if sample["target"] == "shoal" {
+            assert_eq!(
+                served, 0,
+                "the kernel-path target is not preloaded: {sample}"
+            );
+        } else if matches!(workload, "create" | "unlink") {
+            // Every create and every unlink is at least one request on the fast path.
+            assert!(served >= files, "{workload}: {served} served: {sample}");
+        } else {
+            assert!(served > 0, "{workload} on the fast path: {sample}");
+        }
+        match workload {
+            "create" => assert_eq!(sample["counts"]["files_thread_0"].as_u64(), Some(files)),
+            "unlink" => assert_eq!(sample["counts"]["files_left"].as_u64(), Some(0)),
+            "tree" => {
+                let entries = sample["counts"]["entries"].as_u64().unwrap();
+                assert!(entries > 150, "{sample}");
+                assert_eq!(sample["counts"]["entries_copied"].as_u64(), Some(entries));
+            }
+            "git" => {
+                assert!(sample["counts"]["entries"].as_u64().unwrap() > 150);
+                assert_eq!(
+                    sample["counts"]["status_changes"].as_u64(),
+                    Some(0),
+                    "a fresh clone is clean: {sample}"
+                );
+            }
+            other => panic!("unexpected workload {other}"),
+        }
+    }
+    let summary = report["summary"].as_array().unwrap();
+    for metric in [
+        "create rate",
+        "tar x + sync",
+        "git clone",
+        "git status",
+        "git fsck",
+    ] {
+        assert!(
+            summary.iter().any(|row| row["target"] == "shoal-run"
+                && row["metric"] == metric
+                && row["ratio_to_first"].as_f64().is_some()),
+            "no shoal-run row for {metric}"
+        );
+    }
+    assert!(out.stdout.contains("shoal-run"), "{}", out.describe());
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let scratch_path = scratch.path().to_str().unwrap();
+    assert!(!mounts.contains(scratch_path), "left mounted:\n{mounts}");
+
+    // Without its library the target is refused before anything is made.
+    let out = run(
+        Command::new(SHOAL)
+            .args(["bench", "--make", "shoal-run", "--scratch"])
+            .arg(scratch.path())
+            .env("SHOAL_PRELOAD", "/nonexistent/libshoal_preload.so"),
+        BENCH_TIMEOUT,
+    );
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.starts_with("shoal: ") && out.stderr.contains("fast path library"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_dir(scratch.path()).unwrap().count(), 0);
+}

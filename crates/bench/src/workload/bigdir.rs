@@ -6,7 +6,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use super::create::{create_files, plan, ThreadFiles};
 use super::{count_entries, Ctx, Outcome, Params};
@@ -56,7 +55,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         );
     }
     let (listed, timed) = ctx.timed(|| {
-        let names = run_capture(Command::new("ls").arg("-f").arg(&dir))?;
+        let names = run_capture(ctx.tool("ls").arg("-f").arg(&dir))?;
         Ok(names.lines().count() as u64)
     })?;
     outcome.seconds("ls -f (all names)", &timed);
@@ -66,7 +65,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     outcome.seconds(&format!("listing + stat of {stated} random names"), &timed);
     outcome.count("stated", stated);
     outcome.count("files", count_entries(&dir)?);
-    let ((), timed) = ctx.timed(|| run_silent(Command::new("rm").arg("-rf").arg(&dir)))?;
+    let ((), timed) = ctx.timed(|| run_silent(ctx.tool("rm").arg("-rf").arg(&dir)))?;
     outcome.rate_and_cpu("rm -rf", "file", created as u64, &timed);
     outcome.count("left", count_entries(&root)?);
     Ok(outcome)

@@ -167,7 +167,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         .tarball
         .ok_or_else(|| BenchError::Invalid("quotacheck workload without its tarball".into()))?;
     run_silent(
-        Command::new("tar")
+        ctx.tool("tar")
             .arg("-xf")
             .arg(tarball)
             .arg("-C")

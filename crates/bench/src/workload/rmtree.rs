@@ -49,7 +49,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let single = ctx.dir.join("single");
     let entries = build(&single, params.threads, params.files_per_thread)?;
     measure_usage(ctx, &single, &mut outcome)?;
-    let ((), timed) = ctx.timed(|| run_silent(Command::new("rm").arg("-rf").arg(&single)))?;
+    let ((), timed) = ctx.timed(|| run_silent(ctx.tool("rm").arg("-rf").arg(&single)))?;
     outcome.rate_and_cpu("rm -rf single", "entry", entries, &timed);
     outcome.count("entries_single", entries);
 
@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let ((), timed) = ctx.timed(|| {
         in_threads(params.threads, |thread| {
             run_silent(
-                Command::new("rm")
+                ctx.tool("rm")
                     .arg("-rf")
                     .arg(parallel.join(format!("t{thread}"))),
             )
@@ -106,8 +106,7 @@ fn measure_usage(ctx: &Ctx, tree: &Path, outcome: &mut Outcome) -> Result<()> {
     if !drop_caches() {
         outcome.notes.push("not root: du -s started warm".into());
     }
-    let ((), timed) =
-        ctx.timed(|| run_capture(Command::new("du").arg("-s").arg(tree)).map(drop))?;
+    let ((), timed) = ctx.timed(|| run_capture(ctx.tool("du").arg("-s").arg(tree)).map(drop))?;
     outcome.seconds("usage of the tree", &timed);
     Ok(())
 }

@@ -119,7 +119,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
 
 /// `df` used of the target's filesystem once everything is written out.
 fn df_used(ctx: &Ctx) -> Result<u64> {
-    run_silent(Command::new("sync").arg("-f").arg(&ctx.dir))?;
+    run_silent(ctx.tool("sync").arg("-f").arg(&ctx.dir))?;
     let space = free_space(&ctx.dir).context(|| format!("statvfs {}", ctx.dir.display()))?;
     Ok(space.used_bytes)
 }

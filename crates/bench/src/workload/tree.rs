@@ -31,10 +31,12 @@ fn tool(ctx: &Ctx, outcome: &mut Outcome, name: &str, cmd: &mut Command) -> Resu
 }
 
 /// Drops caches, then loads `tool` itself back (untimed): a cold row should measure the
-/// filesystem under test, not reading the tool's binary and libraries from the root disk.
-fn cold(tool: &str) -> bool {
+/// filesystem under test, not reading the tool's binary and libraries (the fast path one
+/// among them) from the root disk.
+fn cold(ctx: &Ctx, tool: &str) -> bool {
     let dropped = drop_caches();
-    let _ = Command::new(tool)
+    let _ = ctx
+        .tool(tool)
         .arg("--version")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -42,8 +44,8 @@ fn cold(tool: &str) -> bool {
     dropped
 }
 
-fn find(root: &Path, ls: bool) -> Command {
-    let mut cmd = Command::new("find");
+fn find(ctx: &Ctx, root: &Path, ls: bool) -> Command {
+    let mut cmd = ctx.tool("find");
     cmd.arg(root);
     if ls {
         cmd.arg("-ls");
@@ -59,7 +61,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let root = ctx.dir.join("tree");
     let copy = ctx.dir.join("copy");
 
-    if !cold("tar") {
+    if !cold(ctx, "tar") {
         outcome
             .notes
             .push("not root: caches were not dropped, cold rows are warm".into());
@@ -68,18 +70,20 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         ctx,
         &mut outcome,
         "tar x",
-        Command::new("tar")
+        ctx.tool("tar")
             .arg("-xf")
             .arg(tarball)
             .arg("-C")
             .arg(&ctx.dir),
     )?;
-    // What makes the extraction durable: XFS and ext4 write most of it back only now.
+    // What makes the extraction durable: XFS and ext4 write most of it back only now. The
+    // kernel does not pass syncfs on to a FUSE daemon, so on shoal it returns before the
+    // store has committed; under the fast path library (shoal-run) it asks the daemon to.
     let synced = tool(
         ctx,
         &mut outcome,
         "sync after tar x",
-        Command::new("sync").arg("-f").arg(&ctx.dir),
+        ctx.tool("sync").arg("-f").arg(&ctx.dir),
     )?;
     outcome.metric(
         "tar x + sync",
@@ -98,33 +102,33 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         ctx,
         &mut outcome,
         "cp -a",
-        Command::new("cp").arg("-a").arg(&root).arg(&copy),
+        ctx.tool("cp").arg("-a").arg(&root).arg(&copy),
     )?;
     outcome.requests_per("cp -a", entries, &timed);
     outcome.count("entries_copied", count_tree(&copy)? + 1);
 
     let mut readers = Vec::new();
-    cold("find");
+    cold(ctx, "find");
     readers.push((
         "find cold",
-        tool(ctx, &mut outcome, "find cold", &mut find(&root, false))?,
+        tool(ctx, &mut outcome, "find cold", &mut find(ctx, &root, false))?,
     ));
-    cold("find");
-    let find_ls = &mut find(&root, true);
+    cold(ctx, "find");
+    let find_ls = &mut find(ctx, &root, true);
     readers.push((
         "find -ls cold",
         tool(ctx, &mut outcome, "find -ls cold", find_ls)?,
     ));
-    let find_ls = &mut find(&root, true);
+    let find_ls = &mut find(ctx, &root, true);
     readers.push((
         "find -ls warm",
         tool(ctx, &mut outcome, "find -ls warm", find_ls)?,
     ));
     readers.push((
         "find warm",
-        tool(ctx, &mut outcome, "find warm", &mut find(&root, false))?,
+        tool(ctx, &mut outcome, "find warm", &mut find(ctx, &root, false))?,
     ));
-    let du = &mut Command::new("du");
+    let du = &mut ctx.tool("du");
     readers.push((
         "du -s",
         tool(ctx, &mut outcome, "du -s", du.arg("-s").arg(&root))?,
@@ -136,7 +140,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         ctx,
         &mut outcome,
         "rm -rf",
-        Command::new("rm").arg("-rf").arg(&root),
+        ctx.tool("rm").arg("-rf").arg(&root),
     )?;
     outcome.rate_and_cpu("rm -rf", "entry", entries, &timed);
     import_row(ctx, &mut outcome, tarball, entries)?;
@@ -145,8 +149,8 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
 
 /// A shell pipeline into `cat > /dev/null`: GNU tar skips reading file data when its own
 /// output is /dev/null, so both archivers write into a pipe.
-fn into_pipe(command: &str, args: &[&Path]) -> Command {
-    let mut cmd = Command::new("sh");
+fn into_pipe(ctx: &Ctx, command: &str, args: &[&Path]) -> Command {
+    let mut cmd = ctx.tool("sh");
     cmd.arg("-c")
         .arg(format!("{command} | cat > /dev/null"))
         .arg("sh")
@@ -156,23 +160,23 @@ fn into_pipe(command: &str, args: &[&Path]) -> Command {
 
 /// `tar c` of the extracted tree, cold; on shoal, `shoal export` of it (cold).
 fn archive_rows(ctx: &Ctx, outcome: &mut Outcome, root: &Path, entries: u64) -> Result<()> {
-    cold("tar");
+    cold(ctx, "tar");
     let timed = tool(
         ctx,
         outcome,
         "tar c cold",
-        &mut into_pipe(r#"tar -cf - -C "$1" ."#, &[root]),
+        &mut into_pipe(ctx, r#"tar -cf - -C "$1" ."#, &[root]),
     )?;
     outcome.rate_and_cpu("tar c cold", "entry", entries, &timed);
     let Some((shoal, _)) = shoal_of(ctx.target) else {
         return Ok(());
     };
-    cold("tar");
+    cold(ctx, "tar");
     let timed = tool(
         ctx,
         outcome,
         "shoal export cold",
-        &mut into_pipe(r#""$1" export "$2""#, &[shoal, root]),
+        &mut into_pipe(ctx, r#""$1" export "$2""#, &[shoal, root]),
     )?;
     outcome.rate_and_cpu("shoal export cold", "entry", entries, &timed);
     Ok(())
