@@ -259,7 +259,7 @@ pub fn families() -> Vec<(&'static str, &'static str, &'static str)> {
     OP_FAMILIES
         .into_iter()
         .chain(QUOTA_FAMILIES)
-        .chain([FASTPATH_FAMILY])
+        .chain([FASTPATH_FAMILY, FASTPATH_FALLBACK_FAMILY])
         .chain(of(ENGINE_METRICS))
         .chain(histograms)
         .chain(of(STORE_METRICS))
@@ -318,8 +318,20 @@ const FASTPATH_FAMILY: (&str, &str, &str) = (
     "Fast-path requests by kind and outcome: served, failed (the kernel's errno), fell_back (left to the kernel).",
 );
 
-/// `shoal_fastpath_requests_total{kind, outcome}`.
+/// Fast-path requests left to the kernel, by reason.
+const FASTPATH_FALLBACK_FAMILY: (&str, &str, &str) = (
+    "shoal_fastpath_fallbacks_total",
+    "counter",
+    "Fast-path requests left to the kernel, by reason: permission (an ACL or capability may grant it; every refusal), leaves_mount, kernel_rule (directory renames, set-id bits, O_TMPFILE, special files...), read_only, version.",
+);
+
+/// `shoal_fastpath_requests_total{kind, outcome}` and `shoal_fastpath_fallbacks_total{reason}`.
 fn fast_path_samples(out: &mut String, report: &StatsReport, mount: &str) {
+    let (name, kind, help) = FASTPATH_FALLBACK_FAMILY;
+    describe(out, name, kind, help);
+    for (reason, count) in &report.fastpath_fallbacks {
+        sample(out, name, &format!("{mount}reason=\"{reason}\","), count);
+    }
     let (name, kind, help) = FASTPATH_FAMILY;
     describe(out, name, kind, help);
     const NAME: &str = FASTPATH_FAMILY.0;

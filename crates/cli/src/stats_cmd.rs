@@ -212,6 +212,22 @@ fn render_fast_path(out: &mut String, previous: &StatsReport, current: &StatsRep
     if !figures.is_empty() {
         section(out, "fast path (served/failed/fell back)", &figures);
     }
+    let reasons: Vec<String> = current
+        .fastpath_fallbacks
+        .iter()
+        .filter_map(|(reason, count)| {
+            let was = previous
+                .fastpath_fallbacks
+                .iter()
+                .find(|(r, _)| r == reason)
+                .map_or(0, |(_, c)| *c);
+            let delta = count.saturating_sub(was);
+            (delta > 0).then(|| format!("{reason} {delta}"))
+        })
+        .collect();
+    if !reasons.is_empty() {
+        section(out, "fell back because", &reasons);
+    }
 }
 
 /// The request table: the requests that arrived in the interval, their rate and latency.

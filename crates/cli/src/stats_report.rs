@@ -40,6 +40,9 @@ pub struct StatsReport {
     pub fastpath: Vec<FastPathReport>,
     #[serde(default)]
     pub fastpath_connections: u64,
+    /// Fast-path requests left to the kernel, by reason (`shoal_fastpath_server::Why`).
+    #[serde(default)]
+    pub fastpath_fallbacks: Vec<(String, u64)>,
     /// The store's UUID (empty for a RAM filesystem or a store made before identities):
     /// with `mountpoint`, the labels that tell one host's mounts apart in Prometheus.
     pub uuid: String,
@@ -616,6 +619,13 @@ impl StatsSource {
                 .fast_path
                 .as_ref()
                 .map_or(0, |stats| stats.connections()),
+            fastpath_fallbacks: self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
+                stats
+                    .fallback_reasons()
+                    .into_iter()
+                    .map(|(why, count)| (why.to_string(), count))
+                    .collect()
+            }),
             uuid: self.uuid.clone(),
             mountpoint: self.mountpoint.clone(),
             free_bytes,

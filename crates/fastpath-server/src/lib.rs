@@ -15,5 +15,6 @@ mod server;
 mod stats;
 mod walk;
 
+pub use refusal::Why;
 pub use server::{start, Access, FastPathHandle, KernelCache};
 pub use stats::{FastPathStats, KindCounts, REQUEST_KINDS};

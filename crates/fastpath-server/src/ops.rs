@@ -10,7 +10,7 @@ use shoal_fastpath::{
 use crate::credentials::Credentials;
 use crate::handles::{release, Handle, Process};
 use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
-use crate::refusal::{ensure, require, Refusal, Served};
+use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
 use crate::walk::{walk, Walked};
 
@@ -62,7 +62,7 @@ pub fn attr(inode: &Inode) -> Attr {
 impl Server {
     fn writable(&self) -> Served<()> {
         // A read-only mount answers EROFS, after checks whose order the kernel knows.
-        require(!self.engine.is_read_only())
+        require_because(!self.engine.is_read_only(), Why::ReadOnly)
     }
 
     pub fn stat(&self, s: &Session, at: &At) -> Served<Reply> {
@@ -156,7 +156,7 @@ impl Server {
             }
             FileKind::Symlink => return Err(Refusal::Errno(libc::ELOOP)),
             // Fifos, sockets and devices are the kernel's to open.
-            _ => return Err(Refusal::Fallback),
+            _ => return Err(Refusal::Fallback(Why::KernelRule)),
         }
         ensure(
             flags & libc::O_DIRECTORY == 0 || inode.kind == FileKind::Directory,
@@ -396,7 +396,7 @@ impl Server {
         let linked = source.existing()?.clone();
         ensure(linked.kind != FileKind::Directory, libc::EPERM)?;
         // protected_hardlinks: linking another user's file is the kernel's to judge.
-        require(owns(s.caller, &linked))?;
+        require_permission(owns(s.caller, &linked))?;
         let target = walk(&self.engine, s.caller, to)?;
         require(!target.is_dots() && !target.trailing_slash)?;
         ensure(target.found.is_none(), libc::EEXIST)?;
@@ -417,7 +417,7 @@ impl Server {
             engine_change.kill_suidgid = !s.caller.privileged;
         }
         if let Some(mode) = change.mode {
-            require(owns(s.caller, &inode))?;
+            require_permission(owns(s.caller, &inode))?;
             let mut perm = (mode & 0o7777) as u16;
             if !s.caller.privileged && !s.caller.in_group(inode.gid) {
                 perm &= !0o2000;
@@ -459,16 +459,18 @@ impl Server {
         let gid_allowed = change
             .gid
             .is_none_or(|gid| gid == inode.gid || s.caller.in_group(gid));
-        require(s.caller.uid == inode.uid && uid_kept && gid_allowed)
+        require_permission(s.caller.uid == inode.uid && uid_kept && gid_allowed)
     }
 
     fn authorize_times(&self, s: &Session, inode: &Inode, change: &SetAttrWire) -> Served<()> {
         let explicit = |t: TimeWire| matches!(t, TimeWire::At { .. });
         let any = |t: TimeWire| t != TimeWire::Omit;
         if explicit(change.atime) || explicit(change.mtime) {
-            require(owns(s.caller, inode))
+            require_permission(owns(s.caller, inode))
         } else if any(change.atime) || any(change.mtime) {
-            require(owns(s.caller, inode) || granted(&self.engine, s.caller, inode, MAY_WRITE))
+            require_permission(
+                owns(s.caller, inode) || granted(&self.engine, s.caller, inode, MAY_WRITE),
+            )
         } else {
             Ok(())
         }
@@ -483,7 +485,7 @@ impl Server {
             ))?;
             check(&self.engine, s.caller, &inode, MAY_READ)?;
         } else if name.starts_with(b"trusted.") {
-            require(s.caller.privileged)?;
+            require_permission(s.caller.privileged)?;
         } else {
             require(name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_"))?;
         }
@@ -547,7 +549,7 @@ impl From<Refusal> for (shoal_fastpath::Status, Reply) {
     fn from(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Errno(errno) => (shoal_fastpath::Status::Errno(errno), Reply::Empty),
-            Refusal::Fallback => (shoal_fastpath::Status::Fallback, Reply::Empty),
+            Refusal::Fallback(_) => (shoal_fastpath::Status::Fallback, Reply::Empty),
         }
     }
 }

@@ -7,7 +7,7 @@
 use shoal_engine::{Engine, FileKind, Inode};
 
 use crate::credentials::Credentials;
-use crate::refusal::{require, Served};
+use crate::refusal::{require_permission, Served};
 
 pub const MAY_EXEC: u16 = 1;
 pub const MAY_WRITE: u16 = 2;
@@ -40,7 +40,7 @@ pub fn granted(engine: &Engine, caller: &Credentials, inode: &Inode, mask: u16) 
 
 /// `granted`, or fall back.
 pub fn check(engine: &Engine, caller: &Credentials, inode: &Inode, mask: u16) -> Served<()> {
-    require(granted(engine, caller, inode, mask))
+    require_permission(granted(engine, caller, inode, mask))
 }
 
 fn has_access_acl(engine: &Engine, inode: &Inode) -> bool {
@@ -71,5 +71,5 @@ pub fn may_remove(
         && !caller.privileged
         && caller.uid != dir.uid
         && caller.uid != victim.uid;
-    require(!sticky_blocks)
+    require_permission(!sticky_blocks)
 }

@@ -7,9 +7,46 @@ use shoal_engine::FsError;
 pub enum Refusal {
     /// The kernel path would fail with this errno at this point, for the same reason.
     Errno(i32),
-    /// Nothing was changed; the kernel decides (a permission it might grant through a
-    /// capability or ACL, a rule the fast path does not implement, a path leaving the mount).
-    Fallback,
+    /// Nothing was changed; the kernel decides, for the reason given.
+    Fallback(Why),
+}
+
+/// Why a request was left to the kernel, as `shoal stats` counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// A permission the caller may still have through an ACL or a capability the fast
+    /// path does not weigh (and every refusal: the kernel gives the exact errno).
+    Permission,
+    /// The path leaves the mount: `..` above its root, an absolute symlink.
+    LeavesMount,
+    /// A rule kept to the kernel: directory renames, set-id bits at create or chown,
+    /// O_TMPFILE, O_PATH, fifos and devices, names of more than 255 bytes, `.` and `..`
+    /// as the last component of a change.
+    KernelRule,
+    /// A change on a read-only mount (the kernel orders its errors).
+    ReadOnly,
+    /// A client of another protocol version.
+    Version,
+}
+
+impl Why {
+    pub const ALL: [Why; 5] = [
+        Why::Permission,
+        Why::LeavesMount,
+        Why::KernelRule,
+        Why::ReadOnly,
+        Why::Version,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Why::Permission => "permission",
+            Why::LeavesMount => "leaves_mount",
+            Why::KernelRule => "kernel_rule",
+            Why::ReadOnly => "read_only",
+            Why::Version => "version",
+        }
+    }
 }
 
 pub type Served<T> = Result<T, Refusal>;
@@ -23,12 +60,21 @@ impl From<FsError> for Refusal {
     }
 }
 
-/// Falls back unless `condition` holds.
+/// Falls back unless `condition` holds: a rule the fast path leaves to the kernel.
 pub fn require(condition: bool) -> Served<()> {
+    require_because(condition, Why::KernelRule)
+}
+
+/// Falls back unless `condition` holds: a permission the kernel must judge.
+pub fn require_permission(condition: bool) -> Served<()> {
+    require_because(condition, Why::Permission)
+}
+
+pub fn require_because(condition: bool, why: Why) -> Served<()> {
     if condition {
         Ok(())
     } else {
-        Err(Refusal::Fallback)
+        Err(Refusal::Fallback(why))
     }
 }
 

@@ -308,7 +308,7 @@ impl Server {
         match request {
             Request::Hello { version } => {
                 if *version != PROTOCOL_VERSION {
-                    return Err(Refusal::Fallback);
+                    return Err(Refusal::Fallback(crate::refusal::Why::Version));
                 }
                 Ok(Reply::Hello(Hello {
                     version: PROTOCOL_VERSION,

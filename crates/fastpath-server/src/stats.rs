@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_fastpath::{Reply, Request};
 
-use crate::refusal::{Refusal, Served};
+use crate::refusal::{Refusal, Served, Why};
 
 /// Request kinds, in the order `snapshot` lists them.
 pub const REQUEST_KINDS: [&str; 21] = [
@@ -68,6 +68,8 @@ struct Counts {
 #[derive(Default)]
 pub struct FastPathStats {
     kinds: [Counts; REQUEST_KINDS.len()],
+    /// Fallbacks by reason, in `Why::ALL` order.
+    reasons: [AtomicU64; Why::ALL.len()],
     connections: AtomicU64,
 }
 
@@ -90,7 +92,11 @@ impl FastPathStats {
         let counter = match result {
             Ok(_) => &counts.served,
             Err(Refusal::Errno(_)) => &counts.failed,
-            Err(Refusal::Fallback) => &counts.fell_back,
+            Err(Refusal::Fallback(why)) => {
+                let index = Why::ALL.iter().position(|w| w == why).unwrap_or(0);
+                self.reasons[index].fetch_add(1, Ordering::Relaxed);
+                &counts.fell_back
+            }
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -98,6 +104,15 @@ impl FastPathStats {
     /// Connections accepted since the mount (one per client thread).
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Fallbacks so far by reason name (`Why::name`).
+    pub fn fallback_reasons(&self) -> Vec<(&'static str, u64)> {
+        Why::ALL
+            .iter()
+            .zip(&self.reasons)
+            .map(|(why, count)| (why.name(), count.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// Every request kind's counts, in `REQUEST_KINDS` order.

@@ -8,7 +8,7 @@ use shoal_fastpath::At;
 
 use crate::credentials::Credentials;
 use crate::permission::{check, MAY_EXEC};
-use crate::refusal::{ensure, Refusal, Served};
+use crate::refusal::{ensure, Refusal, Served, Why};
 
 /// Symlinks one walk follows at most (the kernel's MAXSYMLINKS).
 const MAX_SYMLINKS: u32 = 40;
@@ -40,7 +40,7 @@ impl Walked {
 pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
     ensure(!at.path.is_empty(), libc::ENOENT)?;
     if at.path.first() == Some(&b'/') {
-        return Err(Refusal::Fallback);
+        return Err(Refusal::Fallback(Why::LeavesMount));
     }
     let mut trailing_slash = at.path.last() == Some(&b'/');
     let mut pending = components_reversed(&at.path);
@@ -68,7 +68,7 @@ pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
             let target = engine.readlink(child.ino)?;
             ensure(!target.is_empty(), libc::ENOENT)?;
             if target.first() == Some(&b'/') {
-                return Err(Refusal::Fallback);
+                return Err(Refusal::Fallback(Why::LeavesMount));
             }
             if last && target.last() == Some(&b'/') {
                 trailing_slash = true;
@@ -113,9 +113,9 @@ fn components_reversed(path: &[u8]) -> Vec<Vec<u8>> {
 fn lookup(engine: &Engine, dir: &Inode, name: &[u8]) -> Served<Option<Inode>> {
     match name {
         b"." => Ok(Some(dir.clone())),
-        b".." if dir.ino == ROOT_INO => Err(Refusal::Fallback),
+        b".." if dir.ino == ROOT_INO => Err(Refusal::Fallback(Why::LeavesMount)),
         b".." => Ok(Some(engine.parent_of(dir.ino)?)),
-        _ if name.len() > NAME_MAX => Err(Refusal::Fallback),
+        _ if name.len() > NAME_MAX => Err(Refusal::Fallback(Why::KernelRule)),
         _ => match engine.lookup_child(dir.ino, name) {
             Ok(inode) => Ok(Some(inode)),
             Err(FsError::NotFound) => Ok(None),

@@ -38,7 +38,12 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         _ => (args[0], args[1], args[2] as i32, args[3] as u32),
     };
     let dirfd_position: &[usize] = if nr == libc::SYS_openat { &[0] } else { &[] };
-    if flags & KERNEL_ONLY_FLAGS != 0 || is_tmpfile(flags) || !process_state::fast_path_on() {
+    if !process_state::fast_path_on() {
+        return Some(kernel(nr, args, dirfd_position));
+    }
+    if flags & KERNEL_ONLY_FLAGS != 0 || is_tmpfile(flags) {
+        // Counted with the daemon's fallbacks (when the path is on a mount or not alike).
+        crate::stats::note(nr, crate::stats::Way::FellBack);
         return Some(kernel(nr, args, dirfd_position));
     }
     let path = match resolve::c_path(path_ptr) {
