@@ -49,6 +49,9 @@ pub struct Server {
     connections: AtomicU64,
     /// Connection threads spinning for their next request now (see `spin_slot`).
     spinners: AtomicUsize,
+    /// At most this many spin at once: the CPUs but one (read once: std reads cgroup
+    /// files to answer).
+    spin_budget: usize,
     stopped: AtomicBool,
     pub stats: Arc<FastPathStats>,
 }
@@ -119,6 +122,8 @@ pub fn start(
         append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
         connections: AtomicU64::new(0),
         spinners: AtomicUsize::new(0),
+        spin_budget: std::thread::available_parallelism()
+            .map_or(1, |n| n.get().saturating_sub(1).max(1)),
         stopped: AtomicBool::new(false),
         stats: Arc::default(),
     });
@@ -277,9 +282,20 @@ impl Server {
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
         loop {
+            // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
             let spin = self.spin_slot();
-            let next = channel.next_request(seq, &mut request_buf, spin.window(), &alive);
+            let polled = if spin.granted {
+                channel.poll_request(seq, &mut request_buf, SERVER_SPIN)
+            } else {
+                None
+            };
             drop(spin);
+            let next = match polled {
+                Some(next) => Ok(next),
+                None => {
+                    channel.next_request(seq, &mut request_buf, std::time::Duration::ZERO, &alive)
+                }
+            };
             let Ok(next) = next else { break };
             seq = next;
             let (status, reply) = match Request::decode(&request_buf) {
@@ -358,9 +374,7 @@ impl Server {
     /// at most one spinner per CPU but one (the client needs a CPU too); the others sleep
     /// on the futex at once.
     fn spin_slot(&self) -> SpinSlot<'_> {
-        let budget =
-            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1));
-        let granted = self.spinners.fetch_add(1, Ordering::AcqRel) < budget;
+        let granted = self.spinners.fetch_add(1, Ordering::AcqRel) < self.spin_budget;
         SpinSlot {
             spinners: &self.spinners,
             granted,
@@ -376,16 +390,6 @@ impl Server {
 struct SpinSlot<'a> {
     spinners: &'a AtomicUsize,
     granted: bool,
-}
-
-impl SpinSlot<'_> {
-    fn window(&self) -> std::time::Duration {
-        if self.granted {
-            SERVER_SPIN
-        } else {
-            std::time::Duration::ZERO
-        }
-    }
 }
 
 impl Drop for SpinSlot<'_> {

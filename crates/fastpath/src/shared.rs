@@ -198,6 +198,23 @@ impl SharedChannel {
         Ok(seq)
     }
 
+    /// Daemon: spins up to `spin` for the request after `last_seq`, without sleeping;
+    /// `None` if it has not come (the caller then sleeps in `next_request`).
+    pub fn poll_request(
+        &self,
+        last_seq: u32,
+        request: &mut Vec<u8>,
+        spin: Duration,
+    ) -> Option<u32> {
+        let seq = last_seq.wrapping_add(1);
+        if !spin_until(self.word(REQUEST_SEQ), seq, spin) {
+            return None;
+        }
+        let len = self.word(REQUEST_LEN).load(Ordering::Acquire) as usize;
+        self.copy_out(REQUEST_AREA, len, request);
+        Some(seq)
+    }
+
     /// Daemon: publishes the reply to request `seq`.
     pub fn reply(&self, seq: u32, reply: &[u8]) {
         self.copy_in(REPLY_AREA, reply);
@@ -241,27 +258,8 @@ fn wait_for(
     alive: &dyn Fn() -> bool,
 ) -> Result<(), Gone> {
     let arrived = || word.load(Ordering::Acquire) == wanted;
-    if arrived() {
+    if spin_until(word, wanted, spin) {
         return Ok(());
-    }
-    let start = Instant::now();
-    let mut spins = 0u32;
-    while !spin.is_zero() {
-        for _ in 0..64 {
-            std::hint::spin_loop();
-            if arrived() {
-                return Ok(());
-            }
-        }
-        spins += 1;
-        if spins.is_multiple_of(16) {
-            if start.elapsed() >= spin {
-                break;
-            }
-            // On a busy machine the peer may be waiting for this very CPU: let it run.
-            // sched_yield returns at once when nothing else is runnable here.
-            std::thread::yield_now();
-        }
     }
     loop {
         sleeping.store(1, Ordering::SeqCst);
@@ -279,6 +277,34 @@ fn wait_for(
             return Err(Gone::Closed);
         }
     }
+}
+
+/// Spins until `word` is `wanted` or `spin` has passed; whether it arrived.
+fn spin_until(word: &AtomicU32, wanted: u32, spin: Duration) -> bool {
+    let arrived = || word.load(Ordering::Acquire) == wanted;
+    if arrived() {
+        return true;
+    }
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !spin.is_zero() {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if arrived() {
+                return true;
+            }
+        }
+        spins += 1;
+        if spins.is_multiple_of(16) {
+            if start.elapsed() >= spin {
+                break;
+            }
+            // On a busy machine the peer may be waiting for this very CPU: let it run.
+            // sched_yield returns at once when nothing else is runnable here.
+            std::thread::yield_now();
+        }
+    }
+    arrived()
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
