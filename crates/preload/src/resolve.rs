@@ -20,19 +20,21 @@ pub enum Route {
 /// The bytes of a C path argument, or the errno the kernel gives for it (EFAULT for memory
 /// the process cannot read, as the kernel checks it: a page at a time, through
 /// process_vm_readv, so a bad pointer is an error, not a crash).
-pub fn c_path(ptr: i64) -> Result<Vec<u8>, i32> {
+pub fn c_path(ptr: i64) -> Result<CPath, i32> {
     if ptr == 0 {
         return Err(libc::EFAULT);
     }
-    let mut path = Vec::new();
+    let mut path = CPath {
+        bytes: [0; PATH_MAX_BYTES],
+        len: 0,
+    };
     let mut address = ptr as usize;
-    while path.len() < PATH_MAX_BYTES {
+    while path.len < PATH_MAX_BYTES {
         let to_page_end = PAGE_BYTES - address % PAGE_BYTES;
-        let want = to_page_end.min(PATH_MAX_BYTES - path.len());
-        let start = path.len();
-        path.resize(start + want, 0);
+        let want = to_page_end.min(PATH_MAX_BYTES - path.len);
+        let start = path.len;
         let local = libc::iovec {
-            iov_base: path[start..].as_mut_ptr().cast(),
+            iov_base: path.bytes[start..].as_mut_ptr().cast(),
             iov_len: want,
         };
         let remote = libc::iovec {
@@ -53,13 +55,42 @@ pub fn c_path(ptr: i64) -> Result<Vec<u8>, i32> {
         if n != want as i64 {
             return Err(libc::EFAULT);
         }
-        if let Some(nul) = path[start..].iter().position(|&b| b == 0) {
-            path.truncate(start + nul);
+        if let Some(nul) = path.bytes[start..start + want].iter().position(|&b| b == 0) {
+            path.len = start + nul;
             return Ok(path);
         }
+        path.len += want;
         address += want;
     }
     Err(libc::ENAMETOOLONG)
+}
+
+/// A path argument copied out of the program's memory, on the stack: the handler runs
+/// inside libc (malloc's own trim opens /proc files with an arena locked), so a call that
+/// is not the fast path's must not allocate.
+pub struct CPath {
+    bytes: [u8; PATH_MAX_BYTES],
+    len: usize,
+}
+
+impl std::ops::Deref for CPath {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl AsRef<[u8]> for CPath {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for CPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
 }
 
 const PAGE_BYTES: usize = 4096;
@@ -119,28 +150,47 @@ fn route_absolute(path: &[u8], follow: bool) -> Route {
 
 /// N, when `path` is /proc/self/fd/N, /proc/PID/fd/N (this process) or /dev/fd/N.
 fn proc_fd_link(path: &[u8]) -> Option<i64> {
-    if !(path.starts_with(b"/proc/") || path.starts_with(b"/dev/fd/")) {
+    let fd_path = if let Some(rest) = path.strip_prefix(b"/dev/fd/") {
+        rest
+    } else {
+        let rest = path.strip_prefix(b"/proc/")?;
+        let (who, rest) = rest.split_at(rest.iter().position(|&b| b == b'/')?);
+        let own = who == b"self"
+            || who == b"thread-self"
+            || parse_decimal(who) == Some(i64::from(process_state::pid()));
+        if !own {
+            return None;
+        }
+        rest.strip_prefix(b"/fd/")?
+    };
+    let digits = fd_path.strip_suffix(b"/").unwrap_or(fd_path);
+    let fd = parse_decimal(digits)?;
+    fds::is_fast(fd).then_some(fd)
+}
+
+/// A plain decimal number, without allocating.
+fn parse_decimal(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let own = format!("/proc/{}/fd/", crate::process_state::pid());
-    let prefixes: [&[u8]; 4] = [
-        b"/proc/self/fd/",
-        b"/proc/thread-self/fd/",
-        b"/dev/fd/",
-        own.as_bytes(),
-    ];
-    let rest = prefixes
-        .iter()
-        .find_map(|prefix| path.strip_prefix(*prefix))?;
-    let digits = rest.strip_suffix(b"/").unwrap_or(rest);
-    let fd: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    fds::is_fast(fd).then_some(fd)
+    Some(
+        digits
+            .iter()
+            .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0')),
+    )
 }
 
 /// The usable mount `path` lies in, and the rest of `path` inside it. The part up to the
 /// mountpoint must be plain (no `..`, no symlinks we could not see: the kernel resolves a
 /// path with them).
 pub fn split_at_mount(path: &[u8]) -> Option<(usize, Vec<u8>)> {
+    // Most paths are on no mount: said without allocating (see `CPath`).
+    if !mounts::all()
+        .iter()
+        .any(|mount| mount.usable() && plainly_under(path, &mount.path))
+    {
+        return None;
+    }
     let components: Vec<&[u8]> = path
         .split(|&b| b == b'/')
         .filter(|part| !part.is_empty() && *part != b".")
@@ -170,6 +220,17 @@ pub fn split_at_mount(path: &[u8]) -> Option<(usize, Vec<u8>)> {
         rest.push(b'/');
     }
     Some((index, rest))
+}
+
+/// Whether absolute `path`'s components begin with `dir`'s (skipping empty and `.` ones),
+/// without allocating.
+fn plainly_under(path: &[u8], dir: &[u8]) -> bool {
+    let mut parts = path
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".");
+    dir.split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .all(|wanted| parts.next() == Some(wanted))
 }
 
 /// The mount and directory inode a relative path starts from, `None` for the kernel.
@@ -296,8 +357,11 @@ mod tests {
     fn c_path_stops_at_nul_and_bad_pointers_are_efault() {
         crate::process_state::start();
         let bytes = b"abc\0def";
-        assert_eq!(c_path(bytes.as_ptr() as i64), Ok(b"abc".to_vec()));
-        assert_eq!(c_path(0), Err(libc::EFAULT));
-        assert_eq!(c_path(0xdead_c0de), Err(libc::EFAULT));
+        assert_eq!(
+            c_path(bytes.as_ptr() as i64).map(|p| p.to_vec()),
+            Ok(b"abc".to_vec())
+        );
+        assert_eq!(c_path(0).map(|p| p.to_vec()), Err(libc::EFAULT));
+        assert_eq!(c_path(0xdead_c0de).map(|p| p.to_vec()), Err(libc::EFAULT));
     }
 }

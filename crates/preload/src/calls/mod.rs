@@ -130,7 +130,23 @@ pub const NUMBERS: &[i64] = &[
     libc::SYS_epoll_ctl,
     libc::SYS_getdents,
     libc::SYS_statfs,
+    libc::SYS_fanotify_mark,
+    SYS_FCHMODAT2,
+    SYS_SETXATTRAT,
+    SYS_GETXATTRAT,
+    SYS_LISTXATTRAT,
+    SYS_REMOVEXATTRAT,
 ];
+
+// Newer calls that take a directory descriptor, by number (newer C libraries use them:
+// glibc 2.39's fchmodat with AT_SYMLINK_NOFOLLOW is fchmodat2). They go to the kernel,
+// a fast directory descriptor first made a kernel one: on a placeholder (an O_PATH
+// descriptor of `/`) a relative path would be resolved from `/`.
+const SYS_FCHMODAT2: i64 = 452;
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_GETXATTRAT: i64 = 464;
+const SYS_LISTXATTRAT: i64 = 465;
+const SYS_REMOVEXATTRAT: i64 = 466;
 
 /// Argument positions that hold a descriptor, for the calls served only by the kernel:
 /// a fast descriptor there is made a kernel one first.
@@ -158,7 +174,13 @@ fn descriptor_arguments(nr: i64) -> &'static [usize] {
         | libc::SYS_name_to_handle_at
         | libc::SYS_openat2
         | libc::SYS_futimesat
-        | libc::SYS_execveat => &[0],
+        | libc::SYS_execveat
+        | SYS_FCHMODAT2
+        | SYS_SETXATTRAT
+        | SYS_GETXATTRAT
+        | SYS_LISTXATTRAT
+        | SYS_REMOVEXATTRAT => &[0],
+        libc::SYS_fanotify_mark => &[3],
         _ => &[],
     }
 }
