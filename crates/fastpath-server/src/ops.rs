@@ -21,6 +21,7 @@ const MKDIR_MODE_BITS: u32 = 0o1777;
 const SET_ID_BITS: u32 = 0o6000;
 const RENAME_NOREPLACE: u32 = 1;
 const BLOCK_BYTES: u32 = 4096;
+const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 
 /// The caller of one request.
 pub struct Session<'a> {
@@ -254,6 +255,34 @@ impl Server {
         })
     }
 
+    /// copy_file_range(2) inside the engine: `from` readable, `to` writable (not
+    /// O_APPEND: the client checks that), two different regular files.
+    pub fn copy_range(
+        &self,
+        s: &Session,
+        from: (u64, u64),
+        to: (u64, u64),
+        len: u64,
+    ) -> Served<Reply> {
+        let (source, target) = (s.handle(from.0)?, s.handle(to.0)?);
+        ensure(!source.directory && !target.directory, libc::EISDIR)?;
+        ensure(source.readable && target.writable, libc::EBADF)?;
+        // The same file (overlap rules), and killing set-id bits on the target: the kernel's.
+        require(source.ino != target.ino)?;
+        let target_inode = self.engine.getattr(target.ino)?;
+        require(s.caller.privileged || u32::from(target_inode.perm) & SET_ID_BITS == 0)?;
+        require(from.1.checked_add(len).is_some() && to.1.checked_add(len).is_some())?;
+        self.writable()?;
+        let copied = self
+            .engine
+            .copy_range(source.ino, from.1, target.ino, to.1, len)?;
+        self.kernel.inode_changed(target.ino, true);
+        Ok(Reply::Written {
+            written: copied,
+            end: to.1 + copied,
+        })
+    }
+
     pub fn fstat(&self, s: &Session, id: u64) -> Served<Reply> {
         let handle = s.handle(id)?;
         Ok(Reply::Attr(attr(&self.engine.getattr(handle.ino)?)))
@@ -474,6 +503,39 @@ impl Server {
         } else {
             Ok(())
         }
+    }
+
+    /// Setting an access ACL that restates permission bits (`posix_acl_update_mode`): only
+    /// the owner or CAP_FOWNER, set-gid dropped as chmod drops it, and any stored access
+    /// ACL goes, since the mode now says it all.
+    pub fn set_acl_mode(&self, s: &Session, target: &Target, perm: u32) -> Served<Reply> {
+        let (inode, _) = self.target(s, target)?;
+        require(matches!(
+            inode.kind,
+            FileKind::Regular | FileKind::Directory
+        ))?;
+        require_permission(owns(s.caller, &inode))?;
+        self.writable()?;
+        let mut new_perm = (inode.perm & !0o777) | (perm & 0o777) as u16;
+        if !s.caller.privileged && !s.caller.in_group(inode.gid) {
+            new_perm &= !0o2000;
+        }
+        if inode.may_have_xattrs {
+            match self.engine.removexattr(inode.ino, ACL_ACCESS_NAME) {
+                Ok(()) | Err(shoal_engine::FsError::NoXattr) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let change = SetAttr {
+            perm: Some(new_perm),
+            ..SetAttr::default()
+        };
+        let updated = self.engine.setattr(inode.ino, &change)?;
+        self.kernel.inode_changed(inode.ino, false);
+        Ok(Reply::Changed {
+            attr: attr(&updated),
+            kernel_holds: self.kernel.holds(inode.ino),
+        })
     }
 
     pub fn get_xattr(&self, s: &Session, target: &Target, name: &[u8]) -> Served<Reply> {

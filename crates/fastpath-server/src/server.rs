@@ -367,6 +367,14 @@ impl Server {
             Request::ListXattr { target } => self.list_xattr(s, target),
             Request::Sync => self.sync(),
             Request::Resolve { at } => self.resolve_directory(s, at),
+            Request::CopyRange {
+                from,
+                from_offset,
+                to,
+                to_offset,
+                len,
+            } => self.copy_range(s, (*from, *from_offset), (*to, *to_offset), *len),
+            Request::SetAccessAclMode { target, perm } => self.set_acl_mode(s, target, *perm),
         }
     }
 

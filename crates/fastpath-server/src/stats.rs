@@ -8,7 +8,7 @@ use shoal_fastpath::{Reply, Request};
 use crate::refusal::{Refusal, Served, Why};
 
 /// Request kinds, in the order `snapshot` lists them.
-pub const REQUEST_KINDS: [&str; 21] = [
+pub const REQUEST_KINDS: [&str; 23] = [
     "hello",
     "stat",
     "access",
@@ -30,6 +30,8 @@ pub const REQUEST_KINDS: [&str; 21] = [
     "listxattr",
     "sync",
     "resolve",
+    "copy_range",
+    "set_acl_mode",
 ];
 
 fn kind_index(request: &Request) -> usize {
@@ -55,6 +57,8 @@ fn kind_index(request: &Request) -> usize {
         Request::ListXattr { .. } => 18,
         Request::Sync => 19,
         Request::Resolve { .. } => 20,
+        Request::CopyRange { .. } => 21,
+        Request::SetAccessAclMode { .. } => 22,
     }
 }
 

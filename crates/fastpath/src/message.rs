@@ -132,6 +132,20 @@ pub enum Request {
     Resolve {
         at: At,
     },
+    /// copy_file_range between two open files, inside the daemon.
+    CopyRange {
+        from: u64,
+        from_offset: u64,
+        to: u64,
+        to_offset: u64,
+        len: u64,
+    },
+    /// A `system.posix_acl_access` that only restates permission bits (owner, group,
+    /// other): as the kernel does, the mode takes them and no ACL is kept.
+    SetAccessAclMode {
+        target: Target,
+        perm: u32,
+    },
 }
 
 /// File attributes as `stat` shows them (the mount's st_dev is the client's to add).
@@ -326,6 +340,8 @@ impl Request {
             Request::ListXattr { .. } => 19,
             Request::Sync => 20,
             Request::Resolve { .. } => 21,
+            Request::CopyRange { .. } => 22,
+            Request::SetAccessAclMode { .. } => 23,
         }
     }
 
@@ -406,6 +422,23 @@ impl Request {
             }
             Request::ListXattr { target } => target.encode(&mut e),
             Request::Sync => {}
+            Request::CopyRange {
+                from,
+                from_offset,
+                to,
+                to_offset,
+                len,
+            } => {
+                e.u64(*from)
+                    .u64(*from_offset)
+                    .u64(*to)
+                    .u64(*to_offset)
+                    .u64(*len);
+            }
+            Request::SetAccessAclMode { target, perm } => {
+                target.encode(&mut e);
+                e.u32(*perm);
+            }
         }
     }
 
@@ -489,6 +522,17 @@ impl Request {
             20 => Request::Sync,
             21 => Request::Resolve {
                 at: At::decode(&mut d)?,
+            },
+            22 => Request::CopyRange {
+                from: d.u64()?,
+                from_offset: d.u64()?,
+                to: d.u64()?,
+                to_offset: d.u64()?,
+                len: d.u64()?,
+            },
+            23 => Request::SetAccessAclMode {
+                target: Target::decode(&mut d)?,
+                perm: d.u32()?,
             },
             tag => return Err(WireError::UnknownTag(tag)),
         };
@@ -733,6 +777,17 @@ mod tests {
             },
             Request::Sync,
             Request::Resolve { at: at(b"d") },
+            Request::CopyRange {
+                from: 1,
+                from_offset: 2,
+                to: 3,
+                to_offset: 4,
+                len: 5,
+            },
+            Request::SetAccessAclMode {
+                target: Target::Handle(7),
+                perm: 0o640,
+            },
         ]
     }
 

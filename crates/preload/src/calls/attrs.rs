@@ -284,3 +284,80 @@ pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
         Answer::Kernel => kernel(nr, args, positions),
     })
 }
+
+/// setxattr, lsetxattr, fsetxattr of a `system.posix_acl_access` that only restates
+/// permission bits (what `cp -a` and `tar --acls` set on a file without an ACL): the mode
+/// change the kernel makes of it, on the fast path. Any other xattr goes to the kernel.
+pub fn setxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let cwd = i64::from(libc::AT_FDCWD);
+    let (named, positions): (Named, &[usize]) = match nr {
+        libc::SYS_fsetxattr => (descriptor(args[0]), &[0]),
+        libc::SYS_lsetxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
+        _ => (named(cwd, args[0], 0), &[]),
+    };
+    let name = crate::resolve::c_path(args[1]).ok()?;
+    if &*name != b"system.posix_acl_access" || args[4] != 0 {
+        return None;
+    }
+    let size = usize::try_from(args[3]).ok()?;
+    if args[2] == 0 || size > 64 {
+        return None;
+    }
+    // SAFETY: the program passed `size` bytes of value, as setxattr(2) requires.
+    let value = unsafe { std::slice::from_raw_parts(args[2] as *const u8, size) };
+    let perm = minimal_acl_mode(value)?;
+    let (mount, target) = match target_of(named) {
+        Ok(Some(found)) => found,
+        Ok(None) => return None,
+        Err(errno) => return Some(fail(errno)),
+    };
+    Some(
+        match ask(nr, mount, &Request::SetAccessAclMode { target, perm }) {
+            Answer::Done(Reply::Changed { kernel_holds, .. }) => {
+                if kernel_holds {
+                    refresh_kernel_attributes(nr, args);
+                }
+                0
+            }
+            Answer::Done(_) => 0,
+            Answer::Errno(errno) => fail(errno),
+            Answer::Kernel => kernel(nr, args, positions),
+        },
+    )
+}
+
+/// The permission bits of an ACL xattr with exactly the owner, group and other entries
+/// (version 2, in the kernel's order); `None` for anything else.
+fn minimal_acl_mode(value: &[u8]) -> Option<u32> {
+    const VERSION: u32 = 2;
+    const TAGS: [u16; 3] = [0x01, 0x04, 0x20];
+    if value.len() != 4 + 3 * 8 || u32::from_le_bytes(value[..4].try_into().ok()?) != VERSION {
+        return None;
+    }
+    let mut mode = 0;
+    for (entry, tag) in value[4..].chunks_exact(8).zip(TAGS) {
+        let entry_tag = u16::from_le_bytes([entry[0], entry[1]]);
+        let perm = u16::from_le_bytes([entry[2], entry[3]]);
+        if entry_tag != tag || perm > 7 {
+            return None;
+        }
+        mode = (mode << 3) | u32::from(perm);
+    }
+    Some(mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::minimal_acl_mode;
+
+    #[test]
+    fn only_a_minimal_acl_is_a_mode() {
+        // What cp -a set in strace: rw- r-- r--.
+        let minimal = b"\x02\0\0\0\x01\0\x06\0\xff\xff\xff\xff\x04\0\x04\0\xff\xff\xff\xff\x20\0\x04\0\xff\xff\xff\xff";
+        assert_eq!(minimal_acl_mode(minimal), Some(0o644));
+        let mut named_user = minimal.to_vec();
+        named_user[12] = 0x02;
+        assert_eq!(minimal_acl_mode(&named_user), None);
+        assert_eq!(minimal_acl_mode(&minimal[..20]), None);
+    }
+}

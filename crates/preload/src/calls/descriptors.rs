@@ -197,3 +197,51 @@ pub fn select(nr: i64, args: [i64; 6]) -> Option<i64> {
     let _ = nr;
     None
 }
+
+const FICLONE: u64 = 0x4004_9409;
+const FICLONERANGE: u64 = 0x4020_940d;
+const FIDEDUPERANGE: u64 = 0xc018_9436;
+const FIOCLEX: u64 = 0x5451;
+const FIONCLEX: u64 = 0x5450;
+
+/// ioctl(2) on a fast descriptor, as the kernel answers it on the mount: reflinks are not
+/// supported (EOPNOTSUPP, from the VFS), close-on-exec lives on the placeholder, the other
+/// generic requests (FIONREAD, FIEMAP, FIONBIO...) are served on a kernel descriptor, and
+/// anything else reaches the daemon, which answers ENOTTY (isatty's TCGETS included).
+pub fn ioctl(args: [i64; 6]) -> Option<i64> {
+    fds::get(args[0])?;
+    let request = args[1] as u64 & 0xffff_ffff;
+    Some(match request {
+        FICLONE | FICLONERANGE | FIDEDUPERANGE => fail(libc::EOPNOTSUPP),
+        FIOCLEX | FIONCLEX => raw(libc::SYS_ioctl, args),
+        _ if is_generic_ioctl(request) => kernel(libc::SYS_ioctl, args, &[0]),
+        _ => fail(libc::ENOTTY),
+    })
+}
+
+/// The requests `do_vfs_ioctl` answers itself before a filesystem sees them.
+fn is_generic_ioctl(request: u64) -> bool {
+    const FIONBIO: u64 = 0x5421;
+    const FIOASYNC: u64 = 0x5452;
+    const FIONREAD: u64 = 0x541b;
+    const FIOQSIZE: u64 = 0x5460;
+    const FIFREEZE: u64 = 0xc004_5877;
+    const FITHAW: u64 = 0xc004_5878;
+    const FS_IOC_FIEMAP: u64 = 0xc020_660b;
+    const FIGETBSZ: u64 = 0x0000_0002;
+    const FS_IOC_GETFSUUID: u64 = 0x8011_1500;
+    const FS_IOC_GETFSSYSFSPATH: u64 = 0x8081_1501;
+    [
+        FIONBIO,
+        FIOASYNC,
+        FIONREAD,
+        FIOQSIZE,
+        FIFREEZE,
+        FITHAW,
+        FS_IOC_FIEMAP,
+        FIGETBSZ,
+        FS_IOC_GETFSUUID,
+        FS_IOC_GETFSSYSFSPATH,
+    ]
+    .contains(&request)
+}

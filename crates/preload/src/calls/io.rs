@@ -443,3 +443,75 @@ fn mount_of_kernel_fd(fd: i64) -> Option<usize> {
         .iter()
         .position(|m| m.usable() && m.dev() == stat.st_dev)
 }
+
+/// copy_file_range(2) between two fast descriptors of one mount, inside the daemon (cp
+/// copies every file with it); any other pair goes to the kernel.
+pub fn copy_file_range(args: [i64; 6]) -> Option<i64> {
+    let (from, to) = (fds::get(args[0])?, fds::get(args[2])?);
+    if from.mount != to.mount {
+        return None;
+    }
+    if args[5] != 0 {
+        return Some(fail(libc::EINVAL));
+    }
+    if to.status_flags() & libc::O_APPEND != 0 {
+        return Some(fail(libc::EBADF));
+    }
+    let (from_offset, to_offset) = match (
+        offset_argument(args[1], &from),
+        offset_argument(args[3], &to),
+    ) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(errno), _) | (_, Err(errno)) => return Some(fail(errno)),
+    };
+    let request = Request::CopyRange {
+        from: from.handle,
+        from_offset,
+        to: to.handle,
+        to_offset,
+        len: args[4] as u64,
+    };
+    let copied = match ask(libc::SYS_copy_file_range, from.mount, &request) {
+        Answer::Done(Reply::Written { written, .. }) => written,
+        Answer::Done(_) => return Some(fail(libc::EPROTO)),
+        Answer::Errno(errno) => return Some(fail(errno)),
+        Answer::Kernel => return Some(kernel(libc::SYS_copy_file_range, args, &[0, 2])),
+    };
+    advance_offset(args[1], &from, copied);
+    advance_offset(args[3], &to, copied);
+    Some(copied as i64)
+}
+
+/// The offset a copy starts at: the one the program passed, or the file's own.
+fn offset_argument(ptr: i64, file: &OpenFile) -> Result<u64, i32> {
+    if ptr == 0 {
+        return Ok(*file.lock_offset());
+    }
+    // SAFETY: the program passed a pointer to a loff_t, as copy_file_range(2) requires.
+    let offset = unsafe { std::ptr::read_unaligned(ptr as *const i64) };
+    u64::try_from(offset).map_err(|_| libc::EINVAL)
+}
+
+fn advance_offset(ptr: i64, file: &OpenFile, by: u64) {
+    if ptr == 0 {
+        *file.lock_offset() += by;
+    } else {
+        // SAFETY: as in `offset_argument`: the program's loff_t, updated as the kernel does.
+        unsafe {
+            let offset = std::ptr::read_unaligned(ptr as *const i64);
+            std::ptr::write_unaligned(ptr as *mut i64, offset + by as i64);
+        }
+    }
+}
+
+/// posix_fadvise(2) on a fast descriptor: hints for a page cache it does not use; checked
+/// as the kernel checks them, then nothing to do.
+pub fn fadvise(args: [i64; 6]) -> Option<i64> {
+    fds::get(args[0])?;
+    let advice = args[3];
+    Some(if args[2] < 0 || !(0..=5).contains(&advice) {
+        fail(libc::EINVAL)
+    } else {
+        0
+    })
+}

@@ -168,7 +168,10 @@ fn descriptor_arguments(nr: i64) -> &'static [usize] {
         | libc::SYS_pwritev2
         | libc::SYS_getdents => &[0],
         libc::SYS_epoll_ctl => &[2],
-        libc::SYS_sendfile | libc::SYS_splice | libc::SYS_copy_file_range => &[0, 2],
+        // sendfile(out_fd, in_fd, offset, count); splice and copy_file_range put an offset
+        // pointer between their descriptors.
+        libc::SYS_sendfile => &[0, 1],
+        libc::SYS_splice | libc::SYS_copy_file_range => &[0, 2],
         libc::SYS_tee => &[0, 1],
         libc::SYS_mknodat
         | libc::SYS_name_to_handle_at
@@ -233,6 +236,10 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         | libc::SYS_setresgid
         | libc::SYS_capset => process::set_credentials(nr, args),
         libc::SYS_sendmsg => descriptors::sendmsg(args),
+        libc::SYS_ioctl => descriptors::ioctl(args),
+        libc::SYS_setxattr | libc::SYS_lsetxattr | libc::SYS_fsetxattr => attrs::setxattr(nr, args),
+        libc::SYS_copy_file_range => io::copy_file_range(args),
+        libc::SYS_fadvise64 => io::fadvise(args),
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
         _ => None,
