@@ -1000,6 +1000,36 @@ fn threads_share_one_descriptor_table() {
     m.finish();
 }
 
+/// A worker thread opens files and ends; the process goes on using them (thread pools).
+const THREAD_ENDS: &str = r#"
+import os, sys, threading, time
+mnt = sys.argv[1]
+box = {}
+def opener():
+    box["r"] = os.open(os.path.join(mnt, "kept"), os.O_RDONLY)
+    box["w"] = os.open(os.path.join(mnt, "written"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+t = threading.Thread(target=opener); t.start(); t.join()
+time.sleep(0.2)  # the daemon has seen the thread's connection close
+print(os.read(box["r"], 100).decode(), os.write(box["w"], b"from main"))
+os.close(box["r"]); os.close(box["w"])
+"#;
+
+#[test]
+fn files_opened_by_a_thread_that_ended_stay_open() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "thread_ends.py", THREAD_ENDS);
+    let m = mount_with_fast_path(&[]);
+    fs::write(m.path("kept"), "kept").unwrap();
+    let out = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
+    );
+    assert_served(&out, 3, "thread ends");
+    assert_eq!(out.stdout, "kept 9\n", "{}", out.describe());
+    assert_eq!(fs::read_to_string(m.path("written")).unwrap(), "from main");
+    m.finish();
+}
+
 const DESCRIPTORS: &str = r#"
 import errno, mmap, os, sys
 mnt = sys.argv[1]
@@ -1470,6 +1500,21 @@ case("chown own file to root", lambda: os.chown(p("open/" + prefix), 0, -1))
 case("chgrp own file to root", lambda: os.chown(p("open/" + prefix), -1, 0))
 case("read own file", lambda: read(p("open/" + prefix)))
 case("unlink own file in sticky dir", lambda: (write(p("sticky/" + prefix), "wb"), os.unlink(p("sticky/" + prefix))))
+case("rename root's file in sticky dir", lambda: os.rename(p("sticky/roots"), p("sticky/r" + prefix)))
+case("rename over root's file in sticky dir", lambda: (write(p("sticky/o" + prefix), "wb"), os.rename(p("sticky/o" + prefix), p("sticky/roots"))))
+case("write world-writable", lambda: write(p("shared")))
+case("utime now world-writable", lambda: os.utime(p("shared")))
+case("utime explicit world-writable", lambda: os.utime(p("shared"), (5, 5)))
+case("chmod world-writable", lambda: os.chmod(p("shared"), 0o600))
+case("write setgid file", lambda: write(p("setgid")))
+case("setgid bit after write", lambda: print(oct(os.stat(p("setgid")).st_mode & 0o7777), end=" "))
+case("create in write-only dir", lambda: write(p("wonly/" + prefix), "wb"))
+case("list write-only dir", lambda: os.listdir(p("wonly")))
+case("create in no-search dir", lambda: write(p("nosearch/" + prefix), "wb"))
+case("stat in no-search dir", lambda: os.stat(p("nosearch/inside")))
+case("open dir in no-search dir", lambda: os.listdir(p("nosearch")))
+case("O_TRUNC world-writable", lambda: os.close(os.open(p("shared"), os.O_WRONLY | os.O_TRUNC)))
+case("mkdir -p inside private", lambda: os.makedirs(p("private/a/b")))
 "#;
 
 fn prepare_user_fixtures(m: &Mounted) {
@@ -1490,6 +1535,15 @@ fn prepare_user_fixtures(m: &Mounted) {
     fs::create_dir(m.path("sticky")).unwrap();
     mode(&m.path("sticky"), 0o1777);
     fs::write(m.path("sticky/roots"), "").unwrap();
+    fs::write(m.path("shared"), "shared").unwrap();
+    mode(&m.path("shared"), 0o666);
+    fs::write(m.path("setgid"), "setgid").unwrap();
+    mode(&m.path("setgid"), 0o2666);
+    fs::create_dir(m.path("wonly")).unwrap();
+    mode(&m.path("wonly"), 0o733);
+    fs::create_dir(m.path("nosearch")).unwrap();
+    fs::write(m.path("nosearch/inside"), "").unwrap();
+    mode(&m.path("nosearch"), 0o776);
 }
 
 #[test]

@@ -1,8 +1,12 @@
 //! Open files of each connected process. A handle is the fast path's file description: it
 //! carries the access the open granted, so a read or write is checked against the open,
 //! as the kernel checks the file's mode, not against the inode's current permissions.
-//! A process's handles live as long as any of its connections (one per thread); the last
-//! one to close releases them all, so a killed process leaves nothing open.
+//! A process's handles live as long as the process: its connections (one per thread) may
+//! all close while it lives on (a thread that opened a file ended; another thread then
+//! reads it), so the last one to close releases them only once the process is gone or
+//! exiting, and a later one releases those of processes that went since. A pid is known
+//! by its start time as well, so a process that gets a pid again never sees the handles of
+//! the one before: a killed process leaves nothing open, and nothing to anyone else.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,6 +30,9 @@ const MAX_HANDLES_PER_PROCESS: usize = 1 << 20;
 pub struct Process {
     handles: Mutex<HashMap<u64, Handle>>,
     connections: AtomicUsize,
+    /// The process's start time when it first connected (`None`: unknown, so its handles
+    /// go with its last connection, as they did before processes were followed).
+    started: Option<u64>,
 }
 
 impl Process {
@@ -70,26 +77,103 @@ pub fn release(engine: &Engine, handle: &Handle) {
 #[derive(Default)]
 pub struct Processes {
     by_pid: Mutex<HashMap<u32, Arc<Process>>>,
+    /// Processes replaced by a later one with their pid, none of their connections open:
+    /// released at the next `leave` (which has the engine).
+    replaced: Mutex<Vec<Arc<Process>>>,
 }
 
 impl Processes {
     pub fn join(&self, pid: u32) -> Arc<Process> {
+        let started = live_start_time(pid);
         let mut by_pid = self.by_pid.lock();
-        let process = by_pid.entry(pid).or_default().clone();
+        if let Some(known) = by_pid.get(&pid) {
+            if known.started != started {
+                // Another process had this pid: its handles are not this one's.
+                let earlier = by_pid.remove(&pid);
+                if let Some(earlier) =
+                    earlier.filter(|p| p.connections.load(Ordering::Acquire) == 0)
+                {
+                    self.replaced.lock().push(earlier);
+                }
+            }
+        }
+        let process = by_pid
+            .entry(pid)
+            .or_insert_with(|| {
+                Arc::new(Process {
+                    started,
+                    ..Process::default()
+                })
+            })
+            .clone();
         process.connections.fetch_add(1, Ordering::AcqRel);
         process
     }
 
-    /// A connection of `pid` closed: the last one releases the process's handles.
+    /// A connection of `pid` closed. The last one releases the process's handles once the
+    /// process is gone; while it lives, they wait for its next connection.
     pub fn leave(&self, pid: u32, process: &Arc<Process>, engine: &Engine) {
         let mut by_pid = self.by_pid.lock();
-        if process.connections.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
+        if process.connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let current = by_pid.get(&pid).is_some_and(|p| Arc::ptr_eq(p, process));
+            let lives = process.started.is_some() && live_start_time(pid) == process.started;
+            if !(current && lives) {
+                if current {
+                    by_pid.remove(&pid);
+                }
+                drop(by_pid);
+                process.release_all(engine);
+                by_pid = self.by_pid.lock();
+            }
         }
-        if by_pid.get(&pid).is_some_and(|p| Arc::ptr_eq(p, process)) {
-            by_pid.remove(&pid);
-        }
+        let gone = take_gone(&mut by_pid);
         drop(by_pid);
-        process.release_all(engine);
+        let replaced = std::mem::take(&mut *self.replaced.lock());
+        for process in gone.iter().chain(&replaced) {
+            process.release_all(engine);
+        }
+    }
+}
+
+/// Removes the processes without a connection that are gone or exiting since.
+fn take_gone(by_pid: &mut HashMap<u32, Arc<Process>>) -> Vec<Arc<Process>> {
+    let gone: Vec<u32> = by_pid
+        .iter()
+        .filter(|(pid, p)| {
+            p.connections.load(Ordering::Acquire) == 0 && live_start_time(**pid) != p.started
+        })
+        .map(|(pid, _)| *pid)
+        .collect();
+    gone.iter().filter_map(|pid| by_pid.remove(pid)).collect()
+}
+
+/// The start time of process `pid` (field 22 of /proc/PID/stat, in clock ticks since
+/// boot), or `None` when it is gone, a zombie, or exiting: a killed process's connections
+/// close while it exits, and its handles must go with them.
+fn live_start_time(pid: u32) -> Option<u64> {
+    /// PF_EXITING in the flags (field 9).
+    const PF_EXITING: u64 = 0x4;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may itself hold ") ": state is field 3.
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+    let state = *fields.first()?;
+    let flags: u64 = fields.get(9 - 3)?.parse().ok()?;
+    if matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0 {
+        return None;
+    }
+    fields.get(22 - 3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_process_has_a_start_time_and_a_gone_one_none() {
+        let me = std::process::id();
+        let started = live_start_time(me);
+        assert!(started.is_some());
+        assert_eq!(live_start_time(me), started);
+        assert_eq!(live_start_time(u32::MAX - 1), None);
     }
 }

@@ -21,7 +21,12 @@ pub fn execve(nr: i64, args: [i64; 6]) -> Option<i64> {
         // The parent's memory: its table must stay as it is (see `fds::inherit_for_exec`).
         fds::reopen_for_exec_in_place();
     } else {
-        fds::all_to_kernel(true);
+        // Every fast descriptor, close-on-exec ones included: the daemon keeps a process's
+        // open files while the process lives (a thread that opened them may have ended),
+        // and the program exec'd here, perhaps with other credentials, must not find
+        // them there. As kernel descriptors they close with the exec, or stay usable if
+        // it fails.
+        fds::all_to_kernel(false);
     }
     let positions: &[usize] = if nr == libc::SYS_execveat { &[0] } else { &[] };
     Some(kernel(nr, args, positions))
