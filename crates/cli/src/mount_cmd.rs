@@ -472,19 +472,29 @@ fn start_fast_path(
         tracing::warn!("no fast path: the mount is not in /proc/self/mountinfo");
         return None;
     };
-    match shoal_fastpath_server::start(
-        engine.clone(),
-        Arc::new(KernelMount(changes)),
-        mount.device,
-        access,
-    ) {
-        Ok(handle) => Some(handle),
-        Err(error) => {
-            tracing::warn!(%error, "no fast path for `shoal run` on this mount");
-            None
+    let kernel: Arc<dyn shoal_fastpath_server::KernelCache> = Arc::new(KernelMount(changes));
+    let mut attempts = 0;
+    loop {
+        match shoal_fastpath_server::start(engine.clone(), kernel.clone(), mount.device, access) {
+            Ok(handle) => return Some(handle),
+            // The kernel hands out a device number again as soon as a mount goes; the daemon
+            // of the mount that had it may still be finishing its final sync, name held.
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse && attempts < ADDRESS_RETRIES =>
+            {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no fast path for `shoal run` on this mount");
+                return None;
+            }
         }
     }
 }
+
+/// Tries for the fast path's address (50 ms apart) before a mount goes without it.
+const ADDRESS_RETRIES: u32 = 60;
 
 /// The kernel mount, as the fast path sees it: a cache to keep true.
 struct KernelMount(shoal_fuse::OtherDoorChanges);
