@@ -25,14 +25,15 @@ mod sys;
 
 /// Loaded as LD_PRELOAD: set up and install the interception before main.
 extern "C" fn load() {
-    // Not in the library's own unit tests: they scan an unpatched libc, whatever is mounted.
-    if cfg!(test) {
-        return;
-    }
     let env = |name: &str| {
         std::env::var_os(name)
             .map(|v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec())
     };
+    // Only when preloaded (by `shoal run`, or LD_PRELOAD by hand, inherited by children):
+    // not in a program that links the crate (its own tests scan and patch libc themselves).
+    if cfg!(test) || !env("LD_PRELOAD").is_some_and(|v| contains(&v, b"shoal_preload")) {
+        return;
+    }
     if env("SHOAL_RUN").is_some_and(|v| v == b"off" || v == b"0") {
         return;
     }
@@ -60,6 +61,12 @@ extern "C" fn load() {
             }
         }
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 extern "C" fn unload() {

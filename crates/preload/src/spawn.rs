@@ -29,6 +29,11 @@ pub fn resolve() {
 }
 
 extern "C" fn before_child() {
+    // A program that links this crate (its tests) calls these without the loader's setup.
+    // SAFETY: read of a value written once, before any child exists.
+    if unsafe { REAL_VFORK } == 0 || REAL_POSIX_SPAWN.load(Ordering::Acquire) == 0 {
+        resolve();
+    }
     if process_state::fast_path_on() && !process_state::in_vfork_child() {
         fds::all_to_kernel(false);
     }
