@@ -141,64 +141,6 @@ fn render_report(text: &str) -> String {
 }
 
 fn syscall_name(nr: i64) -> String {
-    let names: &[(i64, &str)] = &[
-        (libc::SYS_read, "read"),
-        (libc::SYS_write, "write"),
-        (libc::SYS_open, "open"),
-        (libc::SYS_close, "close"),
-        (libc::SYS_stat, "stat"),
-        (libc::SYS_fstat, "fstat"),
-        (libc::SYS_lstat, "lstat"),
-        (libc::SYS_lseek, "lseek"),
-        (libc::SYS_pread64, "pread64"),
-        (libc::SYS_pwrite64, "pwrite64"),
-        (libc::SYS_readv, "readv"),
-        (libc::SYS_writev, "writev"),
-        (libc::SYS_access, "access"),
-        (libc::SYS_fsync, "fsync"),
-        (libc::SYS_fdatasync, "fdatasync"),
-        (libc::SYS_truncate, "truncate"),
-        (libc::SYS_ftruncate, "ftruncate"),
-        (libc::SYS_rename, "rename"),
-        (libc::SYS_mkdir, "mkdir"),
-        (libc::SYS_rmdir, "rmdir"),
-        (libc::SYS_creat, "creat"),
-        (libc::SYS_link, "link"),
-        (libc::SYS_unlink, "unlink"),
-        (libc::SYS_symlink, "symlink"),
-        (libc::SYS_readlink, "readlink"),
-        (libc::SYS_chmod, "chmod"),
-        (libc::SYS_fchmod, "fchmod"),
-        (libc::SYS_chown, "chown"),
-        (libc::SYS_fchown, "fchown"),
-        (libc::SYS_lchown, "lchown"),
-        (libc::SYS_sync, "sync"),
-        (libc::SYS_getxattr, "getxattr"),
-        (libc::SYS_lgetxattr, "lgetxattr"),
-        (libc::SYS_fgetxattr, "fgetxattr"),
-        (libc::SYS_listxattr, "listxattr"),
-        (libc::SYS_llistxattr, "llistxattr"),
-        (libc::SYS_flistxattr, "flistxattr"),
-        (libc::SYS_getdents64, "getdents64"),
-        (libc::SYS_openat, "openat"),
-        (libc::SYS_mkdirat, "mkdirat"),
-        (libc::SYS_fchownat, "fchownat"),
-        (libc::SYS_newfstatat, "newfstatat"),
-        (libc::SYS_unlinkat, "unlinkat"),
-        (libc::SYS_renameat, "renameat"),
-        (libc::SYS_linkat, "linkat"),
-        (libc::SYS_symlinkat, "symlinkat"),
-        (libc::SYS_readlinkat, "readlinkat"),
-        (libc::SYS_fchmodat, "fchmodat"),
-        (libc::SYS_faccessat, "faccessat"),
-        (libc::SYS_utimensat, "utimensat"),
-        (libc::SYS_syncfs, "syncfs"),
-        (libc::SYS_renameat2, "renameat2"),
-        (libc::SYS_statx, "statx"),
-        (libc::SYS_faccessat2, "faccessat2"),
-    ];
-    names
-        .iter()
-        .find(|(n, _)| *n == nr)
-        .map_or_else(|| format!("nr {nr}"), |(_, name)| (*name).to_string())
+    shoal_fastpath::syscall_names::syscall_name(nr)
+        .map_or_else(|| format!("nr {nr}"), str::to_string)
 }

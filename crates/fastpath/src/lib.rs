@@ -20,6 +20,7 @@
 mod codec;
 mod message;
 pub mod shared;
+pub mod syscall_names;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
