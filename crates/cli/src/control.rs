@@ -15,7 +15,6 @@
 //! something can be limited to root and the daemon's own user; reading is open to all.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::Arc;
@@ -279,25 +278,7 @@ impl Write for FrameWriter<'_> {
 }
 
 fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt into a ucred of the size we pass.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let cred = shoal_sys::peer::credentials(std::os::fd::AsFd::as_fd(stream))?;
     Ok(PeerCredentials {
         pid: cred.pid,
         uid: cred.uid,

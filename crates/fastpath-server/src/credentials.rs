@@ -24,7 +24,7 @@ pub struct Credentials {
 impl Credentials {
     /// Reads the peer of a connected Unix socket.
     pub fn of_peer(socket: BorrowedFd<'_>) -> io::Result<Credentials> {
-        let peer = peer_ucred(socket)?;
+        let peer = shoal_sys::peer::credentials(socket)?;
         let groups = peer_groups(socket)?;
         let pid = u32::try_from(peer.pid).map_err(|_| io::Error::other("peer has no pid"))?;
         Ok(Credentials {
@@ -40,29 +40,6 @@ impl Credentials {
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
-}
-
-fn peer_ucred(socket: BorrowedFd<'_>) -> io::Result<libc::ucred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` is a valid out-buffer of `len` bytes for SO_PEERCRED.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::addr_of_mut!(cred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cred)
 }
 
 /// Supplementary groups of the peer at connect time (SO_PEERGROUPS, Linux 4.13+).

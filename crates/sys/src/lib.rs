@@ -7,4 +7,5 @@
 
 pub mod clock;
 pub mod mounts;
+pub mod peer;
 pub mod statvfs;
