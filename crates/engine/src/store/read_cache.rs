@@ -68,13 +68,22 @@ impl CachedStore {
 
     /// Drops what a batch wrote, after the store has it.
     fn forget_written(&self, batch: &Batch) {
-        for (space, key, _) in batch.items() {
-            if space == Space::Meta {
-                let mut shard = self.shard(key).lock();
-                shard.generation += 1;
-                if let Some(value) = shard.entries.remove(key) {
-                    shard.bytes -= key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD_BYTES;
-                }
+        self.forget(
+            batch
+                .items()
+                .filter(|(space, ..)| *space == Space::Meta)
+                .map(|(_, key, _)| key),
+        );
+    }
+
+    /// Drops `keys` and moves their shards' generations on, so a read that missed before the
+    /// write cannot cache what it read (see the module's comment).
+    fn forget<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+        for key in keys {
+            let mut shard = self.shard(key).lock();
+            shard.generation += 1;
+            if let Some(value) = shard.entries.remove(key) {
+                shard.bytes -= key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD_BYTES;
             }
         }
     }
@@ -124,16 +133,18 @@ impl Store for CachedStore {
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
-        // The batch is consumed by the store; remember its keys first. Invalidating before
-        // the write as well keeps a concurrent miss from caching the old value after it.
-        self.forget_written(&batch);
-        let result = self.inner.write_borrowed(&batch);
-        self.forget_written(&batch);
+        // The store consumes the batch: keep its metadata keys (not its values) to drop after.
+        let written: Vec<Vec<u8>> = batch
+            .items()
+            .filter(|(space, ..)| *space == Space::Meta)
+            .map(|(_, key, _)| key.to_vec())
+            .collect();
+        let result = self.inner.write(batch);
+        self.forget(written.iter().map(Vec::as_slice));
         result
     }
 
     fn write_borrowed(&self, batch: &Batch) -> Result<(), StoreError> {
-        self.forget_written(batch);
         let result = self.inner.write_borrowed(batch);
         self.forget_written(batch);
         result

@@ -228,6 +228,19 @@ pub fn truncate(nr: i64, args: [i64; 6]) -> Option<i64> {
     )
 }
 
+/// What an xattr call names: a descriptor (the f- variant), a path not following a final
+/// symlink (the l- variant), or a path; with the argument positions holding descriptors.
+fn xattr_target(by_descriptor: bool, no_follow: bool, first: i64) -> (Named, &'static [usize]) {
+    let cwd = i64::from(libc::AT_FDCWD);
+    if by_descriptor {
+        (descriptor(first), &[0])
+    } else if no_follow {
+        (named(cwd, first, libc::AT_SYMLINK_NOFOLLOW), &[])
+    } else {
+        (named(cwd, first, 0), &[])
+    }
+}
+
 /// The value (size 0: its length) as getxattr(2) returns it into the program's buffer.
 fn xattr_result(value: &[u8], buf: i64, size: usize) -> i64 {
     if size == 0 {
@@ -242,12 +255,11 @@ fn xattr_result(value: &[u8], buf: i64, size: usize) -> i64 {
 }
 
 pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let cwd = i64::from(libc::AT_FDCWD);
-    let (named, positions): (Named, &[usize]) = match nr {
-        libc::SYS_fgetxattr => (descriptor(args[0]), &[0]),
-        libc::SYS_lgetxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
-        _ => (named(cwd, args[0], 0), &[]),
-    };
+    let (named, positions) = xattr_target(
+        nr == libc::SYS_fgetxattr,
+        nr == libc::SYS_lgetxattr,
+        args[0],
+    );
     let name = match crate::resolve::c_path(args[1]) {
         Ok(name) => name.to_vec(),
         Err(errno) => return Some(fail(errno)),
@@ -266,12 +278,11 @@ pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
 }
 
 pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let cwd = i64::from(libc::AT_FDCWD);
-    let (named, positions): (Named, &[usize]) = match nr {
-        libc::SYS_flistxattr => (descriptor(args[0]), &[0]),
-        libc::SYS_llistxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
-        _ => (named(cwd, args[0], 0), &[]),
-    };
+    let (named, positions) = xattr_target(
+        nr == libc::SYS_flistxattr,
+        nr == libc::SYS_llistxattr,
+        args[0],
+    );
     let (mount, target) = match target_of(named) {
         Ok(Some(found)) => found,
         Ok(None) => return None,
@@ -289,12 +300,11 @@ pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
 /// permission bits (what `cp -a` and `tar --acls` set on a file without an ACL): the mode
 /// change the kernel makes of it, on the fast path. Any other xattr goes to the kernel.
 pub fn setxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let cwd = i64::from(libc::AT_FDCWD);
-    let (named, positions): (Named, &[usize]) = match nr {
-        libc::SYS_fsetxattr => (descriptor(args[0]), &[0]),
-        libc::SYS_lsetxattr => (named(cwd, args[0], libc::AT_SYMLINK_NOFOLLOW), &[]),
-        _ => (named(cwd, args[0], 0), &[]),
-    };
+    let (named, positions) = xattr_target(
+        nr == libc::SYS_fsetxattr,
+        nr == libc::SYS_lsetxattr,
+        args[0],
+    );
     let name = crate::resolve::c_path(args[1]).ok()?;
     if &*name != b"system.posix_acl_access" || args[4] != 0 {
         return None;
