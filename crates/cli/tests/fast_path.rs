@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    gen_tree, process_alive, read_tree, run, run_ok, wait_for, CmdOutput, Mounted, SHOAL,
+    gen_tree, process_alive, read_tree, run, run_ok, shoal, wait_for, CmdOutput, Mounted, SHOAL,
 };
 use shoal_bench::{diff_manifests, manifest, Entry};
 
@@ -2117,5 +2117,68 @@ fn errors_are_the_kernel_doors_case_by_case() {
         read_tree(&on_fast_path).unwrap(),
         read_tree(&through_kernel).unwrap()
     );
+    m.finish();
+}
+
+/// A byte limit is met at the `write` that crosses it, on the fast path: EDQUOT, nothing of
+/// the refused write kept, usage exact, and the store clean.
+#[test]
+fn a_byte_limit_is_edquot_at_the_write_that_crosses_it() {
+    let programs = programs_dir();
+    let writer = script(
+        programs.path(),
+        "quota.py",
+        r#"
+import errno, os, sys
+path = sys.argv[1]
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+print("first", os.write(fd, b"a" * 20000))
+try:
+    os.write(fd, b"b")
+    print("second ok")
+except OSError as e:
+    print("second", errno.errorcode[e.errno])
+os.close(fd)
+print("size", os.stat(path).st_size)
+"#,
+    );
+    let mut m = mount_with_fast_path(&["allow_other"]);
+    let dir = m.path("q");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let limit = shoal(&[
+        OsStr::new("quota"),
+        OsStr::new("set"),
+        OsStr::new("-u"),
+        OsStr::new(&USER.to_string()),
+        OsStr::new("--bhard"),
+        OsStr::new("20000"),
+        m.mnt.as_os_str(),
+    ]);
+    assert!(limit.success(), "{}", limit.describe());
+    m.umount();
+    m.mount();
+    ensure_fast_path(&mut m);
+    let file = dir.join("data");
+    let args = [
+        OsStr::new(SHOAL),
+        OsStr::new("run"),
+        OsStr::new("--stats"),
+        OsStr::new("--"),
+        OsStr::new(PYTHON),
+        writer.as_os_str(),
+        file.as_os_str(),
+    ];
+    let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+    assert!(out.success(), "{}", out.describe());
+    assert_served(&out, 2, "writes under a byte limit");
+    assert_eq!(
+        out.stdout.lines().collect::<Vec<_>>(),
+        ["first 20000", "second EDQUOT", "size 20000"],
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::metadata(&file).unwrap().len(), 20_000);
+    assert!(fs::read(&file).unwrap().iter().all(|&b| b == b'a'));
     m.finish();
 }
