@@ -105,16 +105,21 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N`) into one table.
+/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;
     let mut lost = 0u64;
+    let mut listed = 0u64;
     for line in text.lines() {
         processes += 1;
         for field in line.split_whitespace().skip(1) {
             if let Some(n) = field.strip_prefix("lost=") {
                 lost += n.parse::<u64>().unwrap_or(0);
+                continue;
+            }
+            if let Some(n) = field.strip_prefix("listed=") {
+                listed += n.parse::<u64>().unwrap_or(0);
                 continue;
             }
             let parts: Vec<u64> = field.split(':').filter_map(|p| p.parse().ok()).collect();
@@ -131,6 +136,11 @@ fn render_report(text: &str) -> String {
     );
     for (nr, [fast, fell]) in totals {
         out.push_str(&format!("{:<16} {fast:>10} {fell:>12}\n", syscall_name(nr)));
+    }
+    if listed > 0 {
+        out.push_str(&format!(
+            "stats answered from directory listings (no round trip): {listed}\n"
+        ));
     }
     if lost > 0 {
         out.push_str(&format!(

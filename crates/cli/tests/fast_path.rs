@@ -2182,3 +2182,105 @@ print("size", os.stat(path).st_size)
     assert!(fs::read(&file).unwrap().iter().all(|&b| b == b'a'));
     m.finish();
 }
+
+const LISTED_STATS_C: &str = r#"
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+/* Lists a directory, stats its entries (answered from the listing), then waits while
+   another process changes them through the kernel door, and stats again: every answer
+   must be the new truth. */
+static void show(int dir, const char *name) {
+    struct stat st;
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) { printf("%s gone\n", name); return; }
+    printf("%s mode %o size %lld\n", name, st.st_mode & 07777, (long long)st.st_size);
+}
+int main(int argc, char **argv) {
+    int dir = open(argv[1], O_RDONLY | O_DIRECTORY);
+    DIR *listing = fdopendir(dup(dir));
+    int entries = 0;
+    while (readdir(listing)) entries++;
+    closedir(listing);
+    printf("entries %d\n", entries);
+    const char *names[] = {"f0", "f1", "f2", "f3", "f4", "f2.renamed"};
+    for (int i = 0; i < 6; i++) show(dir, names[i]);
+    int fd = openat(dir, "f4", O_RDONLY);
+    struct stat st;
+    fstat(fd, &st);
+    printf("open f4 size %lld\n", (long long)st.st_size);
+    /* A change of its own, on the fast path. */
+    fchmodat(dir, "f3", 0600, 0);
+    show(dir, "f3");
+    close(open(argv[2], O_CREAT | O_WRONLY, 0600));
+    while (access(argv[3], F_OK) != 0) usleep(1000);
+    printf("after the other door\n");
+    for (int i = 0; i < 6; i++) show(dir, names[i]);
+    fstat(fd, &st);
+    printf("open f4 size %lld\n", (long long)st.st_size);
+    return 0;
+}
+"#;
+
+/// Stats answered from a directory listing's attributes (no round trip) stay true: a
+/// change made through the kernel door by another process, or on the fast path by the
+/// program itself, is seen by the next stat, as through the kernel door.
+#[test]
+fn stats_answered_from_a_listing_see_every_later_change() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "listed", LISTED_STATS_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let dir = m.path("listed");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        fs::write(dir.join(format!("f{i}")), "0123456789").unwrap();
+        fs::set_permissions(dir.join(format!("f{i}")), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (listed, go) = (
+        programs.path().join("listed.mark"),
+        programs.path().join("go.mark"),
+    );
+    let changer = {
+        let (dir, listed, go) = (dir.clone(), listed.clone(), go.clone());
+        std::thread::spawn(move || {
+            wait_for("the listing", TOOL_TIMEOUT, || listed.exists());
+            fs::set_permissions(dir.join("f0"), fs::Permissions::from_mode(0o751)).unwrap();
+            fs::remove_file(dir.join("f1")).unwrap();
+            fs::rename(dir.join("f2"), dir.join("f2.renamed")).unwrap();
+            fs::write(dir.join("f4"), "0123456789abcdef").unwrap();
+            fs::write(&go, "").unwrap();
+        })
+    };
+    let f = fast(
+        &m.mnt,
+        &[
+            binary.as_os_str(),
+            dir.as_os_str(),
+            listed.as_os_str(),
+            go.as_os_str(),
+        ],
+    );
+    changer.join().unwrap();
+    assert_served(&f, 3, "listed stats");
+    assert_eq!(
+        f.stdout,
+        "entries 7\n\
+         f0 mode 644 size 10\nf1 mode 644 size 10\nf2 mode 644 size 10\n\
+         f3 mode 644 size 10\nf4 mode 644 size 10\nf2.renamed gone\n\
+         open f4 size 10\n\
+         f3 mode 600 size 10\n\
+         after the other door\n\
+         f0 mode 751 size 10\nf1 gone\nf2 gone\n\
+         f3 mode 600 size 10\nf4 mode 644 size 16\nf2.renamed mode 644 size 10\n\
+         open f4 size 16\n",
+        "{}",
+        f.describe()
+    );
+    assert!(
+        f.stderr.contains("stats answered from directory listings"),
+        "the first stats came from the listing: {}",
+        f.describe()
+    );
+    m.finish();
+}

@@ -8,7 +8,7 @@ mod txn;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -145,6 +145,12 @@ struct Committer {
     synced_batches: Mutex<u64>,
 }
 
+/// Told the engine's change count after every change, once readers can see the change
+/// (the fast path publishes it to its clients, whose caches hold while it stays put).
+pub trait ChangeObserver: Send + Sync {
+    fn changed(&self, changes: u64);
+}
+
 pub struct Engine {
     store: Box<dyn Store>,
     superblock: Superblock,
@@ -166,6 +172,7 @@ pub struct Engine {
     space: Option<SpaceReserve>,
     /// The background deletion of detached trees (see `reclaim`).
     reclaim: Arc<ReclaimSignal>,
+    change_observer: OnceLock<Arc<dyn ChangeObserver>>,
     _lock: Option<StoreLock>,
 }
 
@@ -343,6 +350,7 @@ impl Engine {
             errors_reported: AtomicU64::new(0),
             space,
             reclaim: Arc::default(),
+            change_observer: OnceLock::new(),
             _lock: lock,
         });
         if !engine.read_only {
@@ -527,6 +535,30 @@ impl Engine {
         self.stats.record_commit(started.elapsed());
         *synced = upto;
         Ok(())
+    }
+
+    /// How many changes (written batches) the engine has made since it was opened: any
+    /// change through either door moves it.
+    pub fn changes(&self) -> u64 {
+        self.committer.written_batches.load(Ordering::Acquire)
+    }
+
+    /// Tells `observer` the change count after every change from now on; one observer
+    /// per engine (false if one is already set).
+    pub fn observe_changes(&self, observer: Arc<dyn ChangeObserver>) -> bool {
+        self.change_observer.set(observer).is_ok()
+    }
+
+    /// A batch is in the store and readable: the change count moves on.
+    pub(crate) fn count_change(&self) {
+        let changes = self
+            .committer
+            .written_batches
+            .fetch_add(1, Ordering::AcqRel)
+            + 1;
+        if let Some(observer) = self.change_observer.get() {
+            observer.changed(changes);
+        }
     }
 
     /// Batches (operations) written since the last successful sync.

@@ -51,7 +51,9 @@ pub use counters::quota_ops::ProjectQuota;
 pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
-pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES};
+pub use engine::{
+    Caller, ChangeObserver, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES,
+};
 pub use error::{FsError, FsResult};
 pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use keys::FORMAT_VERSION;

@@ -4,7 +4,8 @@
 
 use shoal_engine::{Caller, FileKind, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp};
 use shoal_fastpath::{
-    At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, READDIR_BATCH_ENTRIES,
+    At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, ENTRIES_HEADER_BYTES,
+    MAX_MESSAGE_BYTES, READDIR_BATCH_ENTRIES,
 };
 
 use crate::credentials::Credentials;
@@ -299,24 +300,61 @@ impl Server {
         Ok(Reply::Empty)
     }
 
+    /// A page of a directory's entries. When the caller may look entries up (search
+    /// permission), each carries its attributes, which the client keeps to answer the
+    /// `stat` that tools make of every entry they list, while the mount's change count
+    /// stays `changes` (read before anything else, so nothing older is ever kept).
     pub fn read_dir(&self, s: &Session, id: u64, after: Option<&[u8]>, max: u32) -> Served<Reply> {
+        let changes = self.engine.changes();
         let handle = s.handle(id)?;
         ensure(handle.directory, libc::ENOTDIR)?;
         let max = max.clamp(1, READDIR_BATCH_ENTRIES) as usize;
+        let dir = self.engine.getattr(handle.ino)?;
         let mut entries = Vec::new();
         if after.is_none() {
-            let dir = self.engine.getattr(handle.ino)?;
             entries.push(dot_entry(b".", dir.ino));
             entries.push(dot_entry(b"..", dir.parent));
         }
-        let page = self.engine.readdir(handle.ino, after, max)?;
-        let done = page.len() < max;
-        entries.extend(page.into_iter().map(|entry| DirEntryWire {
-            ino: entry.ino,
-            kind: d_type(entry.kind),
-            name: entry.name,
-        }));
-        Ok(Reply::Entries { entries, done })
+        let with_attrs =
+            self.state_follows_engine && check(&self.engine, s.caller, &dir, MAY_EXEC).is_ok();
+        let page: Vec<DirEntryWire> = if with_attrs {
+            let page = self.engine.readdir_plus(handle.ino, after, max)?;
+            page.into_iter()
+                .map(|(entry, inode)| DirEntryWire {
+                    ino: entry.ino,
+                    kind: d_type(entry.kind),
+                    name: entry.name,
+                    attr: Some(attr(&inode)),
+                })
+                .collect()
+        } else {
+            let page = self.engine.readdir(handle.ino, after, max)?;
+            page.into_iter()
+                .map(|entry| DirEntryWire {
+                    ino: entry.ino,
+                    kind: d_type(entry.kind),
+                    name: entry.name,
+                    attr: None,
+                })
+                .collect()
+        };
+        let mut done = page.len() < max;
+        // What fits one message; the client asks for the rest after the last name sent.
+        let mut bytes =
+            ENTRIES_HEADER_BYTES + entries.iter().map(DirEntryWire::encoded_len).sum::<usize>();
+        for entry in page {
+            bytes += entry.encoded_len();
+            if bytes > MAX_MESSAGE_BYTES {
+                done = false;
+                break;
+            }
+            entries.push(entry);
+        }
+        Ok(Reply::Entries {
+            entries,
+            done,
+            changes,
+        })
     }
 
     pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
@@ -592,6 +630,7 @@ fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
         ino,
         kind: libc::DT_DIR,
         name: name.to_vec(),
+        attr: None,
     }
 }
 

@@ -1,13 +1,16 @@
 //! The listener and one thread per connection: receive a request, serve it, send the reply.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
-use shoal_engine::{Engine, ROOT_INO};
+use shoal_engine::{ChangeObserver, Engine, ROOT_INO};
+use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::SharedChannel;
+use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::credentials::Credentials;
@@ -35,9 +38,11 @@ pub trait KernelCache: Send + Sync {
 const MAX_CONNECTIONS: usize = 4096;
 /// Appends are serialized per inode through one of these locks.
 const APPEND_LOCKS: usize = 64;
-/// How long a connection's thread keeps looking for the next request before it sleeps:
-/// a tool's calls come a few microseconds apart, a wake-up costs tens on an idle VM.
-const SERVER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+/// The longest a connection's thread keeps looking for the next request before it sleeps:
+/// a tool's calls come a few microseconds apart, a wake-up costs tens on an idle VM. How
+/// long it looks within that is learned per connection (`Pace`): not at all while the
+/// client's requests come far apart (an interactive program, a busy machine).
+const SERVER_SPIN: Duration = Duration::from_micros(100);
 
 pub struct Server {
     pub(crate) engine: Arc<Engine>,
@@ -54,6 +59,21 @@ pub struct Server {
     spin_budget: usize,
     stopped: AtomicBool,
     pub stats: Arc<FastPathStats>,
+    /// The page every client maps read-only, with the engine's change count (`state`);
+    /// its descriptor goes with each Hello answer.
+    state_fd: OwnedFd,
+    /// Whether the page follows the engine: only then may listings carry attributes for
+    /// clients to keep.
+    pub(crate) state_follows_engine: bool,
+}
+
+/// Publishes the engine's change count on the state page.
+struct StatePublisher(MountState);
+
+impl ChangeObserver for StatePublisher {
+    fn changed(&self, changes: u64) {
+        self.0.publish(changes);
+    }
 }
 
 /// The listening fast path; dropping it stops new connections (live ones end with their
@@ -113,6 +133,16 @@ pub fn start(
     access: Access,
 ) -> io::Result<FastPathHandle> {
     let listener = Arc::new(listen(&shoal_fastpath::socket_name(device.0, device.1))?);
+    let (state, state_fd) = MountState::create()?;
+    let publisher = Arc::new(StatePublisher(state));
+    let state_follows_engine = engine.observe_changes(publisher.clone());
+    if state_follows_engine {
+        publisher.0.publish(engine.changes());
+    } else {
+        tracing::warn!(
+            "fast path: the engine already has a change observer; listings carry no attributes"
+        );
+    }
     let server = Arc::new(Server {
         engine,
         kernel,
@@ -126,6 +156,8 @@ pub fn start(
             .map_or(1, |n| n.get().saturating_sub(1).max(1)),
         stopped: AtomicBool::new(false),
         stats: Arc::default(),
+        state_fd,
+        state_follows_engine,
     });
     let accepting = server.clone();
     let accept_fd = listener.clone();
@@ -263,7 +295,7 @@ impl Server {
         };
         let mut out = Vec::new();
         Reply::encode(status, &reply, &mut out);
-        if !send(socket, &out) {
+        if !send_with_fd(socket, &out, self.state_fd.as_fd()) {
             return Err(io::Error::other("client gone"));
         }
         Ok(channel)
@@ -281,21 +313,22 @@ impl Server {
         let mut request_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
+        let mut pace = Pace::new(SERVER_SPIN);
         loop {
+            let waiting_since = Instant::now();
             // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
-            let spin = self.spin_slot();
-            let polled = if spin.granted {
-                channel.poll_request(seq, &mut request_buf, SERVER_SPIN)
-            } else {
-                None
+            let spin = pace.spin();
+            let slot = (!spin.is_zero()).then(|| self.spin_slot());
+            let polled = match &slot {
+                Some(slot) if slot.granted => channel.poll_request(seq, &mut request_buf, spin),
+                _ => None,
             };
-            drop(spin);
+            drop(slot);
             let next = match polled {
                 Some(next) => Ok(next),
-                None => {
-                    channel.next_request(seq, &mut request_buf, std::time::Duration::ZERO, &alive)
-                }
+                None => channel.next_request(seq, &mut request_buf, Duration::ZERO, &alive),
             };
+            pace.observe(waiting_since.elapsed());
             let Ok(next) = next else { break };
             seq = next;
             let (status, reply) = match Request::decode(&request_buf) {
@@ -458,19 +491,33 @@ fn peer_alive(socket: &OwnedFd) -> bool {
     !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
-fn send(socket: &OwnedFd, message: &[u8]) -> bool {
+/// One message with a descriptor passed along (SCM_RIGHTS).
+fn send_with_fd(socket: &OwnedFd, message: &[u8], passed: BorrowedFd) -> bool {
+    let mut iov = libc::iovec {
+        iov_base: message.as_ptr() as *mut libc::c_void,
+        iov_len: message.len(),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a size computation.
+    header.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
+    // SAFETY: filling the one control message the buffer was sized for.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&header);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), passed.as_raw_fd());
+    }
     loop {
-        // SAFETY: `message` is a valid buffer of its length.
-        let n = unsafe {
-            libc::send(
-                socket.as_raw_fd(),
-                message.as_ptr().cast(),
-                message.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
+        // SAFETY: sendmsg of buffers that outlive the call.
+        let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &header, libc::MSG_NOSIGNAL) };
         if n >= 0 {
-            return true;
+            return n as usize == message.len();
         }
         if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
             return false;

@@ -14,23 +14,25 @@
 //! Both sides depend on this crate and on nothing of each other: the preload library
 //! (client) links no engine, the daemon's server links no interception code.
 
-// Unsafe code only in `shared` (the mapping and its futexes).
+// Unsafe code only in `shared` (the mapping and its futexes) and `state` (its mapping).
 #![deny(unsafe_code)]
 
 mod codec;
 mod message;
+pub mod pace;
 pub mod shared;
+pub mod state;
 pub mod syscall_names;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
     At, Attr, Cookie, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status, Target,
-    TimeWire,
+    TimeWire, ENTRIES_HEADER_BYTES,
 };
 
 /// Bumped on any change of the messages; a client and a daemon that differ fall back to the
 /// kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;

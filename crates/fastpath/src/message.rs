@@ -172,7 +172,24 @@ pub struct DirEntryWire {
     /// d_type (DT_REG, DT_DIR, ...).
     pub kind: u8,
     pub name: Vec<u8>,
+    /// The entry's attributes, when the caller may look entries up in the directory
+    /// (search permission): what its next `stat` of the entry would return.
+    pub attr: Option<Attr>,
 }
+
+impl DirEntryWire {
+    /// Bytes this entry takes in an encoded `Entries` reply.
+    pub fn encoded_len(&self) -> usize {
+        ENTRY_FIXED_BYTES + self.name.len() + self.attr.map_or(0, |_| ATTR_BYTES)
+    }
+}
+
+/// An encoded `Attr`: ino, mode, nlink, uid, gid, rdev, size, blocks, blksize, 3 times.
+const ATTR_BYTES: usize = 8 + 4 * 5 + 8 * 2 + 4 + 3 * (8 + 4);
+/// An encoded entry without its name and attributes: ino, kind, name length, attr tag.
+const ENTRY_FIXED_BYTES: usize = 8 + 1 + 4 + 1;
+/// An `Entries` reply without its entries: status, tag, count, changes, done.
+pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -211,6 +228,9 @@ pub enum Reply {
     Entries {
         entries: Vec<DirEntryWire>,
         done: bool,
+        /// The mount's change count read before the listing (`state::MountState`): the
+        /// attributes hold while it stays the same.
+        changes: u64,
     },
     /// A setattr's result. `kernel_holds`: the kernel mount has the inode cached; its
     /// owner and mode checks at setattr do not revalidate, so the client refreshes them
@@ -606,11 +626,19 @@ impl Reply {
                 attr.encode(&mut e);
                 e.bool(*kernel_holds);
             }
-            Reply::Entries { entries, done } => {
+            Reply::Entries {
+                entries,
+                done,
+                changes,
+            } => {
                 let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
-                e.u8(6).u32(count);
+                e.u8(6).u32(count).u64(*changes);
                 for entry in entries {
                     e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
+                    match &entry.attr {
+                        Some(attr) => attr.encode(e.u8(1)),
+                        None => void(e.u8(0)),
+                    }
                 }
                 e.bool(*done);
             }
@@ -663,17 +691,24 @@ fn decode_entries(d: &mut Decoder) -> Result<Reply, WireError> {
     if count > ENTRIES_MAX {
         return Err(WireError::TooLong);
     }
+    let changes = d.u64()?;
     let mut entries = Vec::with_capacity(count as usize);
     for _ in 0..count {
         entries.push(DirEntryWire {
             ino: d.u64()?,
             kind: d.u8()?,
             name: d.bytes(PATH_MAX_BYTES)?.to_vec(),
+            attr: match d.u8()? {
+                0 => None,
+                1 => Some(Attr::decode(d)?),
+                tag => return Err(WireError::UnknownTag(u32::from(tag))),
+            },
         });
     }
     Ok(Reply::Entries {
         entries,
         done: d.bool()?,
+        changes,
     })
 }
 
@@ -839,17 +874,35 @@ mod tests {
                 kernel_holds: true,
             },
             Reply::Entries {
-                entries: vec![DirEntryWire {
-                    ino: 3,
-                    kind: 4,
-                    name: b"d".to_vec(),
-                }],
+                entries: vec![
+                    DirEntryWire {
+                        ino: 3,
+                        kind: 4,
+                        name: b"d".to_vec(),
+                        attr: None,
+                    },
+                    DirEntryWire {
+                        ino: 4,
+                        kind: 8,
+                        name: b"f".to_vec(),
+                        attr: Some(attr),
+                    },
+                ],
                 done: false,
+                changes: 77,
             },
         ];
         let mut buf = Vec::new();
         for reply in replies {
             Reply::encode(Status::Ok, &reply, &mut buf);
+            if let Reply::Entries { entries, .. } = &reply {
+                let listed: usize = entries.iter().map(DirEntryWire::encoded_len).sum();
+                assert_eq!(
+                    buf.len(),
+                    ENTRIES_HEADER_BYTES + listed,
+                    "sizes the server budgets by"
+                );
+            }
             assert_eq!(Reply::decode(&buf), Ok((Status::Ok, reply)));
         }
         Reply::encode(Status::Errno(2), &Reply::Empty, &mut buf);

@@ -15,6 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::pace::Pace;
 use crate::MAX_MESSAGE_BYTES;
 
 /// Header fields, each a u32 at its own offset in the first page.
@@ -126,17 +127,21 @@ impl SharedChannel {
         }
     }
 
-    /// Client: sends `request`, waits for the reply into `reply`. `spin` bounds the busy
-    /// wait before sleeping; `alive` says whether the daemon still holds the connection.
+    /// Client: sends `request`, waits for the reply into `reply`. `pace` bounds the busy
+    /// wait before sleeping, and learns from this one; `alive` says whether the daemon
+    /// still holds the connection.
     pub fn call(
         &self,
         request: &[u8],
         reply: &mut Vec<u8>,
-        spin: Duration,
+        pace: &mut Pace,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
         let seq = self.send(request);
-        self.wait_reply(seq, reply, spin, alive)
+        let sent = Instant::now();
+        let answered = self.wait_reply(seq, reply, pace.spin(), alive);
+        pace.observe(sent.elapsed());
+        answered
     }
 
     /// Client: sends `request` and returns its sequence number, without waiting; its reply
@@ -353,7 +358,12 @@ mod tests {
         for i in 0..1000u32 {
             let request = i.to_le_bytes();
             client
-                .call(&request, &mut reply, Duration::from_micros(50), &|| true)
+                .call(
+                    &request,
+                    &mut reply,
+                    &mut Pace::new(Duration::from_micros(50)),
+                    &|| true,
+                )
                 .expect("reply");
             let mut expected = request.to_vec();
             expected.reverse();
@@ -382,7 +392,7 @@ mod tests {
         let (client, _fd) = SharedChannel::create().expect("memfd");
         let mut reply = Vec::new();
         let started = Instant::now();
-        let result = client.call(b"x", &mut reply, Duration::ZERO, &|| false);
+        let result = client.call(b"x", &mut reply, &mut Pace::new(Duration::ZERO), &|| false);
         assert_eq!(result, Err(Gone::Closed));
         assert!(started.elapsed() < Duration::from_secs(2));
     }

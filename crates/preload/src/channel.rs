@@ -4,11 +4,14 @@
 //! dropped and made again (the daemon learns credentials at connect).
 
 use std::cell::RefCell;
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::time::Duration;
 
+use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::SharedChannel;
+use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::mounts::{self, Mount};
@@ -29,8 +32,9 @@ pub enum ChannelError {
     Lost,
 }
 
-/// How long a caller spins for its reply before it sleeps: most requests are answered in
-/// a few microseconds; a sync may take milliseconds.
+/// The longest a caller spins for its reply before it sleeps: most requests are answered
+/// in a few microseconds; a sync may take milliseconds. How long it spins within that is
+/// learned per connection (`Pace`): not at all while answers come late.
 const CLIENT_SPIN: Duration = Duration::from_micros(200);
 
 struct Connection {
@@ -44,6 +48,7 @@ struct Connection {
     shared: Option<SharedChannel>,
     /// A request sent without waiting (a close): its reply is taken before the next one.
     unanswered: Option<u32>,
+    pace: Pace,
 }
 
 struct SocketGuard(i32);
@@ -151,6 +156,7 @@ impl ThreadChannels {
                         ids,
                         shared: Some(shared),
                         unanswered: None,
+                        pace: Pace::new(CLIENT_SPIN),
                     })
                 }
                 Err(error) => {
@@ -165,13 +171,14 @@ impl ThreadChannels {
         let Some(shared) = &connection.shared else {
             return Err(ChannelError::Unreachable);
         };
+        let pace = &mut connection.pace;
         let slot = connection.slot;
         let alive = || daemon_alive(crate::internal_fds::fd(slot));
         let mut result = Ok((Status::Ok, Reply::Empty));
         if let Some(seq) = connection.unanswered.take() {
             // The reply of a request sent without waiting (its outcome mattered to nobody).
             if shared
-                .wait_reply(seq, &mut self.receive, CLIENT_SPIN, &alive)
+                .wait_reply(seq, &mut self.receive, pace.spin(), &alive)
                 .is_err()
             {
                 result = Err(ChannelError::Lost);
@@ -180,7 +187,9 @@ impl ThreadChannels {
         request.encode(&mut self.send);
         if result.is_ok() {
             result = match mode {
-                Wait::ForReply => shared_round_trip(slot, shared, &self.send, &mut self.receive),
+                Wait::ForReply => {
+                    shared_round_trip(slot, shared, pace, &self.send, &mut self.receive)
+                }
                 Wait::No => {
                     connection.unanswered = Some(shared.send(&self.send));
                     Ok((Status::Ok, Reply::Empty))
@@ -198,14 +207,30 @@ impl ThreadChannels {
 fn shared_round_trip(
     slot: usize,
     shared: &SharedChannel,
+    pace: &mut Pace,
     send: &[u8],
     receive: &mut Vec<u8>,
 ) -> Result<(Status, Reply), ChannelError> {
     let alive = || daemon_alive(crate::internal_fds::fd(slot));
     shared
-        .call(send, receive, CLIENT_SPIN, &alive)
+        .call(send, receive, pace, &alive)
         .map_err(|_| ChannelError::Lost)?;
     Reply::decode(receive).map_err(|_| ChannelError::Lost)
+}
+
+/// Who the calling thread is to the daemon: what a connection (or anything the daemon
+/// answered it) was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Who {
+    epoch: u64,
+    ids: (u32, u32),
+}
+
+pub fn who() -> Who {
+    Who {
+        epoch: CREDENTIALS_EPOCH.load(Ordering::Acquire),
+        ids: effective_ids(),
+    }
 }
 
 /// This thread's effective uid and gid, from the kernel.
@@ -225,33 +250,6 @@ fn daemon_alive(fd: i32) -> bool {
     };
     let n = sys::call(libc::SYS_poll, &[std::ptr::addr_of_mut!(poll) as i64, 1, 0]);
     !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
-}
-
-fn receive_message(fd: i32, buf: &mut Vec<u8>) -> Result<usize, ChannelError> {
-    if buf.len() < MAX_MESSAGE_BYTES {
-        buf.resize(MAX_MESSAGE_BYTES, 0);
-    }
-    loop {
-        let n = sys::call(
-            libc::SYS_recvfrom,
-            &[
-                i64::from(fd),
-                buf.as_mut_ptr() as i64,
-                buf.len() as i64,
-                0,
-                0,
-                0,
-            ],
-        );
-        if n == -i64::from(libc::EINTR) {
-            continue;
-        }
-        return if n > 0 {
-            Ok(n as usize)
-        } else {
-            Err(ChannelError::Lost)
-        };
-    }
 }
 
 /// A new connection to `mount`'s daemon, checked and greeted: the Hello carries the
@@ -294,7 +292,17 @@ fn connect(
     drop(memfd);
     // A daemon that closes at once refused us (a user a mount without allow_other does not
     // admit): the kernel mount answers instead.
-    let len = receive_message(fd, receive).map_err(|_| ChannelError::Unreachable)?;
+    let (len, state_fd) = receive_with_fd(fd, receive).map_err(|_| ChannelError::Unreachable)?;
+    if let Some(state_fd) = state_fd {
+        // Mapped once per process (a fork child inherits the mapping); the descriptor is
+        // not needed once mapped.
+        if mount.state.get().is_none() {
+            if let Ok(state) = MountState::attach(&state_fd) {
+                let _ = mount.state.set(state);
+            }
+        }
+        sys::close(state_fd.into_raw_fd());
+    }
     match Reply::decode(&receive[..len]) {
         Ok((Status::Ok, Reply::Hello(hello))) if hello.version == PROTOCOL_VERSION => {
             std::mem::forget(guard);
@@ -302,6 +310,62 @@ fn connect(
         }
         _ => Err(ChannelError::Unreachable),
     }
+}
+
+/// One message and the descriptor passed along with it (SCM_RIGHTS), if any.
+fn receive_with_fd(fd: i32, buf: &mut Vec<u8>) -> Result<(usize, Option<OwnedFd>), ChannelError> {
+    if buf.len() < MAX_MESSAGE_BYTES {
+        buf.resize(MAX_MESSAGE_BYTES, 0);
+    }
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    header.msg_controllen = std::mem::size_of_val(&control);
+    let n = loop {
+        let n = sys::call(
+            libc::SYS_recvmsg,
+            &[
+                i64::from(fd),
+                std::ptr::addr_of_mut!(header) as i64,
+                i64::from(libc::MSG_CMSG_CLOEXEC),
+            ],
+        );
+        if n != -i64::from(libc::EINTR) {
+            break n;
+        }
+    };
+    if n <= 0 {
+        return Err(ChannelError::Lost);
+    }
+    let mut passed = None;
+    // SAFETY: walking the control buffer recvmsg filled, with the libc macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(cmsg).cast::<i32>();
+                for index in 0..count {
+                    // Every passed descriptor is ours now: keep the first, close the rest.
+                    let received = std::ptr::read_unaligned(data.add(index));
+                    if passed.is_none() {
+                        passed = Some(OwnedFd::from_raw_fd(received));
+                    } else {
+                        sys::close(received);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&header, cmsg);
+        }
+    }
+    Ok((n as usize, passed))
 }
 
 /// One message with a descriptor passed along (SCM_RIGHTS).

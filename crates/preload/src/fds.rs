@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use shoal_fastpath::{DirEntryWire, Request};
+use shoal_fastpath::{Attr, DirEntryWire, Request};
 
 use crate::{channel, sys};
 
@@ -40,6 +40,9 @@ pub struct OpenFile {
     pub cursor: Mutex<DirCursor>,
     /// The absolute path it was opened by, NUL-terminated: how `to_kernel` reopens it.
     pub path: Vec<u8>,
+    /// The attributes the open returned, with the mount's change count they hold for
+    /// (`listings`): the `fstat` that follows most opens needs no round trip.
+    pub attr_at_open: Option<(u64, Attr)>,
 }
 
 impl OpenFile {

@@ -16,6 +16,7 @@ mod channel;
 mod fds;
 pub mod intercept;
 mod internal_fds;
+mod listings;
 mod mounts;
 mod process_state;
 mod resolve;

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use shoal_fastpath::state::MountState;
+
 pub struct Mount {
     /// The mountpoint as this process sees it: absolute, no trailing slash (`/` itself
     /// stays `/`).
@@ -16,6 +18,8 @@ pub struct Mount {
     /// Cleared when the daemon cannot be reached or refused us: the kernel serves the
     /// mount from then on.
     pub usable: AtomicBool,
+    /// The daemon's state page (the mount's change count), mapped at the first Hello.
+    pub state: OnceLock<MountState>,
 }
 
 impl Mount {
@@ -56,6 +60,7 @@ pub fn load(only: Option<&[u8]>) {
             device: entry.device,
             owner: entry.owner.unwrap_or(0),
             usable: AtomicBool::new(entry.owner.is_some() && !has_submount(entry, &entries)),
+            state: OnceLock::new(),
         })
         .collect();
     let _ = MOUNTS.set(mounts);

@@ -19,12 +19,14 @@ struct Counters {
     fast: [AtomicU64; CALLS],
     fell_back: [AtomicU64; CALLS],
     lost_conversions: AtomicU64,
+    listed: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
     fast: [const { AtomicU64::new(0) }; CALLS],
     fell_back: [const { AtomicU64::new(0) }; CALLS],
     lost_conversions: AtomicU64::new(0),
+    listed: AtomicU64::new(0),
 };
 
 static REPORT_PATH: OnceLock<Option<Vec<u8>>> = OnceLock::new();
@@ -54,7 +56,13 @@ pub fn note_lost_conversion() {
     COUNTERS.lost_conversions.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Appends this process's counts as one line: `pid nr:fast:fellback ... lost=N`.
+/// A stat answered from a directory listing's attributes (counted as fast too).
+pub fn note_listed() {
+    COUNTERS.listed.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Appends this process's counts as one line:
+/// `pid nr:fast:fellback ... lost=N listed=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -68,8 +76,9 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={}\n",
-        COUNTERS.lost_conversions.load(Ordering::Relaxed)
+        " lost={} listed={}\n",
+        COUNTERS.lost_conversions.load(Ordering::Relaxed),
+        COUNTERS.listed.load(Ordering::Relaxed)
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

@@ -413,10 +413,7 @@ impl<'a> Txn<'a> {
     }
 
     fn record_write(&self, batch_bytes: u64, write_time: Duration, store_write: Duration) {
-        self.engine
-            .committer
-            .written_batches
-            .fetch_add(1, Ordering::AcqRel);
+        self.engine.count_change();
         if write_time >= SLOW_WRITE_REPORT {
             tracing::warn!(
                 total_ms = write_time.as_millis() as u64,

@@ -24,7 +24,7 @@ fn no_change() -> SetAttrWire {
 /// The target of an f- call (a fast descriptor) or of a path call.
 fn target_of(named: Named) -> Result<Option<(usize, Target)>, i32> {
     match named {
-        Named::Handle(mount, handle) => Ok(Some((mount, Target::Handle(handle)))),
+        Named::Handle(mount, handle, _) => Ok(Some((mount, Target::Handle(handle)))),
         Named::Path(mount, at) => Ok(Some((mount, Target::Path(at)))),
         Named::Kernel => Ok(None),
         Named::Fail(errno) => Err(errno),
@@ -33,7 +33,7 @@ fn target_of(named: Named) -> Result<Option<(usize, Target)>, i32> {
 
 fn descriptor(fd: i64) -> Named {
     match fds::get(fd) {
-        Some(file) => Named::Handle(file.mount, file.handle),
+        Some(file) => Named::Handle(file.mount, file.handle, None),
         None => Named::Kernel,
     }
 }
@@ -212,7 +212,7 @@ pub fn truncate(nr: i64, args: [i64; 6]) -> Option<i64> {
             if file.directory || !file.writable() {
                 return Some(fail(libc::EINVAL));
             }
-            (Named::Handle(file.mount, file.handle), &[0])
+            (Named::Handle(file.mount, file.handle, None), &[0])
         }
         _ => (named(i64::from(libc::AT_FDCWD), args[0], 0), &[]),
     };

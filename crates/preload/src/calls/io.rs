@@ -318,7 +318,12 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
         max: READDIR_BATCH_ENTRIES,
     };
     match ask(libc::SYS_getdents64, file.mount, &request) {
-        Answer::Done(Reply::Entries { entries, done }) => {
+        Answer::Done(Reply::Entries {
+            entries,
+            done,
+            changes,
+        }) => {
+            crate::listings::remember(file.mount, file.ino, changes, &entries);
             cursor.started = true;
             if let Some(last) = entries
                 .iter()

@@ -64,6 +64,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         mode,
         umask: process_state::umask(),
     };
+    let changes_before = crate::listings::changes_now(mount);
     let opened = match ask(nr, mount, &request) {
         Answer::Done(Reply::Opened(opened)) => opened,
         Answer::Done(_) => return Some(fail(libc::EPROTO)),
@@ -86,6 +87,11 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         offset: Mutex::new(0),
         cursor: Mutex::new(DirCursor::default()),
         path: resolve::absolute(dirfd, &path),
+        // Nothing changed on the mount while the open was answered (a create or truncate
+        // would have moved the count): its attributes hold as long as the count stays.
+        attr_at_open: changes_before
+            .filter(|&before| crate::listings::changes_now(mount) == Some(before))
+            .map(|before| (before, opened.attr)),
     });
     let fd = sys::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {

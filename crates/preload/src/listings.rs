@@ -1,0 +1,149 @@
+//! Attributes that came with directory listings, kept to answer the `stat` that tools
+//! make of each entry right after listing it (`du`, `find -ls`, `ls -l`, `cp -a`,
+//! `tar c`) without a round trip: the kernel door answers those from its attribute cache.
+//!
+//! A listing holds while the mount's change count (the daemon's state page) is the one
+//! read before the daemon read the listing: any change through either door, by any
+//! process, makes every kept listing of the mount stale, and a stale one is dropped at its
+//! next use. The daemon sends attributes only to a caller who may search the directory
+//! (what `fstatat` of an entry requires), and a listing kept under other credentials than
+//! the caller's now is not used.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use shoal_fastpath::{Attr, DirEntryWire};
+
+use crate::fds::OpenFile;
+use crate::{channel, mounts};
+
+/// Listings kept at most, and entries over all of them: a tool lists one directory and
+/// stats its entries, then moves on.
+const MAX_LISTINGS: usize = 16;
+const MAX_ENTRIES: usize = 32 * 1024;
+
+struct Listing {
+    mount: usize,
+    dir: u64,
+    changes: u64,
+    who: channel::Who,
+    attrs: HashMap<Box<[u8]>, Attr>,
+}
+
+struct Listings {
+    recent: VecDeque<Listing>,
+    entries: usize,
+}
+
+static LISTINGS: Mutex<Listings> = Mutex::new(Listings {
+    recent: VecDeque::new(),
+    entries: 0,
+});
+
+fn listings() -> MutexGuard<'static, Listings> {
+    LISTINGS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The mount's change count now; `None` when its daemon publishes none (an older one).
+pub fn changes_now(mount: usize) -> Option<u64> {
+    Some(mounts::all().get(mount)?.state.get()?.changes())
+}
+
+/// The attributes `file`'s open returned, while nothing has changed on the mount since.
+pub fn opened(file: &OpenFile) -> Option<Attr> {
+    let (changes, attr) = file.attr_at_open?;
+    (changes_now(file.mount) == Some(changes)).then_some(attr)
+}
+
+/// Keeps the attributes of a page of directory `dir`'s entries, listed when the mount's
+/// change count was `changes`.
+pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
+    if changes_now(mount) != Some(changes) || page.iter().all(|entry| entry.attr.is_none()) {
+        return;
+    }
+    let who = channel::who();
+    let mut listings = listings();
+    let index = listings
+        .recent
+        .iter()
+        .position(|l| l.mount == mount && l.dir == dir);
+    let index = match index {
+        Some(index)
+            if listings.recent[index].changes == changes && listings.recent[index].who == who =>
+        {
+            index
+        }
+        stale => {
+            if let Some(index) = stale {
+                listings.drop_at(index);
+            }
+            listings.recent.push_back(Listing {
+                mount,
+                dir,
+                changes,
+                who,
+                attrs: HashMap::new(),
+            });
+            listings.recent.len() - 1
+        }
+    };
+    let mut added = 0;
+    let listing = &mut listings.recent[index];
+    for entry in page {
+        if let Some(attr) = entry.attr {
+            if listing
+                .attrs
+                .insert(entry.name.clone().into_boxed_slice(), attr)
+                .is_none()
+            {
+                added += 1;
+            }
+        }
+    }
+    listings.entries += added;
+    listings.trim();
+}
+
+/// The attributes of `name` in directory `dir`, if a listing that still holds has them.
+/// `follow`: the caller follows a final symlink, which a listing cannot answer.
+pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Option<Attr> {
+    let mut listings = listings();
+    let index = listings
+        .recent
+        .iter()
+        .position(|l| l.mount == mount && l.dir == dir)?;
+    let listing = &listings.recent[index];
+    if changes_now(mount) != Some(listing.changes) {
+        listings.drop_at(index);
+        return None;
+    }
+    if listing.who != channel::who() {
+        return None;
+    }
+    let attr = *listing.attrs.get(name)?;
+    if follow && attr.mode & libc::S_IFMT == libc::S_IFLNK {
+        return None;
+    }
+    Some(attr)
+}
+
+impl Listings {
+    fn drop_at(&mut self, index: usize) {
+        if let Some(listing) = self.recent.remove(index) {
+            self.entries -= listing.attrs.len();
+        }
+    }
+
+    /// Oldest listings out until within the bounds.
+    fn trim(&mut self) {
+        while self.recent.len() > MAX_LISTINGS
+            || (self.entries > MAX_ENTRIES && self.recent.len() > 1)
+        {
+            self.drop_at(0);
+        }
+        if self.entries > MAX_ENTRIES {
+            // One listing over the bound alone: not kept at all.
+            self.drop_at(0);
+        }
+    }
+}
