@@ -2066,6 +2066,18 @@ case("listdir file", lambda: os.listdir("file"))
 case("getxattr missing attr", lambda: os.getxattr("file", "user.none"))
 case("getxattr missing", lambda: os.getxattr("missing", "user.none"))
 case("access missing", lambda: os.access("missing", os.F_OK) or (_ for _ in ()).throw(OSError(errno.ENOENT, "")))
+# glibc's fchmodat with AT_SYMLINK_NOFOLLOW (lchmod): a file's mode, never a symlink's
+# (Python turns that EOPNOTSUPP into NotImplementedError).
+def lchmod(path, mode):
+    try: os.chmod(path, mode, follow_symlinks=False)
+    except NotImplementedError: raise OSError(errno.EOPNOTSUPP, "")
+case("lchmod file", lambda: lchmod("file", 0o640))
+case("lchmod file mode", lambda: print(oct(os.stat("file").st_mode & 0o7777)) or os.chmod("file", 0o644))
+case("lchmod dir", lambda: lchmod("dir", 0o700) or print(oct(os.stat("dir").st_mode & 0o7777)))
+case("lchmod link", lambda: lchmod("link", 0o600))
+case("lchmod link target", lambda: print(oct(os.stat("file").st_mode & 0o7777)))
+case("lchmod missing", lambda: lchmod("missing", 0o600))
+case("lchmod missing/x", lambda: lchmod("missing/x", 0o600))
 fd = O("file", os.O_RDONLY)
 case("write rdonly fd", lambda: os.write(fd, b"x"))
 case("ftruncate rdonly fd", lambda: os.ftruncate(fd, 0))
@@ -2104,6 +2116,14 @@ fn errors_are_the_kernel_doors_case_by_case() {
     );
     assert!(k.success(), "{}", k.describe());
     assert_served(&f, 40, "error cases");
+    // libc's fchmodat with NOFOLLOW is hooked at its entry and served as fchmodat2.
+    assert!(
+        stats_of(&f)
+            .get("fchmodat2")
+            .is_some_and(|&(fast, _)| fast >= 5),
+        "lchmod went the fast way: {}",
+        f.describe()
+    );
     let pairs: Vec<String> = k
         .stdout
         .lines()

@@ -484,6 +484,8 @@ impl Server {
             engine_change.kill_suidgid = !s.caller.privileged;
         }
         if let Some(mode) = change.mode {
+            // notify_change: a symlink's mode never changes (fchmodat2 with NOFOLLOW).
+            ensure(inode.kind != FileKind::Symlink, libc::EOPNOTSUPP)?;
             require_permission(owns(s.caller, &inode))?;
             let mut perm = (mode & 0o7777) as u16;
             if !s.caller.privileged && !s.caller.in_group(inode.gid) {

@@ -96,6 +96,8 @@ const NAMES: &[(i64, &str)] = &[
     (libc::SYS_close_range, "close_range"),
     (libc::SYS_openat2, "openat2"),
     (libc::SYS_faccessat2, "faccessat2"),
+    // Linux 6.6; not in the libc crate.
+    (452, "fchmodat2"),
 ];
 
 /// The name of system call `nr`, where the table has it.

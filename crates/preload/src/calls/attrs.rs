@@ -6,6 +6,7 @@ use shoal_fastpath::{Reply, Request, SetAttrWire, Target, TimeWire};
 use super::stat::{named, Named};
 use super::{ask, copy_out, fail, kernel, Answer};
 use crate::fds;
+use crate::intercept::FCHMODAT2;
 
 const UTIME_NOW: i64 = (1 << 30) - 1;
 const UTIME_OMIT: i64 = (1 << 30) - 2;
@@ -112,10 +113,17 @@ pub fn chmod(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (named, mode, positions): (Named, u32, &[usize]) = match nr {
         libc::SYS_fchmod => (descriptor(args[0]), args[1] as u32, &[0]),
         libc::SYS_chmod => (named(cwd, args[0], 0), args[1] as u32, &[]),
+        FCHMODAT2 => {
+            let flags = args[3] as i32;
+            if flags & !(libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                return Some(fail(libc::EINVAL));
+            }
+            (named(args[0], args[1], flags), args[2] as u32, &[0])
+        }
         // fchmodat's flags argument is not the kernel's (glibc emulates NOFOLLOW).
         _ => (named(args[0], args[1], 0), args[2] as u32, &[0]),
     };
-    set_attr(
+    let result = set_attr(
         nr,
         args,
         positions,
@@ -124,7 +132,51 @@ pub fn chmod(nr: i64, args: [i64; 6]) -> Option<i64> {
             mode: Some(mode & 0o7777),
             ..no_change()
         },
-    )
+    );
+    if nr == FCHMODAT2 && result == Some(-i64::from(libc::ENOSYS)) {
+        // A kernel before 6.6, reached for a call the daemon left to it: what glibc does.
+        return Some(fchmodat_nofollow_emulated(args));
+    }
+    result
+}
+
+/// glibc's fchmodat with AT_SYMLINK_NOFOLLOW where fchmodat2 is missing: an O_PATH
+/// descriptor of the file itself, never a symlink's mode (EOPNOTSUPP), then chmod through
+/// its /proc/self/fd link. Every step is the kernel's.
+fn fchmodat_nofollow_emulated(args: [i64; 6]) -> i64 {
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let fd = kernel(
+        libc::SYS_openat,
+        [args[0], args[1], i64::from(flags), 0, 0, 0],
+        &[0],
+    );
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    let mut result = crate::calls::raw(
+        libc::SYS_newfstatat,
+        [
+            fd,
+            empty.as_ptr() as i64,
+            std::ptr::addr_of_mut!(stat) as i64,
+            i64::from(libc::AT_EMPTY_PATH),
+            0,
+            0,
+        ],
+    );
+    if result == 0 {
+        result = if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            -i64::from(libc::EOPNOTSUPP)
+        } else {
+            let link = format!("/proc/self/fd/{fd}\0");
+            crate::calls::raw(libc::SYS_chmod, [link.as_ptr() as i64, args[2], 0, 0, 0, 0])
+        };
+    }
+    crate::calls::raw(libc::SYS_close, [fd, 0, 0, 0, 0, 0]);
+    result
 }
 
 pub fn chown(nr: i64, args: [i64; 6]) -> Option<i64> {

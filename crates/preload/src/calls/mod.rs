@@ -142,7 +142,7 @@ pub const NUMBERS: &[i64] = &[
 // glibc 2.39's fchmodat with AT_SYMLINK_NOFOLLOW is fchmodat2). They go to the kernel,
 // a fast directory descriptor first made a kernel one: on a placeholder (an O_PATH
 // descriptor of `/`) a relative path would be resolved from `/`.
-const SYS_FCHMODAT2: i64 = 452;
+const SYS_FCHMODAT2: i64 = crate::intercept::FCHMODAT2;
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_GETXATTRAT: i64 = 464;
 const SYS_LISTXATTRAT: i64 = 465;
@@ -213,7 +213,9 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_rename | libc::SYS_renameat | libc::SYS_renameat2 => names::rename(nr, args),
         libc::SYS_link | libc::SYS_linkat => names::link(nr, args),
         libc::SYS_symlink | libc::SYS_symlinkat => names::symlink(nr, args),
-        libc::SYS_chmod | libc::SYS_fchmod | libc::SYS_fchmodat => attrs::chmod(nr, args),
+        libc::SYS_chmod | libc::SYS_fchmod | libc::SYS_fchmodat | SYS_FCHMODAT2 => {
+            attrs::chmod(nr, args)
+        }
         libc::SYS_chown | libc::SYS_lchown | libc::SYS_fchown | libc::SYS_fchownat => {
             attrs::chown(nr, args)
         }

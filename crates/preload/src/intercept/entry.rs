@@ -115,6 +115,45 @@ pub(crate) fn read_fn_address() -> u64 {
     read_fn as *const () as usize as u64
 }
 
+/// Where libc's `fchmodat` lands when fchmodat2 is routed. glibc before 2.39 emulates
+/// AT_SYMLINK_NOFOLLOW with an O_PATH open, a stat and a chmod of /proc/self/fd/N, three
+/// calls the handler can only send to the kernel door (tar does it for every directory it
+/// makes); as the fchmodat2 call (Linux 6.6) that newer glibc makes, it is one request.
+/// Flags the call rejects are left to the handler, as fchmodat2 rejects them (EINVAL).
+extern "C" fn fchmodat_fn(dirfd: i64, path: i64, mode: i64, flags: i64) -> i64 {
+    let result = if flags == 0 {
+        route(libc::SYS_fchmodat, [dirfd, path, mode, 0, 0, 0])
+    } else if flags & !i64::from(libc::AT_SYMLINK_NOFOLLOW) != 0 && !libc_passes_fchmodat2_flags() {
+        // What the replaced function answers: before 2.39 glibc took NOFOLLOW alone.
+        -i64::from(libc::EINVAL)
+    } else {
+        route(super::FCHMODAT2, [dirfd, path, mode, flags, 0, 0])
+    };
+    kernel_to_libc(result)
+}
+
+/// Whether this glibc (2.39 or later) hands fchmodat's flags to fchmodat2 as they are.
+fn libc_passes_fchmodat2_flags() -> bool {
+    static NEWER: OnceLock<bool> = OnceLock::new();
+    *NEWER.get_or_init(|| {
+        // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+        let version = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+        let mut parts = version.to_bytes().split(|&b| b == b'.');
+        let mut number = || {
+            parts
+                .next()
+                .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        (number(), number()) >= (2, 39)
+    })
+}
+
+/// The address of the `fchmodat` shim.
+pub(crate) fn fchmodat_fn_address() -> u64 {
+    fchmodat_fn as *const () as usize as u64
+}
+
 /// Turns a kernel result into libc's: -1 with errno for -4095..=-1, the value otherwise.
 extern "C" fn kernel_to_libc(result: i64) -> i64 {
     if !(-4095..0).contains(&result) {

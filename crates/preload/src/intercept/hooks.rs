@@ -26,7 +26,7 @@ pub(crate) struct EntryHook {
 }
 
 /// The hooks that serve `numbers`: `syscall()` always, `read`'s two functions when read
-/// is requested.
+/// is requested, `fchmodat` when fchmodat2 is.
 pub(crate) fn wanted(numbers: &[i64]) -> Vec<EntryHook> {
     let mut hooks = vec![EntryHook {
         name: "syscall",
@@ -43,6 +43,14 @@ pub(crate) fn wanted(numbers: &[i64]) -> Vec<EntryHook> {
         };
         hooks.push(read("read", c"read"));
         hooks.push(read("__read_nocancel", c"__read_nocancel"));
+    }
+    if numbers.contains(&super::FCHMODAT2) {
+        hooks.push(EntryHook {
+            name: "fchmodat",
+            symbol: c"fchmodat",
+            nr: Some(super::FCHMODAT2),
+            shim: entry::fchmodat_fn_address(),
+        });
     }
     hooks
 }

@@ -5,7 +5,8 @@
 //! handler (the `syscall` itself stays in place, so code that jumps straight to it still
 //! works, unintercepted). The entries of libc's `syscall()` and, when read is requested,
 //! of `read` and `__read_nocancel` (whose `syscall` is set up by a 2-byte `xor`, too short
-//! for a jump) are redirected to shims. See `install` for the conditions, and
+//! for a jump) and of `fchmodat` (whose NOFOLLOW emulation takes three calls) are
+//! redirected to shims. See `install` for the conditions, and
 //! `InstallReport` for what is caught and what is missed.
 //!
 //! Not covered: system calls made outside libc (the dynamic loader's own, those of other
@@ -25,6 +26,10 @@ mod trampoline;
 mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// fchmodat2 (Linux 6.6; not in the libc crate): a handler that requests it also gets
+/// libc's `fchmodat` at its entry (see `entry::fchmodat_fn`).
+pub const FCHMODAT2: i64 = 452;
 
 pub use report::{
     EntryHookReport, HookStatus, InstallError, InstallReport, NumberReport, SkippedSite,
