@@ -2078,6 +2078,15 @@ case("lchmod link", lambda: lchmod("link", 0o600))
 case("lchmod link target", lambda: print(oct(os.stat("file").st_mode & 0o7777)))
 case("lchmod missing", lambda: lchmod("missing", 0o600))
 case("lchmod missing/x", lambda: lchmod("missing/x", 0o600))
+# removexattr: ACLs that are not there (cp -a removes a directory's default ACL), user.*.
+case("removexattr default acl", lambda: os.removexattr("dir", "system.posix_acl_default"))
+case("removexattr access acl", lambda: os.removexattr("file", "system.posix_acl_access"))
+case("removexattr missing user", lambda: os.removexattr("file", "user.none"))
+case("setxattr user", lambda: os.setxattr("file", "user.some", b"v"))
+case("removexattr user", lambda: os.removexattr("file", "user.some"))
+case("removexattr user again", lambda: os.removexattr("file", "user.some"))
+case("removexattr user on link", lambda: os.removexattr("link", "user.some", follow_symlinks=False))
+case("removexattr missing", lambda: os.removexattr("missing", "user.some"))
 fd = O("file", os.O_RDONLY)
 case("write rdonly fd", lambda: os.write(fd, b"x"))
 case("ftruncate rdonly fd", lambda: os.ftruncate(fd, 0))
@@ -2122,6 +2131,13 @@ fn errors_are_the_kernel_doors_case_by_case() {
             .get("fchmodat2")
             .is_some_and(|&(fast, _)| fast >= 5),
         "lchmod went the fast way: {}",
+        f.describe()
+    );
+    assert!(
+        stats_of(&f)
+            .get("removexattr")
+            .is_some_and(|&(fast, _)| fast >= 5),
+        "removexattr went the fast way: {}",
         f.describe()
     );
     let pairs: Vec<String> = k

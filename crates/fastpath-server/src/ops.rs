@@ -2,7 +2,9 @@
 //! fallback for the rest. Nothing is changed before every check has passed, so a fallback
 //! never leaves half an operation behind.
 
-use shoal_engine::{Caller, FileKind, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp};
+use shoal_engine::{
+    Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
+};
 use shoal_fastpath::{
     At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, ENTRIES_HEADER_BYTES,
     MAX_MESSAGE_BYTES, READDIR_BATCH_ENTRIES,
@@ -602,6 +604,32 @@ impl Server {
             list.push(0);
         }
         Ok(Reply::Data(list))
+    }
+
+    /// removexattr, for the names whose rules the fast path knows: a POSIX ACL that is not
+    /// there, removed by its owner or a privileged caller (ENODATA, as the daemon answers
+    /// the kernel's `set_acl(NULL)`), and `user.*` (xattr_permission: a regular file or a
+    /// directory, write permission). Anything else, or an ACL that is there (its removal
+    /// has the kernel's mode rules), goes to the kernel.
+    pub fn remove_xattr(&self, s: &Session, target: &Target, name: &[u8]) -> Served<Reply> {
+        let (inode, _) = self.target(s, target)?;
+        self.writable()?;
+        if name == b"system.posix_acl_access" || name == b"system.posix_acl_default" {
+            require(s.caller.privileged || owns(s.caller, &inode))?;
+            return match self.engine.getxattr(inode.ino, name) {
+                Err(FsError::NoXattr) => Err(Refusal::Errno(libc::ENODATA)),
+                Err(error) => Err(error.into()),
+                Ok(_) => Err(Refusal::Fallback(Why::KernelRule)),
+            };
+        }
+        require(name.starts_with(b"user."))?;
+        require(matches!(
+            inode.kind,
+            FileKind::Regular | FileKind::Directory
+        ))?;
+        check(&self.engine, s.caller, &inode, MAY_WRITE)?;
+        self.engine.removexattr(inode.ino, name)?;
+        Ok(Reply::Empty)
     }
 
     /// The inode a setattr or xattr call names, and the handle when it names one.

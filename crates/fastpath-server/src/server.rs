@@ -398,6 +398,7 @@ impl Server {
             Request::SetAttr { target, change } => self.set_attr(s, target, change),
             Request::GetXattr { target, name } => self.get_xattr(s, target, name),
             Request::ListXattr { target } => self.list_xattr(s, target),
+            Request::RemoveXattr { target, name } => self.remove_xattr(s, target, name),
             Request::Sync => self.sync(),
             Request::Resolve { at } => self.resolve_directory(s, at),
             Request::CopyRange {

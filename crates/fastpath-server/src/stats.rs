@@ -8,7 +8,7 @@ use shoal_fastpath::{Reply, Request};
 use crate::refusal::{Refusal, Served, Why};
 
 /// Request kinds, in the order `snapshot` lists them.
-pub const REQUEST_KINDS: [&str; 23] = [
+pub const REQUEST_KINDS: [&str; 24] = [
     "hello",
     "stat",
     "access",
@@ -32,6 +32,7 @@ pub const REQUEST_KINDS: [&str; 23] = [
     "resolve",
     "copy_range",
     "set_acl_mode",
+    "removexattr",
 ];
 
 fn kind_index(request: &Request) -> usize {
@@ -59,6 +60,7 @@ fn kind_index(request: &Request) -> usize {
         Request::Resolve { .. } => 20,
         Request::CopyRange { .. } => 21,
         Request::SetAccessAclMode { .. } => 22,
+        Request::RemoveXattr { .. } => 23,
     }
 }
 

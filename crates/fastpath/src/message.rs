@@ -127,6 +127,10 @@ pub enum Request {
     ListXattr {
         target: Target,
     },
+    RemoveXattr {
+        target: Target,
+        name: Vec<u8>,
+    },
     Sync,
     /// The directory `at` names, searchable by the caller (chdir).
     Resolve {
@@ -362,6 +366,7 @@ impl Request {
             Request::Resolve { .. } => 21,
             Request::CopyRange { .. } => 22,
             Request::SetAccessAclMode { .. } => 23,
+            Request::RemoveXattr { .. } => 24,
         }
     }
 
@@ -441,6 +446,10 @@ impl Request {
                 e.bytes(name);
             }
             Request::ListXattr { target } => target.encode(&mut e),
+            Request::RemoveXattr { target, name } => {
+                target.encode(&mut e);
+                e.bytes(name);
+            }
             Request::Sync => {}
             Request::CopyRange {
                 from,
@@ -553,6 +562,10 @@ impl Request {
             23 => Request::SetAccessAclMode {
                 target: Target::decode(&mut d)?,
                 perm: d.u32()?,
+            },
+            24 => Request::RemoveXattr {
+                target: Target::decode(&mut d)?,
+                name: d.bytes(XATTR_MAX_BYTES)?.to_vec(),
             },
             tag => return Err(WireError::UnknownTag(tag)),
         };
@@ -809,6 +822,10 @@ mod tests {
             },
             Request::ListXattr {
                 target: Target::Path(at(b"f")),
+            },
+            Request::RemoveXattr {
+                target: Target::Path(at(b"f")),
+                name: b"system.posix_acl_default".to_vec(),
             },
             Request::Sync,
             Request::Resolve { at: at(b"d") },

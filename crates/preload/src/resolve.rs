@@ -120,10 +120,39 @@ pub fn route(dirfd: i64, path: &[u8], follow: bool) -> Route {
                 follow,
             },
         },
+        Ok(None) if dirfd == i64::from(libc::AT_FDCWD) && cwd_is_above_a_mount() => {
+            // `cp -a mnt/a mnt/b` run beside the mount: the path enters it from outside.
+            let mut joined = working_directory();
+            if joined.first() != Some(&b'/') {
+                return Route::Kernel;
+            }
+            joined.push(b'/');
+            joined.extend_from_slice(path);
+            route_absolute(&joined, follow)
+        }
         Ok(None) => Route::Kernel,
         Err(errno) => Route::Fail(errno),
     }
 }
+
+/// Whether a usable mount lies below the working directory (which is on none), so that a
+/// relative path may lead into it; learned once per chdir. The path itself is read again
+/// at each use (`working_directory`): a directory above may have been renamed since.
+fn cwd_is_above_a_mount() -> bool {
+    let mut cached = CWD_ABOVE_MOUNT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *cached.get_or_insert_with(|| {
+        let cwd = working_directory();
+        // Unreadable, or "(unreachable)" (outside this process's root): the kernel's.
+        cwd.first() == Some(&b'/')
+            && mounts::all().iter().any(|mount| {
+                mount.usable() && mount.path != cwd && plainly_under(&mount.path, &cwd)
+            })
+    })
+}
+
+static CWD_ABOVE_MOUNT: Mutex<Option<bool>> = Mutex::new(None);
 
 fn route_absolute(path: &[u8], follow: bool) -> Route {
     if let Some(fd) = proc_fd_link(path) {
@@ -299,6 +328,9 @@ fn cwd() -> Option<(usize, u64)> {
 /// The working directory changed (chdir, fchdir).
 pub fn forget_cwd() {
     *CWD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    *CWD_ABOVE_MOUNT
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
 }
 

@@ -306,6 +306,32 @@ fn xattr_result(value: &[u8], buf: i64, size: usize) -> i64 {
     value.len() as i64
 }
 
+/// removexattr, lremovexattr, fremovexattr (the daemon serves ACLs that are not there and
+/// user.*; the rest is the kernel's).
+pub fn removexattr(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (named, positions) = xattr_target(
+        nr == libc::SYS_fremovexattr,
+        nr == libc::SYS_lremovexattr,
+        args[0],
+    );
+    let name = match crate::resolve::c_path(args[1]) {
+        Ok(name) => name.to_vec(),
+        Err(errno) => return Some(fail(errno)),
+    };
+    let (mount, target) = match target_of(named) {
+        Ok(Some(found)) => found,
+        Ok(None) => return None,
+        Err(errno) => return Some(fail(errno)),
+    };
+    Some(
+        match ask(nr, mount, &Request::RemoveXattr { target, name }) {
+            Answer::Done(_) => 0,
+            Answer::Errno(errno) => fail(errno),
+            Answer::Kernel => kernel(nr, args, positions),
+        },
+    )
+}
+
 pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (named, positions) = xattr_target(
         nr == libc::SYS_fgetxattr,

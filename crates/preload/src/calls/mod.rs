@@ -158,7 +158,6 @@ fn descriptor_arguments(nr: i64) -> &'static [usize] {
         | libc::SYS_fstatfs
         | libc::SYS_readahead
         | libc::SYS_fsetxattr
-        | libc::SYS_fremovexattr
         | libc::SYS_fadvise64
         | libc::SYS_sync_file_range
         | libc::SYS_fallocate
@@ -240,6 +239,9 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_sendmsg => descriptors::sendmsg(args),
         libc::SYS_ioctl => descriptors::ioctl(args),
         libc::SYS_setxattr | libc::SYS_lsetxattr | libc::SYS_fsetxattr => attrs::setxattr(nr, args),
+        libc::SYS_removexattr | libc::SYS_lremovexattr | libc::SYS_fremovexattr => {
+            attrs::removexattr(nr, args)
+        }
         libc::SYS_copy_file_range => io::copy_file_range(args),
         libc::SYS_fadvise64 => io::fadvise(args),
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
