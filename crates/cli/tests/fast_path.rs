@@ -2320,3 +2320,34 @@ fn stats_answered_from_a_listing_see_every_later_change() {
     );
     m.finish();
 }
+
+/// A relative path that enters the mount from a working directory above it (`cp -a
+/// mnt/a mnt/b` run beside the mountpoint) goes the fast way, and lands where the kernel
+/// would put it; a relative path that stays outside is the kernel's.
+#[test]
+fn relative_paths_from_above_the_mount_go_the_fast_way() {
+    let m = mount_with_fast_path(&[]);
+    let source = m.path("source");
+    fs::create_dir_all(source.join("sub")).unwrap();
+    for i in 0..50 {
+        fs::write(source.join("sub").join(format!("f{i}")), format!("{i}")).unwrap();
+    }
+    let above = m.mnt.parent().unwrap();
+    let name = m.mnt.file_name().unwrap().to_str().unwrap();
+    let (from, to) = (format!("{name}/source"), format!("./{name}/copy"));
+    let copy = fast(above, &["cp", "-a", from.as_str(), to.as_str()]);
+    assert_served(&copy, 100, "cp -a with relative paths from above the mount");
+    run_ok(
+        Command::new("diff")
+            .arg("-r")
+            .arg(&source)
+            .arg(m.path("copy")),
+        TOOL_TIMEOUT,
+    );
+    // Outside the mount, beside it: still right (through the kernel).
+    let outside = above.join("beside-the-mount");
+    let made = fast(above, &["mkdir", "beside-the-mount"]);
+    assert!(made.success() && outside.is_dir(), "{}", made.describe());
+    fs::remove_dir(&outside).unwrap();
+    m.finish();
+}
