@@ -1513,6 +1513,13 @@ case("list write-only dir", lambda: os.listdir(p("wonly")))
 case("create in no-search dir", lambda: write(p("nosearch/" + prefix), "wb"))
 case("stat in no-search dir", lambda: os.stat(p("nosearch/inside")))
 case("open dir in no-search dir", lambda: os.listdir(p("nosearch")))
+def stat_listed(d):
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try: return [os.stat(n, dir_fd=fd, follow_symlinks=False).st_size for n in os.listdir(fd)]
+    finally: os.close(fd)
+# Listed but not searchable: the entries' attributes are not the caller's to see.
+case("stat listed entries of no-search dir", lambda: stat_listed(p("nosearch")))
+case("stat listed entries of open dir", lambda: stat_listed(p("rootdir")))
 case("O_TRUNC world-writable", lambda: os.close(os.open(p("shared"), os.O_WRONLY | os.O_TRUNC)))
 case("mkdir -p inside private", lambda: os.makedirs(p("private/a/b")))
 "#;
