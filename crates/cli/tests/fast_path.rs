@@ -1645,6 +1645,56 @@ fn a_threaded_process_that_drops_root_is_served_as_the_new_user() {
     m.finish();
 }
 
+/// A single-threaded process drops root: its setresuid goes through a call the library
+/// intercepts (the ids are then not read at every request, see `channel::current_ids`),
+/// and its next calls are checked as the new user's, a listing it kept as root included.
+const SINGLE_THREAD_DROPS_ROOT: &str = r#"
+import errno, os, sys
+mnt, uid = sys.argv[1], int(sys.argv[2])
+p = lambda n: os.path.join(mnt, n)
+result = [os.stat(p("secret")).st_size]  # the connection is made as root
+fd = os.open(p("private"), os.O_RDONLY | os.O_DIRECTORY)
+result.append(sorted(os.listdir(fd)))  # a listing kept as root
+os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+for attempt in (lambda: os.close(os.open(p("secret"), os.O_RDONLY)),
+                lambda: os.stat("inside", dir_fd=fd)):
+    try: attempt(); result.append("allowed")
+    except OSError as e: result.append(errno.errorcode[e.errno])
+with open(p("open/made"), "w") as f: f.write("x")
+result.append(os.stat(p("open/made")).st_uid)
+print(result)
+"#;
+
+#[test]
+fn a_single_threaded_process_that_drops_root_is_served_as_the_new_user() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "drop1.py", SINGLE_THREAD_DROPS_ROOT);
+    let m = mount_with_fast_path(&["allow_other"]);
+    prepare_user_fixtures(&m);
+    let uid = USER.to_string();
+    let args = [
+        OsStr::new(PYTHON),
+        check.as_os_str(),
+        m.mnt.as_os_str(),
+        OsStr::new(&uid),
+    ];
+    let k = kernel(&m.mnt, &args);
+    fs::remove_file(m.path("open/made")).unwrap();
+    let f = fast(&m.mnt, &args);
+    assert!(
+        k.success() && f.success(),
+        "{}\n{}",
+        k.describe(),
+        f.describe()
+    );
+    assert_eq!(
+        k.stdout,
+        format!("[6, ['inside'], 'EACCES', 'EACCES', {USER}]\n")
+    );
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    m.finish();
+}
+
 /// Without allow_other the kernel refuses every other user outright (FUSE's own rule,
 /// before any mode bits): the fast path must not open a side door.
 #[test]

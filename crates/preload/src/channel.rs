@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use std::time::Duration;
 
@@ -136,13 +137,10 @@ impl ThreadChannels {
         let epoch = CREDENTIALS_EPOCH.load(Ordering::Acquire);
         // The pid as of the last fork (libc's fork runs our atfork handler in the child).
         let pid = crate::process_state::pid();
-        // A threaded process changes ids through glibc's __nptl_setxid, whose system calls
-        // take their number from a register and are not intercepted: so the ids are read
-        // from the kernel at every request (two cheap system calls), not trusted from a hook.
-        let ids = effective_ids();
-        let stale = self.connections[index]
-            .as_ref()
-            .is_some_and(|c| c.epoch != epoch || c.pid != pid || c.ids != ids);
+        let ids = current_ids();
+        let stale = self.connections[index].as_ref().is_some_and(|c| {
+            c.epoch != epoch || c.pid != pid || ids.is_some_and(|ids| c.ids != ids)
+        });
         if stale {
             self.connections[index] = None;
         }
@@ -153,7 +151,7 @@ impl ThreadChannels {
                         slot: crate::internal_fds::hide(fd),
                         epoch,
                         pid,
-                        ids,
+                        ids: ids.unwrap_or_else(effective_ids),
                         shared: Some(shared),
                         unanswered: None,
                         pace: Pace::new(CLIENT_SPIN),
@@ -223,14 +221,35 @@ fn shared_round_trip(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Who {
     epoch: u64,
-    ids: (u32, u32),
+    ids: Option<(u32, u32)>,
 }
 
 pub fn who() -> Who {
     Who {
         epoch: CREDENTIALS_EPOCH.load(Ordering::Acquire),
-        ids: effective_ids(),
+        ids: current_ids(),
     }
+}
+
+/// This thread's effective ids when they must be read from the kernel, `None` when the
+/// credentials epoch alone tells. A threaded process changes ids through glibc's
+/// `__nptl_setxid`, whose system calls take their number from a register and are not
+/// intercepted: there the ids are read at every request (two system calls). A process that
+/// never had a second thread (`__libc_single_threaded`, which glibc never sets back)
+/// changes them only through calls the library intercepts, which move the epoch.
+fn current_ids() -> Option<(u32, u32)> {
+    (!single_threaded()).then(effective_ids)
+}
+
+fn single_threaded() -> bool {
+    static FLAG: OnceLock<usize> = OnceLock::new();
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    let flag = *FLAG.get_or_init(|| unsafe {
+        libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) as usize
+    });
+    // SAFETY: glibc's `char __libc_single_threaded` (2.32 and later), alive for the
+    // process; read volatile, as another thread's pthread_create clears it.
+    flag != 0 && unsafe { std::ptr::read_volatile(flag as *const u8) } != 0
 }
 
 /// This thread's effective uid and gid, from the kernel.
