@@ -1620,8 +1620,15 @@ print(result)
 
 #[test]
 fn a_threaded_process_that_drops_root_is_served_as_the_new_user() {
+    let stdout = drop_root_both_ways("drop.py", THREAD_DROPS_ROOT);
+    assert_eq!(stdout, format!("['EACCES', {USER}]\n"));
+}
+
+/// Runs a script that drops root to `USER` through both doors: the same output both
+/// ways, which is returned.
+fn drop_root_both_ways(name: &str, text: &str) -> String {
     let programs = programs_dir();
-    let check = script(programs.path(), "drop.py", THREAD_DROPS_ROOT);
+    let check = script(programs.path(), name, text);
     let m = mount_with_fast_path(&["allow_other"]);
     prepare_user_fixtures(&m);
     let uid = USER.to_string();
@@ -1640,9 +1647,9 @@ fn a_threaded_process_that_drops_root_is_served_as_the_new_user() {
         k.describe(),
         f.describe()
     );
-    assert_eq!(k.stdout, format!("['EACCES', {USER}]\n"));
     assert_eq!(f.stdout, k.stdout, "{}", f.describe());
     m.finish();
+    k.stdout
 }
 
 /// A single-threaded process drops root: its setresuid goes through a call the library
@@ -1667,32 +1674,11 @@ print(result)
 
 #[test]
 fn a_single_threaded_process_that_drops_root_is_served_as_the_new_user() {
-    let programs = programs_dir();
-    let check = script(programs.path(), "drop1.py", SINGLE_THREAD_DROPS_ROOT);
-    let m = mount_with_fast_path(&["allow_other"]);
-    prepare_user_fixtures(&m);
-    let uid = USER.to_string();
-    let args = [
-        OsStr::new(PYTHON),
-        check.as_os_str(),
-        m.mnt.as_os_str(),
-        OsStr::new(&uid),
-    ];
-    let k = kernel(&m.mnt, &args);
-    fs::remove_file(m.path("open/made")).unwrap();
-    let f = fast(&m.mnt, &args);
-    assert!(
-        k.success() && f.success(),
-        "{}\n{}",
-        k.describe(),
-        f.describe()
-    );
+    let stdout = drop_root_both_ways("drop1.py", SINGLE_THREAD_DROPS_ROOT);
     assert_eq!(
-        k.stdout,
+        stdout,
         format!("[6, ['inside'], 'EACCES', 'EACCES', {USER}]\n")
     );
-    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
-    m.finish();
 }
 
 /// Without allow_other the kernel refuses every other user outright (FUSE's own rule,

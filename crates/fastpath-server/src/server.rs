@@ -1,13 +1,14 @@
 //! The listener and one thread per connection: receive a request, serve it, send the reply.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 use shoal_engine::{ChangeObserver, Engine, ROOT_INO};
+use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::SharedChannel;
 use shoal_fastpath::state::MountState;
@@ -277,7 +278,7 @@ impl Server {
     /// socket, after which requests come through the channel.
     fn greet(&self, socket: &OwnedFd) -> io::Result<SharedChannel> {
         let mut buf = vec![0u8; 256];
-        let (len, memfd) = receive_with_fd(socket, &mut buf)?;
+        let (len, memfd) = receive_with_fd(socket.as_raw_fd(), &mut buf)?;
         let version = match Request::decode(&buf[..len]) {
             Ok(Request::Hello { version }) => version,
             _ => return Err(io::Error::other("the first message is not a Hello")),
@@ -295,9 +296,7 @@ impl Server {
         };
         let mut out = Vec::new();
         Reply::encode(status, &reply, &mut out);
-        if !send_with_fd(socket, &out, self.state_fd.as_fd()) {
-            return Err(io::Error::other("client gone"));
-        }
+        send_with_fd(socket.as_raw_fd(), &out, self.state_fd.as_raw_fd())?;
         Ok(channel)
     }
 
@@ -440,46 +439,6 @@ impl Drop for SpinSlot<'_> {
     }
 }
 
-/// One message and the descriptor passed with it (SCM_RIGHTS), if any.
-fn receive_with_fd(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; all zeroes is a valid value.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: recvmsg into buffers that outlive the call; descriptors arrive close-on-exec.
-    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
-    if n <= 0 {
-        return Err(io::Error::other("client gone before its Hello"));
-    }
-    let mut passed = None;
-    // SAFETY: walking the control buffer recvmsg filled, with the libc macros.
-    unsafe {
-        let mut header = libc::CMSG_FIRSTHDR(&message);
-        while !header.is_null() {
-            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-                let data = libc::CMSG_DATA(header).cast::<i32>();
-                for index in 0..count {
-                    // Every passed descriptor is ours now: keep the first, close the rest.
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(index)));
-                    if passed.is_none() {
-                        passed = Some(fd);
-                    }
-                }
-            }
-            header = libc::CMSG_NXTHDR(&message, header);
-        }
-    }
-    Ok((n as usize, passed))
-}
-
 /// Whether the client still holds its end of the socket.
 fn peer_alive(socket: &OwnedFd) -> bool {
     let mut poll = libc::pollfd {
@@ -490,38 +449,4 @@ fn peer_alive(socket: &OwnedFd) -> bool {
     // SAFETY: poll(2) of one valid pollfd, without waiting.
     let n = unsafe { libc::poll(&mut poll, 1, 0) };
     !(n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
-}
-
-/// One message with a descriptor passed along (SCM_RIGHTS).
-fn send_with_fd(socket: &OwnedFd, message: &[u8], passed: BorrowedFd) -> bool {
-    let mut iov = libc::iovec {
-        iov_base: message.as_ptr() as *mut libc::c_void,
-        iov_len: message.len(),
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: msghdr is plain data; all zeroes is a valid value.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a size computation.
-    header.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
-    // SAFETY: filling the one control message the buffer was sized for.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&header);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), passed.as_raw_fd());
-    }
-    loop {
-        // SAFETY: sendmsg of buffers that outlive the call.
-        let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &header, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return n as usize == message.len();
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return false;
-        }
-    }
 }

@@ -14,10 +14,12 @@
 //! Both sides depend on this crate and on nothing of each other: the preload library
 //! (client) links no engine, the daemon's server links no interception code.
 
-// Unsafe code only in `shared` (the mapping and its futexes) and `state` (its mapping).
+// Unsafe code only in `shared` (the mapping and its futexes), `state` (its mapping) and
+// `fd_passing` (SCM_RIGHTS).
 #![deny(unsafe_code)]
 
 mod codec;
+pub mod fd_passing;
 mod message;
 pub mod pace;
 pub mod shared;

@@ -4,12 +4,13 @@
 //! dropped and made again (the daemon learns credentials at connect).
 
 use std::cell::RefCell;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use std::time::Duration;
 
+use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::SharedChannel;
 use shoal_fastpath::state::MountState;
@@ -307,10 +308,13 @@ fn connect(
         version: PROTOCOL_VERSION,
     }
     .encode(send);
-    send_with_fd(fd, send, std::os::fd::AsRawFd::as_raw_fd(&memfd))?;
+    send_with_fd(fd, send, memfd.as_raw_fd()).map_err(|_| ChannelError::Unreachable)?;
     drop(memfd);
     // A daemon that closes at once refused us (a user a mount without allow_other does not
     // admit): the kernel mount answers instead.
+    if receive.len() < MAX_MESSAGE_BYTES {
+        receive.resize(MAX_MESSAGE_BYTES, 0);
+    }
     let (len, state_fd) = receive_with_fd(fd, receive).map_err(|_| ChannelError::Unreachable)?;
     if let Some(state_fd) = state_fd {
         // Mapped once per process (a fork child inherits the mapping); the descriptor is
@@ -320,7 +324,7 @@ fn connect(
                 let _ = mount.state.set(state);
             }
         }
-        sys::close(state_fd.into_raw_fd());
+        drop(state_fd);
     }
     match Reply::decode(&receive[..len]) {
         Ok((Status::Ok, Reply::Hello(hello))) if hello.version == PROTOCOL_VERSION => {
@@ -328,99 +332,6 @@ fn connect(
             Ok((fd, shared))
         }
         _ => Err(ChannelError::Unreachable),
-    }
-}
-
-/// One message and the descriptor passed along with it (SCM_RIGHTS), if any.
-fn receive_with_fd(fd: i32, buf: &mut Vec<u8>) -> Result<(usize, Option<OwnedFd>), ChannelError> {
-    if buf.len() < MAX_MESSAGE_BYTES {
-        buf.resize(MAX_MESSAGE_BYTES, 0);
-    }
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; all zeroes is a valid value.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
-    header.msg_controllen = std::mem::size_of_val(&control);
-    let n = loop {
-        let n = sys::call(
-            libc::SYS_recvmsg,
-            &[
-                i64::from(fd),
-                std::ptr::addr_of_mut!(header) as i64,
-                i64::from(libc::MSG_CMSG_CLOEXEC),
-            ],
-        );
-        if n != -i64::from(libc::EINTR) {
-            break n;
-        }
-    };
-    if n <= 0 {
-        return Err(ChannelError::Lost);
-    }
-    let mut passed = None;
-    // SAFETY: walking the control buffer recvmsg filled, with the libc macros.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&header);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-                let data = libc::CMSG_DATA(cmsg).cast::<i32>();
-                for index in 0..count {
-                    // Every passed descriptor is ours now: keep the first, close the rest.
-                    let received = std::ptr::read_unaligned(data.add(index));
-                    if passed.is_none() {
-                        passed = Some(OwnedFd::from_raw_fd(received));
-                    } else {
-                        sys::close(received);
-                    }
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&header, cmsg);
-        }
-    }
-    Ok((n as usize, passed))
-}
-
-/// One message with a descriptor passed along (SCM_RIGHTS).
-fn send_with_fd(fd: i32, message: &[u8], passed: i32) -> Result<(), ChannelError> {
-    let mut iov = libc::iovec {
-        iov_base: message.as_ptr() as *mut libc::c_void,
-        iov_len: message.len(),
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: msghdr is plain data; all zeroes is a valid value.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a size computation.
-    header.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
-    // SAFETY: filling the one control message the buffer was sized for.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&header);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), passed);
-    }
-    let n = sys::call(
-        libc::SYS_sendmsg,
-        &[
-            i64::from(fd),
-            std::ptr::addr_of!(header) as i64,
-            i64::from(libc::MSG_NOSIGNAL),
-        ],
-    );
-    if n == message.len() as i64 {
-        Ok(())
-    } else {
-        Err(ChannelError::Unreachable)
     }
 }
 

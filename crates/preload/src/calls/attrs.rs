@@ -306,23 +306,37 @@ fn xattr_result(value: &[u8], buf: i64, size: usize) -> i64 {
     value.len() as i64
 }
 
+/// What a get- or remove-xattr call names: its mount, target and attribute name, and
+/// where its descriptor argument is. `Err` holds the call's answer already decided: `None`
+/// for the kernel, or a failure.
+type XattrCall = (usize, Target, Vec<u8>, &'static [usize]);
+
+fn xattr_call(
+    args: [i64; 6],
+    by_descriptor: bool,
+    no_follow: bool,
+) -> Result<XattrCall, Option<i64>> {
+    let (named, positions) = xattr_target(by_descriptor, no_follow, args[0]);
+    let name = match crate::resolve::c_path(args[1]) {
+        Ok(name) => name.to_vec(),
+        Err(errno) => return Err(Some(fail(errno))),
+    };
+    match target_of(named) {
+        Ok(Some((mount, target))) => Ok((mount, target, name, positions)),
+        Ok(None) => Err(None),
+        Err(errno) => Err(Some(fail(errno))),
+    }
+}
+
 /// removexattr, lremovexattr, fremovexattr (the daemon serves ACLs that are not there and
 /// user.*; the rest is the kernel's).
 pub fn removexattr(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let (named, positions) = xattr_target(
-        nr == libc::SYS_fremovexattr,
-        nr == libc::SYS_lremovexattr,
-        args[0],
-    );
-    let name = match crate::resolve::c_path(args[1]) {
-        Ok(name) => name.to_vec(),
-        Err(errno) => return Some(fail(errno)),
-    };
-    let (mount, target) = match target_of(named) {
-        Ok(Some(found)) => found,
-        Ok(None) => return None,
-        Err(errno) => return Some(fail(errno)),
-    };
+    let by_descriptor = nr == libc::SYS_fremovexattr;
+    let (mount, target, name, positions) =
+        match xattr_call(args, by_descriptor, nr == libc::SYS_lremovexattr) {
+            Ok(call) => call,
+            Err(answer) => return answer,
+        };
     Some(
         match ask(nr, mount, &Request::RemoveXattr { target, name }) {
             Answer::Done(_) => 0,
@@ -333,20 +347,12 @@ pub fn removexattr(nr: i64, args: [i64; 6]) -> Option<i64> {
 }
 
 pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let (named, positions) = xattr_target(
-        nr == libc::SYS_fgetxattr,
-        nr == libc::SYS_lgetxattr,
-        args[0],
-    );
-    let name = match crate::resolve::c_path(args[1]) {
-        Ok(name) => name.to_vec(),
-        Err(errno) => return Some(fail(errno)),
-    };
-    let (mount, target) = match target_of(named) {
-        Ok(Some(found)) => found,
-        Ok(None) => return None,
-        Err(errno) => return Some(fail(errno)),
-    };
+    let by_descriptor = nr == libc::SYS_fgetxattr;
+    let (mount, target, name, positions) =
+        match xattr_call(args, by_descriptor, nr == libc::SYS_lgetxattr) {
+            Ok(call) => call,
+            Err(answer) => return answer,
+        };
     Some(match ask(nr, mount, &Request::GetXattr { target, name }) {
         Answer::Done(Reply::Data(value)) => xattr_result(&value, args[2], args[3] as usize),
         Answer::Done(_) => fail(libc::EPROTO),
