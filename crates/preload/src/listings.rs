@@ -10,7 +10,7 @@
 //! the caller's now is not used.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use shoal_fastpath::{Attr, DirEntryWire};
 
@@ -40,8 +40,15 @@ static LISTINGS: Mutex<Listings> = Mutex::new(Listings {
     entries: 0,
 });
 
-fn listings() -> MutexGuard<'static, Listings> {
-    LISTINGS.lock().unwrap_or_else(PoisonError::into_inner)
+/// The kept listings, unless another thread is using them: then the caller does without
+/// (a miss, or nothing kept). Never waiting also means a fork child whose parent had
+/// another thread inside (the lock copied held) cannot hang here.
+fn listings() -> Option<MutexGuard<'static, Listings>> {
+    match LISTINGS.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 /// The mount's change count now; `None` when its daemon publishes none (an older one).
@@ -62,7 +69,9 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
         return;
     }
     let who = channel::who();
-    let mut listings = listings();
+    let Some(mut listings) = listings() else {
+        return;
+    };
     let index = listings
         .recent
         .iter()
@@ -107,7 +116,7 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
 /// The attributes of `name` in directory `dir`, if a listing that still holds has them.
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
 pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Option<Attr> {
-    let mut listings = listings();
+    let mut listings = listings()?;
     let index = listings
         .recent
         .iter()
