@@ -11,8 +11,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use shoal_sys::xattr::{self, SetXattr};
+
 use crate::rng::SplitMix64;
-use crate::sys;
 
 /// What to generate. Every `*_every` field means "one in N files"; 0 disables the feature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,17 +106,23 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
         drop(file);
         fs::set_permissions(&path, Permissions::from_mode(mode))?;
         if spec.xattr_every > 0 && index % spec.xattr_every == 0 {
-            sys::set_xattr(
+            xattr::set_xattr(
                 &path,
                 "user.shoal.origin",
                 format!("seed={} file={index}", spec.seed).as_bytes(),
+                SetXattr::CreateOrReplace,
             )?;
             if rng.one_in(2) {
-                sys::set_xattr(&path, "user.mime_type", b"text/x-csrc")?;
+                xattr::set_xattr(
+                    &path,
+                    "user.mime_type",
+                    b"text/x-csrc",
+                    SetXattr::CreateOrReplace,
+                )?;
             }
         }
         let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&path, sec, nsec)?;
+        xattr::set_times(&path, (sec, nsec), (sec, nsec))?;
         summary.files += 1;
         summary.bytes += size as u64;
         files.push(rel);
@@ -135,7 +142,7 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
             root.join(&link),
         )?;
         let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&root.join(&link), sec, nsec)?;
+        xattr::set_times(&root.join(&link), (sec, nsec), (sec, nsec))?;
         summary.symlinks += 1;
     }
 
@@ -155,7 +162,7 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
     // Directory mtimes last: creating entries inside a directory moves its mtime.
     for dir in &dirs {
         let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&root.join(&dir.rel), sec, nsec)?;
+        xattr::set_times(&root.join(&dir.rel), (sec, nsec), (sec, nsec))?;
     }
     Ok(summary)
 }

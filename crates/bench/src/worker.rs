@@ -158,9 +158,9 @@ fn stop_when_interrupted(pid: u32, finished: &AtomicBool) {
             Some(at) if at.elapsed() > INTERRUPT_GRACE => libc::SIGKILL,
             _ => continue,
         };
-        // SAFETY: kill(2) has no memory preconditions; the worker is not reaped before
-        // `finished` is set, so the pid is still its own.
-        unsafe { libc::kill(pid, signal) };
+        // The worker is not reaped before `finished` is set, so the pid is still its own;
+        // a worker that has just exited makes this fail, which is what we want anyway.
+        let _ = shoal_sys::process::send_signal(pid, signal);
         if signal == libc::SIGKILL {
             return;
         }

@@ -1,7 +1,7 @@
 //! `shoal bench`: argument parsing only; the workloads, targets and reports live in the
 //! shoal-bench library.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -168,18 +168,6 @@ fn image_bytes(size: Size) -> u64 {
     }
 }
 
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-
-fn is_tmpfs(path: &Path) -> bool {
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: an all-zero statfs is valid for statfs to overwrite.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a writable statfs.
-    unsafe { libc::statfs(c_path.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == TMPFS_MAGIC }
-}
-
 /// The command line as typed, shell-quoted where needed, for the top of the report.
 fn command_line() -> String {
     std::env::args()
@@ -245,7 +233,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     if !kinds.is_empty() {
         std::fs::create_dir_all(&args.scratch)
             .with_context(|| format!("creating {}", args.scratch.display()))?;
-        if is_tmpfs(&args.scratch) {
+        if shoal_sys::statvfs::is_tmpfs(&args.scratch).unwrap_or(false) {
             bail!(
                 "--scratch {} is tmpfs; give a directory on a disk",
                 args.scratch.display()

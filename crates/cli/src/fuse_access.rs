@@ -21,8 +21,7 @@ pub fn check() -> Result<()> {
              in a container, pass the device in)"
         );
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if shoal_sys::identity::is_root() {
         return Ok(());
     }
     let Some(fusermount) = find_in_path(FUSERMOUNT) else {

@@ -393,10 +393,8 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
         let access = shoal_fastpath_server::Access {
             allow_other: request.options.allow_other,
-            // SAFETY: geteuid and getegid cannot fail.
-            owner_uid: unsafe { libc::geteuid() },
-            // SAFETY: as above.
-            owner_gid: unsafe { libc::getegid() },
+            owner_uid: shoal_sys::identity::effective_uid(),
+            owner_gid: shoal_sys::identity::effective_gid(),
         };
         start_fast_path(&engine, changes, &request.mountpoint, access)
     } else {

@@ -34,9 +34,7 @@ pub fn run(mountpoint: &Path) -> Result<ExitCode> {
 
 /// Unmounts; `lazy` detaches even when busy (used for dead mounts and on signals).
 pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
+    if shoal_sys::identity::is_root() {
         let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
             .context("mountpoint path")?;
         let flags = if lazy { libc::MNT_DETACH } else { 0 };

@@ -38,8 +38,8 @@ impl HelperInstalled {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let lock_file = File::create("/tmp/shoal-test-mount-helper.lock").expect("lock file");
-        // SAFETY: flock on a file we own; released when it closes.
         assert_eq!(
+            // SAFETY: flock on a file we own; released when it closes.
             unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock_file), libc::LOCK_EX) },
             0
         );

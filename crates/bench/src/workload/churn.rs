@@ -127,7 +127,8 @@ impl UsedMeter {
 }
 
 fn df_used(path: &Path) -> Result<u64> {
-    let space = crate::sys::free_space(path).context(|| format!("statvfs {}", path.display()))?;
+    let space =
+        shoal_sys::statvfs::device_space(path).context(|| format!("statvfs {}", path.display()))?;
     Ok(space.used_bytes)
 }
 

@@ -15,7 +15,7 @@ use crate::cpu::{process_rss_bytes, system_used_bytes};
 use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
 use crate::rng::SplitMix64;
-use crate::sys::free_space;
+use shoal_sys::statvfs::device_space as free_space;
 
 /// Directories per hash level, as Swift's partition / suffix layout.
 const FANOUT: u64 = 1000;
