@@ -89,42 +89,8 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
         let dir = rng.below(dirs.len() as u64) as usize;
         let name = file_name(&mut rng, &mut dirs[dir].names);
         let rel = dirs[dir].rel.join(&name);
-        let size = file_size(&mut rng);
-        let mode = if index == spec.files / 2 {
-            0o600 // exactly one private file, so a lost mode bit shows up
-        } else if name.ends_with(".sh") || name.ends_with(".py") {
-            0o755
-        } else {
-            0o644
-        };
-        let path = root.join(&rel);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.write_all(&text(&mut rng, size))?;
-        drop(file);
-        fs::set_permissions(&path, Permissions::from_mode(mode))?;
-        if spec.xattr_every > 0 && index % spec.xattr_every == 0 {
-            xattr::set_xattr(
-                &path,
-                "user.shoal.origin",
-                format!("seed={} file={index}", spec.seed).as_bytes(),
-                SetXattr::CreateOrReplace,
-            )?;
-            if rng.one_in(2) {
-                xattr::set_xattr(
-                    &path,
-                    "user.mime_type",
-                    b"text/x-csrc",
-                    SetXattr::CreateOrReplace,
-                )?;
-            }
-        }
-        let (sec, nsec) = mtime(&mut rng);
-        xattr::set_times(&path, (sec, nsec), (sec, nsec))?;
+        summary.bytes += write_file(&mut rng, spec, index, &root.join(&rel), &name)?;
         summary.files += 1;
-        summary.bytes += size as u64;
         files.push(rel);
     }
 
@@ -165,6 +131,49 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
         xattr::set_times(&root.join(&dir.rel), (sec, nsec), (sec, nsec))?;
     }
     Ok(summary)
+}
+
+/// Writes file number `index` of the tree at `path`: text, mode, xattrs, mtime, drawn from
+/// `rng` in that order (the order is part of the seed's tree). Returns its size.
+fn write_file(
+    rng: &mut SplitMix64,
+    spec: &TreeSpec,
+    index: usize,
+    path: &Path,
+    name: &str,
+) -> io::Result<u64> {
+    let size = file_size(rng);
+    let mode = if index == spec.files / 2 {
+        0o600 // exactly one private file, so a lost mode bit shows up
+    } else if name.ends_with(".sh") || name.ends_with(".py") {
+        0o755
+    } else {
+        0o644
+    };
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(&text(rng, size))?;
+    drop(file);
+    fs::set_permissions(path, Permissions::from_mode(mode))?;
+    if spec.xattr_every > 0 && index.is_multiple_of(spec.xattr_every) {
+        let origin = format!("seed={} file={index}", spec.seed);
+        xattr::set_xattr(
+            path,
+            "user.shoal.origin",
+            origin.as_bytes(),
+            SetXattr::CreateOrReplace,
+        )?;
+        if rng.one_in(2) {
+            xattr::set_xattr(
+                path,
+                "user.mime_type",
+                b"text/x-csrc",
+                SetXattr::CreateOrReplace,
+            )?;
+        }
+    }
+    let (sec, nsec) = mtime(rng);
+    xattr::set_times(path, (sec, nsec), (sec, nsec))?;
+    Ok(size as u64)
 }
 
 struct PlannedDir {

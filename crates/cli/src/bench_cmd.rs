@@ -1,7 +1,7 @@
 //! `shoal bench`: argument parsing only; the workloads, targets and reports live in the
 //! shoal-bench library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -206,23 +206,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         bail!("nothing to measure: give --target DIR (repeatable) and/or --make LIST");
     }
     let shoal_bin = std::env::current_exe().context("locating the shoal binary")?;
-    let memfs_bin = match &args.memfs {
-        Some(path) => path.clone(),
-        None => shoal_bin.with_file_name("reference-memfs"),
-    };
-    let preload = if kinds.contains(&MakeKind::ShoalRun) {
-        Some(run_cmd::library_path().context("--make shoal-run")?)
-    } else {
-        None
-    };
-    let make_options = MakeOptions {
-        scratch: args.scratch.clone(),
-        image_bytes: image_bytes(size),
-        shoal_bin: Some(shoal_bin.clone()),
-        preload,
-        memfs_bin: Some(memfs_bin),
-        memfs_threads: args.memfs_threads.max(1),
-    };
+    let make_options = make_options(args, size, &kinds, &shoal_bin)?;
     target::check_make(&kinds, &make_options)?;
     let mut targets = Vec::new();
     for dir in &args.targets {
@@ -270,6 +254,32 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     // Tear down made filesystems before writing: the report needs nothing from them.
     drop(targets);
     output(args, &report)
+}
+
+/// How `--make` builds its filesystems: the binaries it mounts with, image sizes, scratch.
+fn make_options(
+    args: &BenchArgs,
+    size: Size,
+    kinds: &[MakeKind],
+    shoal_bin: &Path,
+) -> Result<MakeOptions> {
+    let memfs_bin = match &args.memfs {
+        Some(path) => path.clone(),
+        None => shoal_bin.with_file_name("reference-memfs"),
+    };
+    let preload = if kinds.contains(&MakeKind::ShoalRun) {
+        Some(run_cmd::library_path().context("--make shoal-run")?)
+    } else {
+        None
+    };
+    Ok(MakeOptions {
+        scratch: args.scratch.clone(),
+        image_bytes: image_bytes(size),
+        shoal_bin: Some(shoal_bin.to_path_buf()),
+        preload,
+        memfs_bin: Some(memfs_bin),
+        memfs_threads: args.memfs_threads.max(1),
+    })
 }
 
 /// The table on the terminal, then the JSON and the report directory when asked for.

@@ -349,17 +349,9 @@ fn mount_source(request: &MountRequest) -> String {
     }
 }
 
-/// Opens the engine, mounts, reports readiness, and serves until unmounted.
-/// `ready` is taken (written and closed) once the mount is live.
-fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
-    let signals = block_termination_signals();
-    if !shoal_fuse::release_heap_in_background() {
-        tracing::warn!("the allocator refused background threads: free pages return late");
-    }
-    let metrics = bind_metrics(&request.options)?;
-    let engine = open_engine(request)?;
-    let fuse_stats = Arc::new(FuseStats::default());
-    let config = MountConfig {
+/// How the FUSE session is set up, from the mount options.
+fn mount_config(request: &MountRequest) -> MountConfig {
+    MountConfig {
         threads: request.options.threads,
         read_only: request.options.read_only,
         allow_other: request.options.allow_other,
@@ -372,7 +364,61 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         io_uring: request.options.uring,
         spin_window: request.options.spin,
         follow: request.options.follow,
-    };
+    }
+}
+
+/// Who may use the fast path: the mount's owner, everyone with allow_other.
+fn fast_path_access(request: &MountRequest) -> shoal_fastpath_server::Access {
+    shoal_fastpath_server::Access {
+        allow_other: request.options.allow_other,
+        owner_uid: shoal_sys::identity::effective_uid(),
+        owner_gid: shoal_sys::identity::effective_gid(),
+    }
+}
+
+/// The store's uuid for `shoal stats`; empty for a memory store or an unreadable identity.
+fn store_uuid(request: &MountRequest) -> String {
+    request
+        .store
+        .as_deref()
+        .and_then(|store| {
+            shoal_engine::store_dir::identity::read(store)
+                .ok()
+                .flatten()
+        })
+        .map(|identity| identity.uuid)
+        .unwrap_or_default()
+}
+
+/// The store's path for the log, "memory" for a memory store.
+fn store_name(request: &MountRequest) -> String {
+    let store = request.store.as_ref();
+    store.map_or("memory".into(), |store| store.display().to_string())
+}
+
+/// `report_ready` on a thread of its own: it waits for the mount to answer, which needs
+/// this thread to go on and serve.
+fn spawn_ready_thread(request: &MountRequest, pipe: Option<File>) -> Result<()> {
+    let mountpoint = request.mountpoint.clone();
+    let read_only = request.options.read_only;
+    std::thread::Builder::new()
+        .name("shoal-ready".into())
+        .spawn(move || report_ready(pipe, &mountpoint, read_only))
+        .context("cannot start the readiness thread")?;
+    Ok(())
+}
+
+/// Opens the engine, mounts, reports readiness, and serves until unmounted.
+/// `ready` is taken (written and closed) once the mount is live.
+fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
+    let signals = block_termination_signals();
+    if !shoal_fuse::release_heap_in_background() {
+        tracing::warn!("the allocator refused background threads: free pages return late");
+    }
+    let metrics = bind_metrics(&request.options)?;
+    let engine = open_engine(request)?;
+    let fuse_stats = Arc::new(FuseStats::default());
+    let config = mount_config(request);
     let session = shoal_fuse::mount(
         engine.clone(),
         &request.mountpoint,
@@ -391,12 +437,12 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     let fast_path = if request.options.fastpath {
         let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
-        let access = shoal_fastpath_server::Access {
-            allow_other: request.options.allow_other,
-            owner_uid: shoal_sys::identity::effective_uid(),
-            owner_gid: shoal_sys::identity::effective_gid(),
-        };
-        start_fast_path(&engine, changes, &request.mountpoint, access)
+        start_fast_path(
+            &engine,
+            changes,
+            &request.mountpoint,
+            fast_path_access(request),
+        )
     } else {
         None
     };
@@ -407,16 +453,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
         fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
-        uuid: request
-            .store
-            .as_deref()
-            .and_then(|store| {
-                shoal_engine::store_dir::identity::read(store)
-                    .ok()
-                    .flatten()
-            })
-            .map(|identity| identity.uuid)
-            .unwrap_or_default(),
+        uuid: store_uuid(request),
         mountpoint: request.mountpoint.display().to_string(),
         store: request.store.clone(),
     });
@@ -430,20 +467,11 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",
-        request
-            .store
-            .as_ref()
-            .map_or("memory".into(), |store| store.display().to_string()),
+        store_name(request),
         request.mountpoint.display(),
         request.options
     );
-    let pipe = ready.take();
-    let mountpoint = request.mountpoint.clone();
-    let read_only = request.options.read_only;
-    std::thread::Builder::new()
-        .name("shoal-ready".into())
-        .spawn(move || report_ready(pipe, &mountpoint, read_only))
-        .context("cannot start the readiness thread")?;
+    spawn_ready_thread(request, ready.take())?;
     shoal_fuse::run(session).context("serving FUSE requests")?;
     drop(fast_path);
     final_sync(&engine)?;
