@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use shoal_engine::store_dir::{self, StoreDirError};
 use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
 use shoal_fuse::{FuseStats, MountConfig};
+use shoal_sys::signals::BlockedSignals;
 
 use crate::control::{self, ControlHandler, ControlRequest, RequestContext};
 use crate::log_file::{self, RotatingLog};
@@ -411,7 +412,7 @@ fn spawn_ready_thread(request: &MountRequest, pipe: Option<File>) -> Result<()> 
 /// Opens the engine, mounts, reports readiness, and serves until unmounted.
 /// `ready` is taken (written and closed) once the mount is live.
 fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
-    let signals = block_termination_signals();
+    let signals = block_termination_signals()?;
     if !shoal_fuse::release_heap_in_background() {
         tracing::warn!("the allocator refused background threads: free pages return late");
     }
@@ -583,30 +584,20 @@ fn final_sync(engine: &Engine) -> Result<()> {
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started after it, so
 /// only the signal thread sees them.
-fn block_termination_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+fn block_termination_signals() -> Result<BlockedSignals> {
+    BlockedSignals::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        .context("cannot block the termination signals")
 }
 
 /// On a termination signal, unmount: the session then ends and the store is synced, as at
 /// any unmount.
-fn spawn_signal_thread(signals: libc::sigset_t, mountpoint: PathBuf) {
+fn spawn_signal_thread(signals: BlockedSignals, mountpoint: PathBuf) {
     let spawned = std::thread::Builder::new()
         .name("shoal-signals".into())
         .spawn(move || loop {
-            let mut signal = 0;
-            // SAFETY: waits on the blocked set.
-            if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+            let Ok(signal) = signals.wait() else {
                 return;
-            }
+            };
             tracing::info!("signal {signal}: unmounting {}", mountpoint.display());
             if let Err(error) = crate::umount_cmd::unmount(&mountpoint, true) {
                 tracing::error!("unmount on signal failed: {error:#}");

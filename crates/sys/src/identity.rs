@@ -25,6 +25,14 @@ pub fn real_gid() -> u32 {
     unsafe { libc::getgid() }
 }
 
+/// Whether the real user (not the effective one: access(2), as fusermount3 checks) may
+/// read and write `path`.
+pub fn real_user_may_read_write(path: &std::path::Path) -> std::io::Result<bool> {
+    let path = crate::c_path::c_path(path)?;
+    // SAFETY: a NUL-terminated path.
+    Ok(unsafe { libc::access(path.as_ptr(), libc::R_OK | libc::W_OK) } == 0)
+}
+
 /// Whether this process runs as root (effective uid 0): it may mount, drop caches, chown.
 pub fn is_root() -> bool {
     effective_uid() == 0
@@ -52,5 +60,11 @@ mod tests {
             (gids[0], gids[1])
         );
         assert_eq!(super::is_root(), uids[1] == 0);
+        let proc_status = std::path::Path::new("/proc/self/status");
+        assert_eq!(
+            super::real_user_may_read_write(proc_status).unwrap(),
+            uids[0] == 0
+        );
+        assert!(super::real_user_may_read_write(std::path::Path::new("a\0b")).is_err());
     }
 }
