@@ -530,6 +530,10 @@ fn mountpoint_is_an_empty_dir_after_umount() {
 /// size number is bytes everywhere (it was MiB in `-o` options): `-o cache=64` is refused
 /// with the hint to write `64M`, and `--bhard 512` is 512 bytes.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table of every subcommand's -h and size option, checked in one pass"
+)]
 fn dash_h_is_help_and_a_plain_size_is_bytes_everywhere() {
     for command in [
         "",
