@@ -127,6 +127,24 @@ fn target_color(targets: &[String], target: &str) -> RGBColor {
     RGBColor(r, g, b)
 }
 
+/// "metric · target" for each bar, top to bottom.
+fn row_labels(rows: &[&SummaryRow]) -> Vec<String> {
+    let label = |row: &&SummaryRow| format!("{} · {}", row.metric, row.target);
+    rows.iter().map(label).collect()
+}
+
+/// Room for the longest label on the y axis.
+fn label_width_px(labels: &[String]) -> u32 {
+    let longest = labels.iter().map(|l| l.chars().count() as u32).max();
+    longest.unwrap_or(10) * CHAR_PX + 20
+}
+
+/// The x axis ends 10% past the largest bar or whisker (never at 0: an empty axis).
+fn x_axis_max(rows: &[&SummaryRow]) -> f64 {
+    let largest = rows.iter().map(|r| r.max.max(r.median));
+    largest.fold(0.0f64, f64::max).max(1e-9) * 1.1
+}
+
 fn bar_chart(
     path: &Path,
     title: &str,
@@ -134,25 +152,10 @@ fn bar_chart(
     rows: &[&SummaryRow],
     targets: &[String],
 ) -> Result<()> {
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|r| format!("{} · {}", r.metric, r.target))
-        .collect();
-    let label_px = labels
-        .iter()
-        .map(|l| l.chars().count() as u32)
-        .max()
-        .unwrap_or(10)
-        * CHAR_PX
-        + 20;
-    let height_px = 90 + ROW_PX * rows.len() as u32;
-    let x_max = rows
-        .iter()
-        .map(|r| r.max.max(r.median))
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let root = SVGBackend::new(path, (WIDTH_PX + label_px, height_px)).into_drawing_area();
+    let labels = row_labels(rows);
+    let (label_px, x_max) = (label_width_px(&labels), x_axis_max(rows));
+    let size_px = (WIDTH_PX + label_px, 90 + ROW_PX * rows.len() as u32);
+    let root = SVGBackend::new(path, size_px).into_drawing_area();
     root.fill(&WHITE).map_err(chart_error)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))

@@ -6,6 +6,9 @@
 use std::fs;
 use std::time::Duration;
 
+use shoal_sys::cpu::{cpu_time, CpuOf};
+use shoal_sys::process;
+
 /// A point-in-time reading; subtract two with [`CpuSnapshot::since`].
 #[derive(Clone, Debug)]
 pub struct CpuSnapshot {
@@ -35,7 +38,7 @@ impl CpuUsage {
 impl CpuSnapshot {
     pub fn take(daemon_pids: &[u32]) -> Self {
         CpuSnapshot {
-            self_and_children: rusage(libc::RUSAGE_SELF) + rusage(libc::RUSAGE_CHILDREN),
+            self_and_children: cpu_time(CpuOf::ThisProcess) + cpu_time(CpuOf::WaitedChildren),
             daemon: daemon_pids.iter().map(|&pid| work_cpu(pid)).sum(),
             spin: daemon_pids.iter().map(|&pid| spinner_cpu(pid)).sum(),
         }
@@ -49,30 +52,6 @@ impl CpuSnapshot {
             daemon: self.daemon.saturating_sub(earlier.daemon),
             spin: self.spin.saturating_sub(earlier.spin),
         }
-    }
-}
-
-fn timeval(tv: libc::timeval) -> Duration {
-    Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64)
-}
-
-fn rusage(who: libc::c_int) -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage.
-    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
-        return Duration::ZERO;
-    }
-    timeval(usage.ru_utime) + timeval(usage.ru_stime)
-}
-
-fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 {
-        ticks as u64
-    } else {
-        100
     }
 }
 
@@ -132,7 +111,9 @@ fn stat_cpu(path: &str) -> Duration {
         return Duration::ZERO;
     };
     parse_stat_ticks(&stat)
-        .map(|ticks| Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64))
+        .map(|ticks| {
+            Duration::from_secs_f64(ticks as f64 / process::clock_ticks_per_second() as f64)
+        })
         .unwrap_or(Duration::ZERO)
 }
 

@@ -4,8 +4,10 @@ use std::fs;
 
 use serde::{Deserialize, Serialize};
 
+use shoal_sys::identity::is_root;
+
 use crate::cpu::system_total_bytes;
-use crate::tools::{has_tool, is_root, version_line};
+use crate::tools::{has_tool, version_line};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Environment {

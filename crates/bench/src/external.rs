@@ -5,8 +5,10 @@
 use std::fs;
 use std::path::Path;
 
+use shoal_sys::identity::is_root;
+
 use crate::error::{BenchError, IoContext, Result};
-use crate::tools::{has_tool, is_root, run_capture};
+use crate::tools::{has_tool, run_capture};
 use crate::workload::{Better, Ctx, Outcome};
 
 /// fs_mark 3.3 overflows a buffer (and aborts) with `-d` paths of 39 bytes or more: it is

@@ -21,7 +21,6 @@ pub mod report;
 mod rng;
 pub mod runner;
 pub mod stats;
-mod sys;
 pub mod target;
 pub mod tools;
 pub mod tree;

@@ -10,8 +10,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-
-use crate::sys;
+use shoal_sys::xattr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FileKind {
@@ -205,12 +204,15 @@ fn kind_of(file_type: &fs::FileType) -> FileKind {
 }
 
 fn user_xattrs(path: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
-    let mut names = sys::list_xattrs(path)?;
-    names.retain(|name| name.starts_with("user."));
+    let mut names: Vec<String> = xattr::list_xattrs(path)?
+        .into_iter()
+        .map(|name| String::from_utf8_lossy(&name).into_owned())
+        .filter(|name| name.starts_with("user."))
+        .collect();
     names.sort();
     names
         .into_iter()
-        .map(|name| sys::get_xattr(path, &name).map(|value| (name, value)))
+        .map(|name| xattr::get_xattr(path, &name).map(|value| (name, value)))
         .collect()
 }
 

@@ -202,10 +202,19 @@ pub struct ChartFile {
 }
 
 pub fn markdown(report: &Report, charts: &[ChartFile]) -> String {
-    let env = &report.environment;
     let mut page = String::new();
     let _ = writeln!(page, "# shoal bench\n");
     let _ = writeln!(page, "Produced by:\n\n```\n{}\n```\n", report.command);
+    environment_section(&mut page, report);
+    for &workload in &report.workloads {
+        workload_section(&mut page, report, charts, workload);
+    }
+    page
+}
+
+/// The machine, the tools and the targets the figures below were measured on.
+fn environment_section(page: &mut String, report: &Report) {
+    let env = &report.environment;
     let _ = writeln!(page, "## Environment\n");
     let _ = writeln!(
         page,
@@ -241,53 +250,54 @@ pub fn markdown(report: &Report, charts: &[ChartFile]) -> String {
         );
     }
     let _ = writeln!(page);
-    for &workload in &report.workloads {
-        let _ = writeln!(page, "## {}\n", workload.name());
+}
+
+/// One workload: its summary table, charts, failed runs, space curves and notes.
+fn workload_section(page: &mut String, report: &Report, charts: &[ChartFile], workload: Workload) {
+    let _ = writeln!(page, "## {}\n", workload.name());
+    let _ = writeln!(
+        page,
+        "| metric | target | median | min | max | vs first |\n|---|---|---:|---:|---:|---:|"
+    );
+    for row in report.summary.iter().filter(|r| r.workload == workload) {
         let _ = writeln!(
             page,
-            "| metric | target | median | min | max | vs first |\n|---|---|---:|---:|---:|---:|"
+            "| {} ({}) | {} | {} | {} | {} | {} |",
+            row.metric,
+            row.unit,
+            row.target,
+            format_value(row.median),
+            format_value(row.min),
+            format_value(row.max),
+            format_ratio(row.ratio_to_first)
         );
-        for row in report.summary.iter().filter(|r| r.workload == workload) {
+    }
+    let _ = writeln!(page);
+    for chart in charts.iter().filter(|c| c.workload == workload) {
+        let _ = writeln!(page, "![{}]({})\n", chart.title, chart.relative_path);
+    }
+    for failure in report.samples.iter().filter(|s| s.workload == workload) {
+        if let Some(error) = &failure.error {
             let _ = writeln!(
                 page,
-                "| {} ({}) | {} | {} | {} | {} | {} |",
-                row.metric,
-                row.unit,
-                row.target,
-                format_value(row.median),
-                format_value(row.min),
-                format_value(row.max),
-                format_ratio(row.ratio_to_first)
+                "- run {} on {} failed: {error}",
+                failure.run, failure.target
             );
         }
-        let _ = writeln!(page);
-        for chart in charts.iter().filter(|c| c.workload == workload) {
-            let _ = writeln!(page, "![{}]({})\n", chart.title, chart.relative_path);
-        }
-        for failure in report.samples.iter().filter(|s| s.workload == workload) {
-            if let Some(error) = &failure.error {
-                let _ = writeln!(
-                    page,
-                    "- run {} on {} failed: {error}",
-                    failure.run, failure.target
-                );
-            }
-        }
-        space_curves(&mut page, report, workload);
-        let mut notes: Vec<&String> = report
-            .samples
-            .iter()
-            .filter(|s| s.workload == workload)
-            .flat_map(|s| s.outcome.notes.iter())
-            .collect();
-        notes.sort();
-        notes.dedup();
-        for note in notes {
-            let _ = writeln!(page, "- note: {note}");
-        }
-        let _ = writeln!(page);
     }
-    page
+    space_curves(page, report, workload);
+    let mut notes: Vec<&String> = report
+        .samples
+        .iter()
+        .filter(|s| s.workload == workload)
+        .flat_map(|s| s.outcome.notes.iter())
+        .collect();
+    notes.sort();
+    notes.dedup();
+    for note in notes {
+        let _ = writeln!(page, "- note: {note}");
+    }
+    let _ = writeln!(page);
 }
 
 /// churn: each run's space-amplification curve as a table (elapsed, live, used, used/live).

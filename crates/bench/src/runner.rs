@@ -120,7 +120,7 @@ pub fn staging_parent(params: &Params, fallback: &Path) -> PathBuf {
 }
 
 fn free_bytes(path: &Path) -> Option<u64> {
-    crate::sys::free_space(path)
+    shoal_sys::statvfs::device_space(path)
         .ok()
         .map(|space| space.available_bytes)
 }

@@ -393,7 +393,7 @@ pub fn check_make(kinds: &[MakeKind], options: &MakeOptions) -> Result<()> {
     if kinds.is_empty() {
         return Ok(());
     }
-    if !tools::is_root() {
+    if !shoal_sys::identity::is_root() {
         return Err(BenchError::Invalid(
             "--make needs root (loop devices, mount, mkfs); use --target DIR instead".into(),
         ));

@@ -89,15 +89,9 @@ pub fn version_line(tool: &str) -> Option<String> {
     text.lines().next().map(|line| line.trim().to_string())
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// `sync` then drop the page, dentry and inode caches (root only; FUSE mounts drop their
 /// kernel-side caches too, a daemon's own caches stay). Returns whether caches were dropped.
 pub fn drop_caches() -> bool {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
-    is_root() && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+    shoal_sys::process::sync_all();
+    shoal_sys::identity::is_root() && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }

@@ -11,8 +11,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use shoal_sys::xattr::{self, SetXattr};
+
 use crate::rng::SplitMix64;
-use crate::sys;
 
 /// What to generate. Every `*_every` field means "one in N files"; 0 disables the feature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,36 +89,8 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
         let dir = rng.below(dirs.len() as u64) as usize;
         let name = file_name(&mut rng, &mut dirs[dir].names);
         let rel = dirs[dir].rel.join(&name);
-        let size = file_size(&mut rng);
-        let mode = if index == spec.files / 2 {
-            0o600 // exactly one private file, so a lost mode bit shows up
-        } else if name.ends_with(".sh") || name.ends_with(".py") {
-            0o755
-        } else {
-            0o644
-        };
-        let path = root.join(&rel);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.write_all(&text(&mut rng, size))?;
-        drop(file);
-        fs::set_permissions(&path, Permissions::from_mode(mode))?;
-        if spec.xattr_every > 0 && index % spec.xattr_every == 0 {
-            sys::set_xattr(
-                &path,
-                "user.shoal.origin",
-                format!("seed={} file={index}", spec.seed).as_bytes(),
-            )?;
-            if rng.one_in(2) {
-                sys::set_xattr(&path, "user.mime_type", b"text/x-csrc")?;
-            }
-        }
-        let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&path, sec, nsec)?;
+        summary.bytes += write_file(&mut rng, spec, index, &root.join(&rel), &name)?;
         summary.files += 1;
-        summary.bytes += size as u64;
         files.push(rel);
     }
 
@@ -135,7 +108,7 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
             root.join(&link),
         )?;
         let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&root.join(&link), sec, nsec)?;
+        xattr::set_times(&root.join(&link), (sec, nsec), (sec, nsec))?;
         summary.symlinks += 1;
     }
 
@@ -155,9 +128,52 @@ pub fn generate(root: &Path, spec: &TreeSpec) -> io::Result<TreeSummary> {
     // Directory mtimes last: creating entries inside a directory moves its mtime.
     for dir in &dirs {
         let (sec, nsec) = mtime(&mut rng);
-        sys::set_times(&root.join(&dir.rel), sec, nsec)?;
+        xattr::set_times(&root.join(&dir.rel), (sec, nsec), (sec, nsec))?;
     }
     Ok(summary)
+}
+
+/// Writes file number `index` of the tree at `path`: text, mode, xattrs, mtime, drawn from
+/// `rng` in that order (the order is part of the seed's tree). Returns its size.
+fn write_file(
+    rng: &mut SplitMix64,
+    spec: &TreeSpec,
+    index: usize,
+    path: &Path,
+    name: &str,
+) -> io::Result<u64> {
+    let size = file_size(rng);
+    let mode = if index == spec.files / 2 {
+        0o600 // exactly one private file, so a lost mode bit shows up
+    } else if name.ends_with(".sh") || name.ends_with(".py") {
+        0o755
+    } else {
+        0o644
+    };
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(&text(rng, size))?;
+    drop(file);
+    fs::set_permissions(path, Permissions::from_mode(mode))?;
+    if spec.xattr_every > 0 && index.is_multiple_of(spec.xattr_every) {
+        let origin = format!("seed={} file={index}", spec.seed);
+        xattr::set_xattr(
+            path,
+            "user.shoal.origin",
+            origin.as_bytes(),
+            SetXattr::CreateOrReplace,
+        )?;
+        if rng.one_in(2) {
+            xattr::set_xattr(
+                path,
+                "user.mime_type",
+                b"text/x-csrc",
+                SetXattr::CreateOrReplace,
+            )?;
+        }
+    }
+    let (sec, nsec) = mtime(rng);
+    xattr::set_times(path, (sec, nsec), (sec, nsec))?;
+    Ok(size as u64)
 }
 
 struct PlannedDir {

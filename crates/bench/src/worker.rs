@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -93,32 +93,7 @@ pub fn run_sample(workload: Workload, ctx: &Ctx) -> Result<Outcome> {
             .write_all(&job)
             .context(|| format!("sending the job to {describe}"))?;
     }
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let finished = AtomicBool::new(false);
-    let (output, diagnostics) = std::thread::scope(|scope| {
-        let pid = child.id();
-        let finished = &finished;
-        scope.spawn(move || stop_when_interrupted(pid, finished));
-        let reader = scope.spawn(move || {
-            let mut text = String::new();
-            if let Some(mut stdout) = stdout {
-                let _ = stdout.read_to_string(&mut text);
-            }
-            text
-        });
-        let mut diagnostics = Vec::new();
-        for line in stderr.into_iter().flat_map(|s| BufReader::new(s).lines()) {
-            let Ok(line) = line else { break };
-            match line.strip_prefix(PROGRESS_PREFIX) {
-                Some(progress) => (ctx.progress)(progress),
-                None => diagnostics.push(line),
-            }
-        }
-        let output = reader.join().unwrap_or_default();
-        // The worker closed its stdout and stderr: it is exiting (or was killed).
-        finished.store(true, Ordering::Release);
-        (output, diagnostics)
-    });
+    let (output, diagnostics) = read_worker(&mut child, ctx);
     let status = child.wait().context(|| format!("waiting for {describe}"))?;
     if status.code() == Some(i32::from(INTERRUPTED_EXIT)) {
         return Err(BenchError::Interrupted);
@@ -158,13 +133,44 @@ fn stop_when_interrupted(pid: u32, finished: &AtomicBool) {
             Some(at) if at.elapsed() > INTERRUPT_GRACE => libc::SIGKILL,
             _ => continue,
         };
-        // SAFETY: kill(2) has no memory preconditions; the worker is not reaped before
-        // `finished` is set, so the pid is still its own.
-        unsafe { libc::kill(pid, signal) };
+        // The worker is not reaped before `finished` is set, so the pid is still its own;
+        // a worker that has just exited makes this fail, which is what we want anyway.
+        let _ = shoal_sys::process::send_signal(pid, signal);
         if signal == libc::SIGKILL {
             return;
         }
     }
+}
+
+/// The worker's stdout (its outcome) and its stderr lines but progress, which go to
+/// `ctx.progress` as they come; stops the worker if the user interrupts meanwhile.
+fn read_worker(child: &mut Child, ctx: &Ctx) -> (String, Vec<String>) {
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let pid = child.id();
+        let finished = &finished;
+        scope.spawn(move || stop_when_interrupted(pid, finished));
+        let reader = scope.spawn(move || {
+            let mut text = String::new();
+            if let Some(mut stdout) = stdout {
+                let _ = stdout.read_to_string(&mut text);
+            }
+            text
+        });
+        let mut diagnostics = Vec::new();
+        for line in stderr.into_iter().flat_map(|s| BufReader::new(s).lines()) {
+            let Ok(line) = line else { break };
+            match line.strip_prefix(PROGRESS_PREFIX) {
+                Some(progress) => (ctx.progress)(progress),
+                None => diagnostics.push(line),
+            }
+        }
+        let output = reader.join().unwrap_or_default();
+        // The worker closed its stdout and stderr: it is exiting (or was killed).
+        finished.store(true, Ordering::Release);
+        (output, diagnostics)
+    })
 }
 
 /// The worker's side: reads a job from stdin, runs it, writes its outcome to stdout.

@@ -168,18 +168,6 @@ fn image_bytes(size: Size) -> u64 {
     }
 }
 
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-
-fn is_tmpfs(path: &Path) -> bool {
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: an all-zero statfs is valid for statfs to overwrite.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a writable statfs.
-    unsafe { libc::statfs(c_path.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == TMPFS_MAGIC }
-}
-
 /// The command line as typed, shell-quoted where needed, for the top of the report.
 fn command_line() -> String {
     std::env::args()
@@ -218,23 +206,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         bail!("nothing to measure: give --target DIR (repeatable) and/or --make LIST");
     }
     let shoal_bin = std::env::current_exe().context("locating the shoal binary")?;
-    let memfs_bin = match &args.memfs {
-        Some(path) => path.clone(),
-        None => shoal_bin.with_file_name("reference-memfs"),
-    };
-    let preload = if kinds.contains(&MakeKind::ShoalRun) {
-        Some(run_cmd::library_path().context("--make shoal-run")?)
-    } else {
-        None
-    };
-    let make_options = MakeOptions {
-        scratch: args.scratch.clone(),
-        image_bytes: image_bytes(size),
-        shoal_bin: Some(shoal_bin.clone()),
-        preload,
-        memfs_bin: Some(memfs_bin),
-        memfs_threads: args.memfs_threads.max(1),
-    };
+    let make_options = make_options(args, size, &kinds, &shoal_bin)?;
     target::check_make(&kinds, &make_options)?;
     let mut targets = Vec::new();
     for dir in &args.targets {
@@ -245,7 +217,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     if !kinds.is_empty() {
         std::fs::create_dir_all(&args.scratch)
             .with_context(|| format!("creating {}", args.scratch.display()))?;
-        if is_tmpfs(&args.scratch) {
+        if shoal_sys::statvfs::is_tmpfs(&args.scratch).unwrap_or(false) {
             bail!(
                 "--scratch {} is tmpfs; give a directory on a disk",
                 args.scratch.display()
@@ -282,6 +254,32 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     // Tear down made filesystems before writing: the report needs nothing from them.
     drop(targets);
     output(args, &report)
+}
+
+/// How `--make` builds its filesystems: the binaries it mounts with, image sizes, scratch.
+fn make_options(
+    args: &BenchArgs,
+    size: Size,
+    kinds: &[MakeKind],
+    shoal_bin: &Path,
+) -> Result<MakeOptions> {
+    let memfs_bin = match &args.memfs {
+        Some(path) => path.clone(),
+        None => shoal_bin.with_file_name("reference-memfs"),
+    };
+    let preload = if kinds.contains(&MakeKind::ShoalRun) {
+        Some(run_cmd::library_path().context("--make shoal-run")?)
+    } else {
+        None
+    };
+    Ok(MakeOptions {
+        scratch: args.scratch.clone(),
+        image_bytes: image_bytes(size),
+        shoal_bin: Some(shoal_bin.to_path_buf()),
+        preload,
+        memfs_bin: Some(memfs_bin),
+        memfs_threads: args.memfs_threads.max(1),
+    })
 }
 
 /// The table on the terminal, then the JSON and the report directory when asked for.

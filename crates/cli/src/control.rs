@@ -177,8 +177,7 @@ pub enum ControlError {
 pub fn serve(handler: Arc<dyn ControlHandler>) -> io::Result<()> {
     let address = SocketAddr::from_abstract_name(socket_name(std::process::id()))?;
     let listener = UnixListener::bind_addr(&address)?;
-    // SAFETY: geteuid has no preconditions.
-    let daemon_uid = unsafe { libc::geteuid() };
+    let daemon_uid = shoal_sys::identity::effective_uid();
     for index in 0..SERVER_THREADS {
         let listener = listener.try_clone()?;
         let handler = handler.clone();
@@ -463,8 +462,7 @@ mod tests {
         let answer = request(std::process::id(), &ControlRequest::Stats).unwrap();
         assert_eq!(answer["request"]["op"], "stats");
         assert_eq!(answer["peer_pid"], std::process::id());
-        // SAFETY: geteuid has no preconditions.
-        assert_eq!(answer["peer_uid"], unsafe { libc::geteuid() });
+        assert_eq!(answer["peer_uid"], shoal_sys::identity::effective_uid());
         match request(u32::MAX, &ControlRequest::Stats) {
             Err(ControlError::Unreachable { .. }) => {}
             other => panic!("expected unreachable, got {other:?}"),

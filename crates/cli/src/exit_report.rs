@@ -11,8 +11,7 @@ use std::path::PathBuf;
 
 /// `/run/shoal` for root, else `$XDG_RUNTIME_DIR/shoal`, else `/tmp/shoal-<uid>`.
 fn directory() -> PathBuf {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = shoal_sys::identity::effective_uid();
     if uid == 0 {
         return PathBuf::from("/run/shoal");
     }

@@ -21,8 +21,7 @@ pub fn check() -> Result<()> {
              in a container, pass the device in)"
         );
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if shoal_sys::identity::is_root() {
         return Ok(());
     }
     let Some(fusermount) = find_in_path(FUSERMOUNT) else {
@@ -39,9 +38,7 @@ pub fn check() -> Result<()> {
             fusermount.display()
         );
     }
-    let device = std::ffi::CString::new(DEV_FUSE)?;
-    // SAFETY: access(2) on a NUL-terminated path; it checks the real uid, as fusermount3.
-    if unsafe { libc::access(device.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+    if !shoal_sys::identity::real_user_may_read_write(Path::new(DEV_FUSE))? {
         let mode = std::fs::metadata(DEV_FUSE).map_or(0, |meta| meta.permissions().mode());
         bail!(
             "cannot mount as a non-root user: {DEV_FUSE} is not readable and writable by you \

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use shoal_engine::{BulkAttrs, Engine, Timestamp, ROOT_INO};
+use shoal_sys::identity;
 
 use crate::control::{self, ControlRequest, PeerCredentials};
 use crate::tar_export::{self, Exported};
@@ -289,8 +290,7 @@ fn open_store(store: &Path, read_only: bool) -> Result<Arc<Engine>> {
 fn import_offline(store: &Path, inside: &str, input: &mut dyn Read) -> Result<Imported> {
     let engine = open_store(store, false)?;
     let (parent, name) = rmtree_cmd::resolve_parent(&engine, inside)?;
-    // SAFETY: getuid and getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = (identity::real_uid(), identity::real_gid());
     let attrs = default_root_attrs(uid, gid);
     match tar_import::import(&engine, parent, name.as_bytes(), attrs, input, &mut |_| {}) {
         Ok(imported) => {

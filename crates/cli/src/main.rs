@@ -287,8 +287,18 @@ fn main() -> ExitCode {
     if mount_helper::invoked_as_helper() {
         return mount_helper::main();
     }
-    let cli = Cli::parse();
-    let result = match cli.command {
+    match run(Cli::parse().command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("shoal: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// One arm per subcommand: each hands its arguments to its module.
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Mkfs {
             store_dir,
             force,
@@ -304,16 +314,11 @@ fn main() -> ExitCode {
         Command::Umount { mountpoint } => umount_cmd::run(&mountpoint),
         Command::Fsck {
             target,
-            counters,
+            counters: true,
             threads,
-            repair,
-        } => {
-            if counters {
-                fsck_cmd::run_counters(&target, threads)
-            } else {
-                fsck_cmd::run(&target, repair)
-            }
-        }
+            ..
+        } => fsck_cmd::run_counters(&target, threads),
+        Command::Fsck { target, repair, .. } => fsck_cmd::run(&target, repair),
         Command::Quota(command) => quota_cli::run(command),
         Command::Info(args) => info_cmd::run(&args),
         Command::Backup(args) => backup_cmd::run_backup(&args),
@@ -358,13 +363,6 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(&args),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Compact { store_dir } => compact_cmd::run(&store_dir),
-    };
-    match result {
-        Ok(code) => code,
-        Err(error) => {
-            eprintln!("shoal: {error:#}");
-            ExitCode::from(1)
-        }
     }
 }
 

@@ -5,6 +5,7 @@ use anyhow::Result;
 use shoal_engine::store_dir::access::PRIVATE_UMASK;
 use shoal_engine::store_dir::{list_names, Overwrite};
 use shoal_engine::{Caller, Engine, MkfsOptions};
+use shoal_sys::identity;
 
 pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> Result<ExitCode> {
     let overwrite = match (wipe, force) {
@@ -16,12 +17,9 @@ pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> 
         overwrite,
         // The root directory belongs to whoever formats: a user's own filesystem is
         // writable by that user, root's by root.
-        // SAFETY: geteuid/getegid cannot fail.
-        root_owner: unsafe {
-            Caller {
-                uid: libc::geteuid(),
-                gid: libc::getegid(),
-            }
+        root_owner: Caller {
+            uid: identity::effective_uid(),
+            gid: identity::effective_gid(),
         },
         label,
     };
@@ -45,6 +43,5 @@ pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> 
 
 /// Files this process creates in a store are its owner's only (see `store_dir::access`).
 pub fn set_private_umask() {
-    // SAFETY: umask only changes this process's file creation mask.
-    unsafe { libc::umask(PRIVATE_UMASK) };
+    shoal_sys::process::set_umask(PRIVATE_UMASK);
 }

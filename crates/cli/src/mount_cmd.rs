@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use shoal_engine::store_dir::{self, StoreDirError};
 use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
 use shoal_fuse::{FuseStats, MountConfig};
+use shoal_sys::signals::BlockedSignals;
 
 use crate::control::{self, ControlHandler, ControlRequest, RequestContext};
 use crate::log_file::{self, RotatingLog};
@@ -349,17 +350,9 @@ fn mount_source(request: &MountRequest) -> String {
     }
 }
 
-/// Opens the engine, mounts, reports readiness, and serves until unmounted.
-/// `ready` is taken (written and closed) once the mount is live.
-fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
-    let signals = block_termination_signals();
-    if !shoal_fuse::release_heap_in_background() {
-        tracing::warn!("the allocator refused background threads: free pages return late");
-    }
-    let metrics = bind_metrics(&request.options)?;
-    let engine = open_engine(request)?;
-    let fuse_stats = Arc::new(FuseStats::default());
-    let config = MountConfig {
+/// How the FUSE session is set up, from the mount options.
+fn mount_config(request: &MountRequest) -> MountConfig {
+    MountConfig {
         threads: request.options.threads,
         read_only: request.options.read_only,
         allow_other: request.options.allow_other,
@@ -372,7 +365,61 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         io_uring: request.options.uring,
         spin_window: request.options.spin,
         follow: request.options.follow,
-    };
+    }
+}
+
+/// Who may use the fast path: the mount's owner, everyone with allow_other.
+fn fast_path_access(request: &MountRequest) -> shoal_fastpath_server::Access {
+    shoal_fastpath_server::Access {
+        allow_other: request.options.allow_other,
+        owner_uid: shoal_sys::identity::effective_uid(),
+        owner_gid: shoal_sys::identity::effective_gid(),
+    }
+}
+
+/// The store's uuid for `shoal stats`; empty for a memory store or an unreadable identity.
+fn store_uuid(request: &MountRequest) -> String {
+    request
+        .store
+        .as_deref()
+        .and_then(|store| {
+            shoal_engine::store_dir::identity::read(store)
+                .ok()
+                .flatten()
+        })
+        .map(|identity| identity.uuid)
+        .unwrap_or_default()
+}
+
+/// The store's path for the log, "memory" for a memory store.
+fn store_name(request: &MountRequest) -> String {
+    let store = request.store.as_ref();
+    store.map_or("memory".into(), |store| store.display().to_string())
+}
+
+/// `report_ready` on a thread of its own: it waits for the mount to answer, which needs
+/// this thread to go on and serve.
+fn spawn_ready_thread(request: &MountRequest, pipe: Option<File>) -> Result<()> {
+    let mountpoint = request.mountpoint.clone();
+    let read_only = request.options.read_only;
+    std::thread::Builder::new()
+        .name("shoal-ready".into())
+        .spawn(move || report_ready(pipe, &mountpoint, read_only))
+        .context("cannot start the readiness thread")?;
+    Ok(())
+}
+
+/// Opens the engine, mounts, reports readiness, and serves until unmounted.
+/// `ready` is taken (written and closed) once the mount is live.
+fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
+    let signals = block_termination_signals()?;
+    if !shoal_fuse::release_heap_in_background() {
+        tracing::warn!("the allocator refused background threads: free pages return late");
+    }
+    let metrics = bind_metrics(&request.options)?;
+    let engine = open_engine(request)?;
+    let fuse_stats = Arc::new(FuseStats::default());
+    let config = mount_config(request);
     let session = shoal_fuse::mount(
         engine.clone(),
         &request.mountpoint,
@@ -391,14 +438,12 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     let fast_path = if request.options.fastpath {
         let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
-        let access = shoal_fastpath_server::Access {
-            allow_other: request.options.allow_other,
-            // SAFETY: geteuid and getegid cannot fail.
-            owner_uid: unsafe { libc::geteuid() },
-            // SAFETY: as above.
-            owner_gid: unsafe { libc::getegid() },
-        };
-        start_fast_path(&engine, changes, &request.mountpoint, access)
+        start_fast_path(
+            &engine,
+            changes,
+            &request.mountpoint,
+            fast_path_access(request),
+        )
     } else {
         None
     };
@@ -409,16 +454,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
         fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
-        uuid: request
-            .store
-            .as_deref()
-            .and_then(|store| {
-                shoal_engine::store_dir::identity::read(store)
-                    .ok()
-                    .flatten()
-            })
-            .map(|identity| identity.uuid)
-            .unwrap_or_default(),
+        uuid: store_uuid(request),
         mountpoint: request.mountpoint.display().to_string(),
         store: request.store.clone(),
     });
@@ -432,20 +468,11 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
         "mounted {} on {} over {transport} ({:?})",
-        request
-            .store
-            .as_ref()
-            .map_or("memory".into(), |store| store.display().to_string()),
+        store_name(request),
         request.mountpoint.display(),
         request.options
     );
-    let pipe = ready.take();
-    let mountpoint = request.mountpoint.clone();
-    let read_only = request.options.read_only;
-    std::thread::Builder::new()
-        .name("shoal-ready".into())
-        .spawn(move || report_ready(pipe, &mountpoint, read_only))
-        .context("cannot start the readiness thread")?;
+    spawn_ready_thread(request, ready.take())?;
     shoal_fuse::run(session).context("serving FUSE requests")?;
     drop(fast_path);
     final_sync(&engine)?;
@@ -557,30 +584,20 @@ fn final_sync(engine: &Engine) -> Result<()> {
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started after it, so
 /// only the signal thread sees them.
-fn block_termination_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+fn block_termination_signals() -> Result<BlockedSignals> {
+    BlockedSignals::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        .context("cannot block the termination signals")
 }
 
 /// On a termination signal, unmount: the session then ends and the store is synced, as at
 /// any unmount.
-fn spawn_signal_thread(signals: libc::sigset_t, mountpoint: PathBuf) {
+fn spawn_signal_thread(signals: BlockedSignals, mountpoint: PathBuf) {
     let spawned = std::thread::Builder::new()
         .name("shoal-signals".into())
         .spawn(move || loop {
-            let mut signal = 0;
-            // SAFETY: waits on the blocked set.
-            if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+            let Ok(signal) = signals.wait() else {
                 return;
-            }
+            };
             tracing::info!("signal {signal}: unmounting {}", mountpoint.display());
             if let Err(error) = crate::umount_cmd::unmount(&mountpoint, true) {
                 tracing::error!("unmount on signal failed: {error:#}");

@@ -96,24 +96,8 @@ fn remount(request: &HelperRequest) -> Result<ExitCode> {
         .with_context(|| format!("cannot read the flags of {}", request.mountpoint.display()))?
         .f_flag;
     let flags = remount_flags(current, &request.options);
-    let target = std::ffi::CString::new(request.mountpoint.as_os_str().as_encoded_bytes())
-        .context("a mountpoint with a NUL byte")?;
-    // SAFETY: a NUL-terminated path; null source, type and data are allowed for MS_REMOUNT.
-    let status = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            target.as_ptr(),
-            std::ptr::null(),
-            flags,
-            std::ptr::null(),
-        )
-    };
-    if status != 0 {
-        bail!(
-            "cannot remount {}: {}",
-            request.mountpoint.display(),
-            std::io::Error::last_os_error()
-        );
+    if let Err(error) = shoal_sys::mount_calls::remount(&request.mountpoint, flags) {
+        bail!("cannot remount {}: {error}", request.mountpoint.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -108,6 +108,32 @@ fn bytes(text: &str) -> Result<u64, String> {
     units::parse_size(text)
 }
 
+/// The kinds `quota report` lists, from its -u, -g and -p flags.
+fn report_kinds(user: bool, group: bool, project: bool) -> Vec<QuotaKindArg> {
+    [
+        (user, QuotaKindArg::User),
+        (group, QuotaKindArg::Group),
+        (project, QuotaKindArg::Project),
+    ]
+    .into_iter()
+    .filter_map(|(wanted, kind)| wanted.then_some(kind))
+    .collect()
+}
+
+/// The one owner `quota set` changes: exactly one of -u, -g and -p.
+fn whose_limits(
+    user: Option<String>,
+    group: Option<String>,
+    project: Option<String>,
+) -> anyhow::Result<(QuotaKindArg, String)> {
+    Ok(match (user, group, project) {
+        (Some(name), None, None) => (QuotaKindArg::User, name),
+        (None, Some(name), None) => (QuotaKindArg::Group, name),
+        (None, None, Some(name)) => (QuotaKindArg::Project, name),
+        _ => anyhow::bail!("say whose limits: one of -u USER, -g GROUP, -p PROJECT"),
+    })
+}
+
 pub fn run(command: QuotaCommand) -> anyhow::Result<ExitCode> {
     match command {
         QuotaCommand::Report {
@@ -117,22 +143,12 @@ pub fn run(command: QuotaCommand) -> anyhow::Result<ExitCode> {
             human,
             json,
             target,
-        } => {
-            let kinds = [
-                (user, QuotaKindArg::User),
-                (group, QuotaKindArg::Group),
-                (project, QuotaKindArg::Project),
-            ]
-            .into_iter()
-            .filter_map(|(wanted, kind)| wanted.then_some(kind))
-            .collect();
-            quota_cmd::report(&quota_cmd::ReportArgs {
-                kinds,
-                human,
-                json,
-                target,
-            })
-        }
+        } => quota_cmd::report(&quota_cmd::ReportArgs {
+            kinds: report_kinds(user, group, project),
+            human,
+            json,
+            target,
+        }),
         QuotaCommand::Set {
             user,
             group,
@@ -144,12 +160,7 @@ pub fn run(command: QuotaCommand) -> anyhow::Result<ExitCode> {
             json,
             target,
         } => {
-            let (kind, name) = match (user, group, project) {
-                (Some(name), None, None) => (QuotaKindArg::User, name),
-                (None, Some(name), None) => (QuotaKindArg::Group, name),
-                (None, None, Some(name)) => (QuotaKindArg::Project, name),
-                _ => anyhow::bail!("say whose limits: one of -u USER, -g GROUP, -p PROJECT"),
-            };
+            let (kind, name) = whose_limits(user, group, project)?;
             let change = LimitsChange {
                 bytes_soft: bsoft,
                 bytes_hard: bhard,

@@ -219,8 +219,8 @@ fn id_of(kind: QuotaKindArg, name: &str) -> Result<u32> {
 
 fn name_of(kind: QuotaKindArg, id: u32) -> String {
     let name = match kind {
-        QuotaKindArg::User => owner_names::user_name(id),
-        QuotaKindArg::Group => owner_names::group_name(id),
+        QuotaKindArg::User => shoal_sys::users::user_name(id),
+        QuotaKindArg::Group => shoal_sys::users::group_name(id),
         QuotaKindArg::Project => owner_names::project_name(id),
     };
     name.unwrap_or_else(|| format!("#{id}"))

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use shoal_engine::histogram::HistogramSnapshot;
 use shoal_engine::metric::{exposed, Kind, Metric, Unit};
 use shoal_engine::{Engine, QuotaKind, StoreMetrics};
-use shoal_fuse::FuseStats;
+use shoal_fuse::{FuseStats, FuseStatsSnapshot, HeapBytes};
 
 /// Its numbers are described once each, in `DAEMON_METRICS`, `ENGINE_METRICS`,
 /// `ENGINE_HISTOGRAMS`, `shoal_engine::STORE_METRICS` and `MEMORY_METRICS`.
@@ -581,56 +581,71 @@ impl StatsSource {
                 live_inodes: used.inodes,
             },
             store,
-            memory: MemoryReport {
-                rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
-                heap_in_use_bytes: heap.map(|heap| heap.in_use),
-                heap_free_bytes: heap.map(|heap| heap.free),
-                referenced_inodes: fuse.referenced_inodes,
-                lookup_table_bytes: fuse.lookup_table_bytes,
-                lookup_table_bytes_per_inode: fuse
-                    .lookup_table_bytes
-                    .checked_div(fuse.referenced_inodes)
-                    .unwrap_or(0),
-                budget_bytes: self.memory_budget_bytes,
-                evictions: fuse.evictions,
-                failed_evictions: fuse.failed_evictions,
-                heap_trims: fuse.heap_trims,
-                heap_trim_ns: fuse.heap_trim_ns,
-                heap_trim_max_ns: fuse.heap_trim_max_ns,
-            },
+            memory: self.memory_report(&fuse, heap),
             spin_cpu_ns: fuse.spin_cpu_ns,
             opens_without_requests: fuse.opens_without_requests,
             ring_follows: fuse.ring_follows,
             ring_follow_step_backs: fuse.ring_follow_step_backs,
             ring_poll_ns: fuse.ring_poll_ns,
-            fastpath: self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
-                stats
-                    .snapshot()
-                    .into_iter()
-                    .map(|counts| FastPathReport {
-                        kind: counts.kind.to_string(),
-                        served: counts.served,
-                        failed: counts.failed,
-                        fell_back: counts.fell_back,
-                    })
-                    .collect()
-            }),
-            fastpath_connections: self
-                .fast_path
-                .as_ref()
-                .map_or(0, |stats| stats.connections()),
-            fastpath_fallbacks: self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
-                stats
-                    .fallback_reasons()
-                    .into_iter()
-                    .map(|(why, count)| (why.to_string(), count))
-                    .collect()
-            }),
+            fastpath: self.fast_path_kinds(),
+            fastpath_connections: self.fast_path_connections(),
+            fastpath_fallbacks: self.fast_path_fallbacks(),
             uuid: self.uuid.clone(),
             mountpoint: self.mountpoint.clone(),
             free_bytes,
             reserved_bytes,
             quotas,
+        })
+    }
+
+    fn memory_report(&self, fuse: &FuseStatsSnapshot, heap: Option<HeapBytes>) -> MemoryReport {
+        MemoryReport {
+            rss_bytes: shoal_fuse::resident_bytes().unwrap_or(0),
+            heap_in_use_bytes: heap.map(|heap| heap.in_use),
+            heap_free_bytes: heap.map(|heap| heap.free),
+            referenced_inodes: fuse.referenced_inodes,
+            lookup_table_bytes: fuse.lookup_table_bytes,
+            lookup_table_bytes_per_inode: fuse
+                .lookup_table_bytes
+                .checked_div(fuse.referenced_inodes)
+                .unwrap_or(0),
+            budget_bytes: self.memory_budget_bytes,
+            evictions: fuse.evictions,
+            failed_evictions: fuse.failed_evictions,
+            heap_trims: fuse.heap_trims,
+            heap_trim_ns: fuse.heap_trim_ns,
+            heap_trim_max_ns: fuse.heap_trim_max_ns,
+        }
+    }
+
+    /// Requests the fast path served, failed and handed to the kernel, by kind.
+    fn fast_path_kinds(&self) -> Vec<FastPathReport> {
+        self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
+            stats
+                .snapshot()
+                .into_iter()
+                .map(|counts| FastPathReport {
+                    kind: counts.kind.to_string(),
+                    served: counts.served,
+                    failed: counts.failed,
+                    fell_back: counts.fell_back,
+                })
+                .collect()
+        })
+    }
+
+    fn fast_path_connections(&self) -> u64 {
+        let connections = self.fast_path.as_ref().map(|stats| stats.connections());
+        connections.unwrap_or(0)
+    }
+
+    fn fast_path_fallbacks(&self) -> Vec<(String, u64)> {
+        self.fast_path.as_ref().map_or_else(Vec::new, |stats| {
+            stats
+                .fallback_reasons()
+                .into_iter()
+                .map(|(why, count)| (why.to_string(), count))
+                .collect()
         })
     }
 }

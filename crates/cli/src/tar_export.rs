@@ -174,17 +174,8 @@ impl<W: Write> Writer<'_, W> {
             self.summary.skipped += 1;
             return Ok(());
         }
-        if inode.kind != FileKind::Directory && inode.nlink > 1 {
-            if let Some(first) = self.links.get(&inode.ino).cloned() {
-                let mut header = self.header(inode, EntryType::Link);
-                header.set_size(0);
-                self.builder
-                    .append_link(&mut header, as_path(path), as_path(&first))
-                    .map_err(ExportError::Write)?;
-                self.summary.members += 1;
-                return Ok(());
-            }
-            self.links.insert(inode.ino, path.to_vec());
+        if self.hard_link(path, inode)? {
+            return Ok(());
         }
         self.pax_records(inode).map_err(|error| match error {
             PaxError::Engine(error) => engine_error(error),
@@ -236,6 +227,25 @@ impl<W: Write> Writer<'_, W> {
         }
         self.summary.members += 1;
         Ok(())
+    }
+
+    /// A second name of a file already written is a link member to the first; returns
+    /// whether `path` was written so.
+    fn hard_link(&mut self, path: &[u8], inode: &Inode) -> Result<bool, ExportError> {
+        if inode.kind == FileKind::Directory || inode.nlink <= 1 {
+            return Ok(false);
+        }
+        let Some(first) = self.links.get(&inode.ino).cloned() else {
+            self.links.insert(inode.ino, path.to_vec());
+            return Ok(false);
+        };
+        let mut header = self.header(inode, EntryType::Link);
+        header.set_size(0);
+        self.builder
+            .append_link(&mut header, as_path(path), as_path(&first))
+            .map_err(ExportError::Write)?;
+        self.summary.members += 1;
+        Ok(true)
     }
 
     fn header(&self, inode: &Inode, entry_type: EntryType) -> Header {

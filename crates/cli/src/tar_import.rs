@@ -313,28 +313,12 @@ impl<'a> Loader<'a> {
         self.directory(dir_path, &shown)?;
         let node = match kind {
             EntryType::Directory => {
-                let node = self.make(
-                    dir_path,
-                    name,
-                    FileKind::Directory,
-                    0,
-                    Vec::new(),
-                    attrs,
-                    &shown,
-                )?;
+                let node = self.make_plain(dir_path, name, FileKind::Directory, attrs, &shown)?;
                 self.add_dir(path.clone(), node, attrs);
                 node
             }
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let node = self.make(
-                    dir_path,
-                    name,
-                    FileKind::Regular,
-                    0,
-                    Vec::new(),
-                    attrs,
-                    &shown,
-                )?;
+                let node = self.make_plain(dir_path, name, FileKind::Regular, attrs, &shown)?;
                 // Its data may cut batches: the xattrs below refer to it as the last has.
                 self.data(entry, node, &shown)?
             }
@@ -401,6 +385,18 @@ impl<'a> Loader<'a> {
             self.new_dirs.push(path.clone());
         }
         self.dirs.insert(path, Dir { node, attrs });
+    }
+
+    /// A directory or regular file: no device number, no link target.
+    fn make_plain(
+        &mut self,
+        dir_path: &[u8],
+        name: &[u8],
+        kind: FileKind,
+        attrs: BulkAttrs,
+        member: &Arc<str>,
+    ) -> Result<NodeRef, ImportError> {
+        self.make(dir_path, name, kind, 0, Vec::new(), attrs, member)
     }
 
     /// Adds the making of `dir_path/name`. The directory is looked up after any flush

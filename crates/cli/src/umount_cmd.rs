@@ -34,17 +34,10 @@ pub fn run(mountpoint: &Path) -> Result<ExitCode> {
 
 /// Unmounts; `lazy` detaches even when busy (used for dead mounts and on signals).
 pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
-        let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-            .context("mountpoint path")?;
-        let flags = if lazy { libc::MNT_DETACH } else { 0 };
-        // SAFETY: a valid C string.
-        if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
+    if shoal_sys::identity::is_root() {
+        let Err(error) = shoal_sys::mount_calls::unmount(mountpoint, lazy) else {
             return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
+        };
         if error.raw_os_error() == Some(libc::EBUSY) {
             bail!(
                 "{} is busy (files are open or a process has its cwd there)",

@@ -38,8 +38,8 @@ impl HelperInstalled {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let lock_file = File::create("/tmp/shoal-test-mount-helper.lock").expect("lock file");
-        // SAFETY: flock on a file we own; released when it closes.
         assert_eq!(
+            // SAFETY: flock on a file we own; released when it closes.
             unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock_file), libc::LOCK_EX) },
             0
         );
@@ -342,6 +342,10 @@ fn unit_value(unit: &str, key: &str) -> Option<String> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "fstab line, generated unit, systemd-analyze verify, mount and unmount: one scenario"
+)]
 fn systemd_mount_unit_from_fstab_verifies_and_mounts() {
     let generator = Path::new("/lib/systemd/system-generators/systemd-fstab-generator");
     let have_analyze = Command::new("systemd-analyze")
@@ -557,6 +561,10 @@ fn a_user_without_fusermount3_is_told_so() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "scripts/install into a scratch prefix, then each installed file checked"
+)]
 fn install_puts_binary_helper_man_pages_and_completions_in_place() {
     let stage = test_dir();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install");
@@ -697,6 +705,10 @@ fn version_names_the_commit() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one labelled store whose info and quota report outputs are checked line by line"
+)]
 fn info_and_human_quota_report_on_a_labelled_store() {
     let dir = test_dir();
     let store = dir.path().join("store");

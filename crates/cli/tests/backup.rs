@@ -18,6 +18,10 @@ fn restore(file: &Path, store: &Path) -> CmdOutput {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a writer, a backup taken under it and the restore checked against the writer's log: one scenario"
+)]
 fn live_backup_restores_a_consistent_prefix_while_writes_go_on() {
     let mut m = Mounted::new();
     gen_tree(&m.path("tree"), 500);
@@ -164,6 +168,10 @@ fn pipeline(script: &str) -> CmdOutput {
 /// unmounted store here) and `shoal restore - DIR` reads standard input, also straight
 /// through a pipe; each restores the same tree.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "backup to a pipe, restore from one and compare trees: one scenario on one store"
+)]
 fn backup_and_restore_stream_through_standard_output_and_input() {
     let mut m = Mounted::new();
     gen_tree(&m.path("tree"), 300);

@@ -60,6 +60,10 @@ fn sample_dir(sample: &Value) -> PathBuf {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one bench run (minutes) whose report, JSON and charts are all checked here, so it runs once"
+)]
 fn every_workload_on_tmpfs_and_shoal_with_a_report() {
     let shm = ram_dir("shoal-bench-test.");
     let mounted = Mounted::new();
@@ -412,6 +416,10 @@ fn churn_reports_a_space_amplification_curve() {
 /// offline on that store. The target must still be served by a daemon after the offline
 /// steps, and every sample must pass.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one bench run on a made store, its rows checked in turn"
+)]
 fn bigdir_store_bytes_and_quota_with_offline_steps_on_a_made_store() {
     let scratch = tempfile::Builder::new()
         .prefix("shoal-bench-offline.")
@@ -508,6 +516,10 @@ fn preload_library() -> PathBuf {
 /// daemon must have served the timed sections on the fast path, and the kernel-path
 /// target's must have served none: if the library is silently not used, this fails.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one bench run through shoal run, its rows and the daemon's counters checked in turn"
+)]
 fn shoal_run_target_goes_through_the_fast_path() {
     let library = preload_library();
     let scratch = tempfile::Builder::new()

@@ -291,8 +291,7 @@ fn a_new_mount_survives_the_old_daemon_exiting() {
     let old_daemon = m.daemon_pid().expect("the first daemon's pid");
     // Stopped, the old daemon cannot finish before the new mount exists; it runs its exit
     // path afterwards. A lazy unmount detaches the mountpoint without waiting for it.
-    // SAFETY: signals to a child process this test started.
-    assert_eq!(unsafe { libc::kill(old_daemon, libc::SIGSTOP) }, 0);
+    shoal_sys::process::send_signal(old_daemon, libc::SIGSTOP).unwrap();
     m.umount_with_no_wait(&["umount", "-l"]);
     let _guard = MountGuard {
         store: None,
@@ -300,8 +299,7 @@ fn a_new_mount_survives_the_old_daemon_exiting() {
     };
     shoal_ok(&[OsStr::new("mount"), OsStr::new("--memory"), os(&m.mnt)]);
     fs::write(m.path("new"), b"new mount").unwrap();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(old_daemon, libc::SIGCONT) }, 0);
+    shoal_sys::process::send_signal(old_daemon, libc::SIGCONT).unwrap();
     common::wait_for("the first daemon to exit", Duration::from_secs(30), || {
         !common::process_alive(old_daemon)
     });
@@ -532,6 +530,10 @@ fn mountpoint_is_an_empty_dir_after_umount() {
 /// size number is bytes everywhere (it was MiB in `-o` options): `-o cache=64` is refused
 /// with the hint to write `64M`, and `--bhard 512` is 512 bytes.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table of every subcommand's -h and size option, checked in one pass"
+)]
 fn dash_h_is_help_and_a_plain_size_is_bytes_everywhere() {
     for command in [
         "",

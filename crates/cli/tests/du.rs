@@ -94,6 +94,10 @@ fn find_count(dir: &Path, extra: &[&str]) -> u64 {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "each kind of change followed by du and the virtual xattrs, then the unmounted store: one scenario"
+)]
 fn du_and_virtual_xattrs_follow_every_change_and_match_the_unmounted_store() {
     let m = Mounted::new();
     let src = m.path("src");

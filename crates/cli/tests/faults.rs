@@ -244,6 +244,10 @@ fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// mount lives on: reads, unlink, rename, truncate and rmdir go on working, every fsync'd
 /// file survives, and the store unmounts clean.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "fill a small device, check every way a write fails, free space, and check the mount recovers: one scenario"
+)]
 fn a_full_disk_is_enospc_and_the_mount_lives_on() {
     let disk = LoopFs::new(128, "ext4");
     let m = StoreOn::new(&disk, "commit=1");
@@ -540,6 +544,10 @@ fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// store; a mount refuses damaged journals and key-value files naming `fsck --repair`,
 /// which then makes the store mount again.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "each kind of damage applied to a fresh store and checked in turn, sharing the set-up"
+)]
 fn damaged_stores_are_never_clean() {
     let dir = test_dir();
     let template = template_store(dir.path());

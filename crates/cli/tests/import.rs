@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{gen_tree, poll, run, run_ok, shoal, shoal_ok, MountGuard, Mounted};
+use shoal_sys::xattr::{self, SetXattr};
 
 const TAR_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -28,71 +29,27 @@ fn sh(cmd: &mut Command) -> String {
 
 /// Sets a file's mtime (and atime) to the nanosecond, not following symlinks.
 fn set_mtime(path: &Path, secs: i64, nanos: i64) {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let times = [
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: nanos,
-        },
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: nanos,
-        },
-    ];
-    // SAFETY: a valid C string and two timespecs.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    assert_eq!(rc, 0, "utimensat {}", path.display());
+    xattr::set_times(path, (secs, nanos), (secs, nanos))
+        .unwrap_or_else(|error| panic!("utimensat {}: {error}", path.display()));
 }
 
 fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let n = CString::new(name).unwrap();
-    // SAFETY: valid C strings and a value buffer of the given length.
-    let rc = unsafe {
-        libc::lsetxattr(
-            c.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "setxattr {} {name}", path.display());
+    xattr::set_xattr(path, name, value, SetXattr::CreateOrReplace)
+        .unwrap_or_else(|error| panic!("setxattr {} {name}: {error}", path.display()));
 }
 
 /// Every xattr of `path` (not following symlinks), names sorted.
 fn xattrs(path: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 64 * 1024];
-    // SAFETY: the buffer is as long as we say.
-    let len = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(len >= 0, "listxattr {}", path.display());
-    names.truncate(len as usize);
-    let mut out = BTreeMap::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let n = CString::new(name).unwrap();
-        let mut value = vec![0u8; 64 * 1024];
-        // SAFETY: as above.
-        let len = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
-                n.as_ptr(),
-                value.as_mut_ptr().cast(),
-                value.len(),
-            )
-        };
-        assert!(len >= 0, "getxattr {}", path.display());
-        value.truncate(len as usize);
-        out.insert(name.to_vec(), value);
-    }
-    out
+    let names = xattr::list_xattrs(path)
+        .unwrap_or_else(|error| panic!("listxattr {}: {error}", path.display()));
+    names
+        .into_iter()
+        .map(|name| {
+            let value = xattr::get_xattr(path, &name)
+                .unwrap_or_else(|error| panic!("getxattr {}: {error}", path.display()));
+            (name, value)
+        })
+        .collect()
 }
 
 /// A tree with every kind tar stores: directories (one setgid, one with odd mode),
@@ -390,11 +347,7 @@ fn reclaim_trees(mnt: &Path) -> u64 {
 }
 
 fn used_inodes(path: &Path) -> u64 {
-    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs into a zeroed struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid path and out-parameter.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    let st = shoal_sys::statvfs::statvfs(path).unwrap();
     st.f_files - st.f_ffree
 }
 

@@ -299,8 +299,7 @@ fn open_by_handle(mount: &File, handle: &FileHandle) -> io::Result<File> {
 /// Drops the kernel's dentries and inodes (the kernel FORGETs them), as memory pressure
 /// would.
 fn drop_dentry_cache() {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    shoal_sys::process::sync_all();
     fs::write("/proc/sys/vm/drop_caches", b"2").expect("drop dentry cache");
 }
 
@@ -887,9 +886,9 @@ fn acls_grant_and_deny_other_users() {
 
     // Outside a default ACL the umask still applies.
     let umask = {
-        // SAFETY: umask(2) always succeeds; set back at once.
-        let old = unsafe { libc::umask(0o022) };
-        unsafe { libc::umask(old) };
+        // umask(2) can only be read by setting it: set it back at once.
+        let old = shoal_sys::process::set_umask(0o022);
+        shoal_sys::process::set_umask(old);
         old
     };
     File::create(m.path("plain")).unwrap();

@@ -19,6 +19,7 @@ use std::path::Path;
 
 use common::{as_user, assert_errno, last_errno, Mounted};
 use shoal_bench::SplitMix64;
+use shoal_sys::xattr::{self, SetXattr};
 
 // ---------------------------------------------------------------------------------------
 // Thin wrappers over syscalls std does not offer.
@@ -56,99 +57,23 @@ fn mkfifo(path: &Path) -> io::Result<()> {
     check(unsafe { libc::mkfifo(cpath(path).as_ptr(), 0o640) })
 }
 
-fn set_times(path: &Path, atime: (i64, i64), mtime: (i64, i64)) -> io::Result<()> {
-    let ts = |(sec, nsec): (i64, i64)| libc::timespec {
-        tv_sec: sec,
-        tv_nsec: nsec,
-    };
-    let times = [ts(atime), ts(mtime)];
-    // SAFETY: NUL-terminated path and an array of two timespecs.
-    check(unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            cpath(path).as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8], flags: libc::c_int) -> io::Result<()> {
-    let name = CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings; pointer and length describe `value`.
-    check(unsafe {
-        libc::lsetxattr(
-            cpath(path).as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    })
-}
-
 /// getxattr into a buffer of exactly `capacity` bytes (to provoke ERANGE).
 fn get_xattr_into(path: &Path, name: &str, capacity: usize) -> io::Result<Vec<u8>> {
-    let name = CString::new(name).unwrap();
     let mut buf = vec![0u8; capacity];
-    // SAFETY: NUL-terminated strings; pointer and length describe `buf`.
-    let len = unsafe {
-        libc::lgetxattr(
-            cpath(path).as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if len < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(len as usize);
+    let len = xattr::get_xattr_into(path, name, &mut buf)?;
+    buf.truncate(len);
     Ok(buf)
 }
 
 fn xattr_size(path: &Path, name: &str) -> io::Result<usize> {
-    let name = CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings; a NULL buffer of size 0 asks for the value's size.
-    let len =
-        unsafe { libc::lgetxattr(cpath(path).as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-    if len < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(len as usize)
-    }
-}
-
-fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
-    let size = xattr_size(path, name)?;
-    get_xattr_into(path, name, size)
+    xattr::get_xattr_into(path, name, &mut [])
 }
 
 fn list_xattrs(path: &Path) -> io::Result<BTreeSet<String>> {
-    let p = cpath(path);
-    // SAFETY: NUL-terminated path; a NULL buffer of size 0 asks for the list's size.
-    let size = unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) };
-    if size < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = vec![0u8; size as usize];
-    // SAFETY: pointer and length describe `buf`.
-    let len = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if len < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(len as usize);
-    Ok(buf
-        .split(|&b| b == 0)
-        .filter(|n| !n.is_empty())
-        .map(|n| String::from_utf8_lossy(n).into_owned())
+    Ok(xattr::list_xattrs(path)?
+        .iter()
+        .map(|name| String::from_utf8_lossy(name).into_owned())
         .collect())
-}
-
-fn remove_xattr(path: &Path, name: &str) -> io::Result<()> {
-    let name = CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings.
-    check(unsafe { libc::lremovexattr(cpath(path).as_ptr(), name.as_ptr()) })
 }
 
 fn statvfs(path: &Path) -> libc::statvfs {
@@ -221,7 +146,7 @@ fn missing_paths_give_enoent() {
         "create in missing parent",
     );
     assert_errno(
-        get_xattr(&missing, "user.x"),
+        xattr::get_xattr(&missing, "user.x"),
         libc::ENOENT,
         "getxattr on missing",
     );
@@ -749,7 +674,7 @@ fn timestamps_keep_nanoseconds() {
     let atime = (1_000_000_000, 111_111_111);
     let mtime = (1_234_567_890, 987_654_321);
     for name in ["f", "d", "s"] {
-        set_times(&m.path(name), atime, mtime).unwrap();
+        xattr::set_times(&m.path(name), atime, mtime).unwrap();
     }
     let check = |m: &Mounted| {
         for name in ["f", "d", "s"] {
@@ -767,7 +692,7 @@ fn timestamps_keep_nanoseconds() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
-    set_times(&m.path("f"), (0, libc::UTIME_OMIT), (0, libc::UTIME_NOW)).unwrap();
+    xattr::set_times(&m.path("f"), (0, libc::UTIME_OMIT), (0, libc::UTIME_NOW)).unwrap();
     let meta = fs::metadata(m.path("f")).unwrap();
     assert_eq!(
         (meta.atime(), meta.atime_nsec()),
@@ -781,7 +706,7 @@ fn timestamps_keep_nanoseconds() {
     );
 
     // tar archives carry pre-1970 times.
-    set_times(&m.path("d"), atime, (-86_400, 5)).unwrap();
+    xattr::set_times(&m.path("d"), atime, (-86_400, 5)).unwrap();
     m.remount();
     let meta = fs::metadata(m.path("d")).unwrap();
     assert_eq!(
@@ -793,6 +718,10 @@ fn timestamps_keep_nanoseconds() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "every xattr call and flag on one file, each step checking the state the last one left"
+)]
 fn xattrs_set_get_list_remove() {
     let mut m = Mounted::new();
     let f = m.path("f");
@@ -800,52 +729,57 @@ fn xattrs_set_get_list_remove() {
     fs::create_dir(m.path("d")).unwrap();
     symlink("f", m.path("s")).unwrap();
 
-    set_xattr(&f, "user.a", b"1", 0).unwrap();
-    assert_eq!(get_xattr(&f, "user.a").unwrap(), b"1");
+    xattr::set_xattr(&f, "user.a", b"1", SetXattr::CreateOrReplace).unwrap();
+    assert_eq!(xattr::get_xattr(&f, "user.a").unwrap(), b"1");
     assert_errno(
-        set_xattr(&f, "user.a", b"2", libc::XATTR_CREATE),
+        xattr::set_xattr(&f, "user.a", b"2", SetXattr::CreateOnly),
         libc::EEXIST,
         "XATTR_CREATE of an existing name",
     );
     assert_errno(
-        set_xattr(&f, "user.b", b"2", libc::XATTR_REPLACE),
+        xattr::set_xattr(&f, "user.b", b"2", SetXattr::ReplaceOnly),
         libc::ENODATA,
         "XATTR_REPLACE of a missing name",
     );
-    set_xattr(&f, "user.a", b"22", libc::XATTR_REPLACE).unwrap();
+    xattr::set_xattr(&f, "user.a", b"22", SetXattr::ReplaceOnly).unwrap();
     assert_eq!(xattr_size(&f, "user.a").unwrap(), 2);
     assert_errno(
         get_xattr_into(&f, "user.a", 1),
         libc::ERANGE,
         "getxattr into a too small buffer",
     );
-    set_xattr(&f, "user.b", b"new", libc::XATTR_CREATE).unwrap();
+    xattr::set_xattr(&f, "user.b", b"new", SetXattr::CreateOnly).unwrap();
 
     let mut rng = SplitMix64::new(5);
     let binary = random_bytes(&mut rng, 4000); // NULs included
-    set_xattr(&f, "user.binary", &binary, 0).unwrap();
-    set_xattr(&f, "user.empty", b"", 0).unwrap();
-    set_xattr(&f, "trusted.t", b"root only", 0).unwrap();
-    set_xattr(&m.path("d"), "user.on_dir", b"d", 0).unwrap();
+    xattr::set_xattr(&f, "user.binary", &binary, SetXattr::CreateOrReplace).unwrap();
+    xattr::set_xattr(&f, "user.empty", b"", SetXattr::CreateOrReplace).unwrap();
+    xattr::set_xattr(&f, "trusted.t", b"root only", SetXattr::CreateOrReplace).unwrap();
+    xattr::set_xattr(&m.path("d"), "user.on_dir", b"d", SetXattr::CreateOrReplace).unwrap();
     assert_errno(
-        set_xattr(&m.path("s"), "user.on_link", b"s", 0),
+        xattr::set_xattr(
+            &m.path("s"),
+            "user.on_link",
+            b"s",
+            SetXattr::CreateOrReplace,
+        ),
         libc::EPERM,
         "user.* xattr on a symlink",
     );
     assert_errno(
-        get_xattr(&f, "user.missing"),
+        xattr::get_xattr(&f, "user.missing"),
         libc::ENODATA,
         "getxattr of a missing name",
     );
 
-    remove_xattr(&f, "user.b").unwrap();
+    xattr::remove_xattr(&f, "user.b").unwrap();
     assert_errno(
-        remove_xattr(&f, "user.b"),
+        xattr::remove_xattr(&f, "user.b"),
         libc::ENODATA,
         "removexattr twice",
     );
     assert_errno(
-        get_xattr(&f, "user.b"),
+        xattr::get_xattr(&f, "user.b"),
         libc::ENODATA,
         "getxattr after removexattr",
     );
@@ -858,11 +792,11 @@ fn xattrs_set_get_list_remove() {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(names, expected);
-        assert_eq!(get_xattr(&f, "user.a").unwrap(), b"22");
-        assert_eq!(get_xattr(&f, "user.binary").unwrap(), binary);
-        assert_eq!(get_xattr(&f, "user.empty").unwrap(), b"");
-        assert_eq!(get_xattr(&f, "trusted.t").unwrap(), b"root only");
-        assert_eq!(get_xattr(&m.path("d"), "user.on_dir").unwrap(), b"d");
+        assert_eq!(xattr::get_xattr(&f, "user.a").unwrap(), b"22");
+        assert_eq!(xattr::get_xattr(&f, "user.binary").unwrap(), binary);
+        assert_eq!(xattr::get_xattr(&f, "user.empty").unwrap(), b"");
+        assert_eq!(xattr::get_xattr(&f, "trusted.t").unwrap(), b"root only");
+        assert_eq!(xattr::get_xattr(&m.path("d"), "user.on_dir").unwrap(), b"d");
         assert!(list_xattrs(&m.path("s")).unwrap().is_empty());
     };
     check(&m);
@@ -1018,8 +952,7 @@ fn deleting_while_reading_survives_dropped_kernel_caches() {
 }
 
 fn drop_kernel_caches() {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    shoal_sys::process::sync_all();
     fs::write("/proc/sys/vm/drop_caches", b"3").unwrap();
 }
 
@@ -1304,7 +1237,7 @@ fn sticky_dir_protects_other_users_files() {
         "a new file belongs to its creator"
     );
 
-    // SAFETY (both closures): NUL-terminated paths prepared before the fork.
+    // SAFETY: NUL-terminated paths prepared before the fork.
     let unlink = || unsafe {
         if libc::unlink(file.as_ptr()) == 0 {
             0
@@ -1312,6 +1245,7 @@ fn sticky_dir_protects_other_users_files() {
             last_errno()
         }
     };
+    // SAFETY: as for `unlink`.
     let rename = || unsafe {
         if libc::rename(file.as_ptr(), renamed.as_ptr()) == 0 {
             0

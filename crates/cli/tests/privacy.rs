@@ -72,6 +72,10 @@ fn open_dir(path: &Path) -> PathBuf {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "every store-writing command in turn, each checked for the same file modes"
+)]
 fn every_command_that_writes_a_store_keeps_it_private() {
     let dir = test_dir();
     let store = open_dir(&dir.path().join("store"));

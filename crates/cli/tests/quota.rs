@@ -524,6 +524,10 @@ fn root_is_exempt_unless_enforced() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one project tree through inheritance, limits, statfs and renames: each step needs the last"
+)]
 fn projects_inherit_limit_statfs_and_refuse_renames_across() {
     let m = Mounted::new();
     fs::create_dir_all(m.path("p/sub")).unwrap();
@@ -964,6 +968,10 @@ fn online_counter_check_while_a_writer_runs() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "usage built up, the daemon killed, remounted and every counter compared: one scenario"
+)]
 fn counters_survive_kill_dash_nine() {
     // Without the writeback cache, so every write the writer saw succeed reached the daemon
     // in order. With it, the kernel sends a truncate before the cached pages below the new
@@ -1061,6 +1069,10 @@ fn counters_survive_kill_dash_nine() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table of bad quota commands, each with the message it must give"
+)]
 fn bad_input_is_refused_clearly() {
     let m = Mounted::with_options(&["allow_other"]);
     let refused = |args: &[&str], target: &Path, needle: &str| {

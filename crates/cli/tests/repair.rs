@@ -58,6 +58,10 @@ fn fsck(store: &Path, repair: bool) -> common::CmdOutput {
 /// /lost+found with its data, rewrites the counters, names what it did, and the store is
 /// clean, mounts, and takes new writes.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one damaged store taken through fsck, repair and fsck again: the steps share its state"
+)]
 fn repair_reconnects_orphans_into_lost_found_and_rewrites_counters() {
     let mut m = Mounted::new();
     fs::create_dir_all(m.path("lost-parent/sub/deeper")).unwrap();
@@ -281,6 +285,10 @@ fn identity_uuid(store: &Path) -> Option<String> {
 /// `fsck --repair` writes FORMAT again from the superblock, and IDENTITY (deleted, or
 /// damaged with its uuid still readable, or garbage) from what still reads, and says so.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "each damage to the format and identity files, repaired and checked on the same store in turn"
+)]
 fn repair_rebuilds_a_missing_or_damaged_format_and_identity() {
     let mut m = Mounted::new();
     fs::write(m.path("kept"), b"precious").unwrap();

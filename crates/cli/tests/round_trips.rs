@@ -429,16 +429,7 @@ fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed()
 
 /// Pins the calling thread to `cpu`.
 fn pin_this_thread(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "pin to CPU {cpu}"
-        );
-    }
+    shoal_sys::cpu::pin_to_cpu(cpu).unwrap_or_else(|error| panic!("pin to CPU {cpu}: {error}"));
 }
 
 /// Writes and reads back `files` small files from a thread pinned to CPU 0 (one caller

@@ -379,8 +379,8 @@ mod tests {
         assert!(fd >= 0);
         // SAFETY: our new descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sizing our memfd.
         assert_eq!(
+            // SAFETY: sizing our memfd.
             unsafe { libc::ftruncate(fd.as_raw_fd(), CHANNEL_BYTES as libc::off_t) },
             0
         );

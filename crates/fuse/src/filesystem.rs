@@ -330,16 +330,7 @@ fn disk_capacity(path: &Path) -> (u64, u64) {
 }
 
 fn memory_capacity() -> (u64, u64) {
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: a zeroed out-parameter of the right type.
-    if unsafe { libc::sysinfo(&mut info) } != 0 {
-        return (0, 0);
-    }
-    let unit = u64::from(info.mem_unit.max(1));
-    (
-        info.totalram as u64 * unit,
-        (info.freeram as u64 + info.bufferram as u64) * unit,
-    )
+    shoal_sys::process::memory().map_or((0, 0), |memory| (memory.total_bytes, memory.free_bytes))
 }
 
 impl fuser::Filesystem for ShoalFs {

@@ -19,6 +19,7 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use shoal_sys::cpu;
 
 use crate::fuse_stats::FuseStats;
 
@@ -151,53 +152,25 @@ fn spin_while_busy(window: Duration, stats: &FuseStats, stopped: &AtomicBool) ->
 }
 
 fn online_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data, filled by the kernel.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out-parameter of the size given.
-    let ok =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if ok != 0 {
-        return (0..thread::available_parallelism().map_or(1, |n| n.get())).collect();
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: cpu < CPU_SETSIZE.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
+    cpu::allowed_cpus()
+        .unwrap_or_else(|_| (0..thread::available_parallelism().map_or(1, |n| n.get())).collect())
 }
 
 fn pin_to_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            tracing::warn!(
-                "spinner {cpu}: cannot pin: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(error) = cpu::pin_to_cpu(cpu) {
+        tracing::warn!("spinner {cpu}: cannot pin: {error}");
     }
 }
 
 /// SCHED_IDLE: below every nice level, preempted at once by any other thread.
 fn make_idle_class() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: a valid sched_param for SCHED_IDLE (priority 0) and the calling thread (0).
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        tracing::warn!(
-            "spinner: cannot enter SCHED_IDLE: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(error) = cpu::enter_idle_class() {
+        tracing::warn!("spinner: cannot enter SCHED_IDLE: {error}");
     }
 }
 
 fn thread_cpu_ns() -> u64 {
-    // SAFETY: a valid clock id and out-parameter.
-    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
-        return 0;
-    }
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    cpu::thread_cpu_time().map_or(0, |time| u64::try_from(time.as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

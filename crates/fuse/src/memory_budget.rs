@@ -204,9 +204,7 @@ fn enforce(
 pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page_bytes).ok()?)
+    Some(pages * shoal_sys::process::page_bytes())
 }
 
 #[cfg(test)]

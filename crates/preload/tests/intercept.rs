@@ -56,9 +56,9 @@ fn handler(nr: i64, args: [i64; 6]) -> i64 {
     COUNTS[nr as usize].fetch_add(1, Ordering::SeqCst);
     match nr {
         libc::SYS_getppid if FAKE_PPID.load(Ordering::SeqCst) => return FAKE_PPID_VALUE,
-        // SAFETY: getppid has no arguments and no effects.
         libc::SYS_getppid if REENTER.load(Ordering::SeqCst) => {
-            return i64::from(unsafe { libc::getppid() })
+            // SAFETY: getppid has no arguments and no effects.
+            return i64::from(unsafe { libc::getppid() });
         }
         libc::SYS_openat | libc::SYS_newfstatat if path_has(args[1], FAKE_ENOENT) => {
             return -i64::from(libc::ENOENT)
@@ -219,8 +219,8 @@ fn fopen_reaches_handler_and_sees_its_errors(dir: &Path) {
         "fgets's internal read did not reach the handler"
     );
     assert!(!line.is_null());
-    // SAFETY: fgets NUL-terminated what it read into `buf`.
     assert_eq!(
+        // SAFETY: fgets NUL-terminated what it read into `buf`.
         unsafe { CStr::from_ptr(buf.as_ptr().cast()) }.to_bytes(),
         b"hello shoal"
     );
@@ -306,8 +306,8 @@ fn syscall_fn_converts_errors(dir: &Path) {
     // SAFETY: closing fd -1 fails with EBADF and has no effect.
     let rc = unsafe { libc::syscall(libc::SYS_close, -1) };
     assert_eq!((rc, errno()), (-1, libc::EBADF));
-    // SAFETY: getpid has no effects.
     assert_eq!(
+        // SAFETY: getpid has no effects.
         unsafe { libc::syscall(libc::SYS_getpid) },
         i64::from(std::process::id())
     );

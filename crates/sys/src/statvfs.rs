@@ -1,14 +1,13 @@
-//! statvfs(3), wrapped once.
+//! statvfs(3) and statfs(2), wrapped once.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+use crate::c_path::c_path;
 
 /// The filesystem figures of the filesystem holding `path`.
 pub fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let c_path = c_path(path)?;
     // SAFETY: an all-zero statvfs is a valid value for statvfs to overwrite.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a writable statvfs of the right type.
@@ -48,6 +47,20 @@ pub fn device_space(path: &Path) -> io::Result<DeviceSpace> {
     })
 }
 
+/// Whether the filesystem holding `path` is tmpfs (statfs's `f_type`, which statvfs lacks).
+pub fn is_tmpfs(path: &Path) -> io::Result<bool> {
+    let c_path = c_path(path)?;
+    // SAFETY: an all-zero statfs is a valid value for statfs to overwrite.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statfs of the right type.
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The field type differs between targets; `as` widens on every one.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(stat.f_type as i64 == libc::TMPFS_MAGIC as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +75,7 @@ mod tests {
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
         let nul = statvfs(Path::new("a\0b")).unwrap_err();
         assert_eq!(nul.kind(), io::ErrorKind::InvalidInput);
+        assert!(is_tmpfs(Path::new("/dev/shm")).unwrap());
+        assert!(is_tmpfs(Path::new("/no/such/dir")).is_err());
     }
 }

@@ -127,7 +127,8 @@ impl UsedMeter {
 }
 
 fn df_used(path: &Path) -> Result<u64> {
-    let space = crate::sys::free_space(path).context(|| format!("statvfs {}", path.display()))?;
+    let space =
+        shoal_sys::statvfs::device_space(path).context(|| format!("statvfs {}", path.display()))?;
     Ok(space.used_bytes)
 }
 
@@ -160,10 +161,29 @@ fn sample_every(seconds: u64) -> Duration {
     Duration::from_secs((seconds / 30).clamp(1, 10))
 }
 
+/// What the churn threads and the sampler share.
+#[derive(Default)]
+struct ChurnState {
+    /// Sum of the sizes of the objects that exist.
+    live_bytes: AtomicU64,
+    /// Puts and deletes so far, fill included.
+    operations: AtomicU64,
+    /// Set once the fill is done: the threads start churning.
+    churning: AtomicBool,
+    /// Set when the threads have finished (or the sampler has failed).
+    done: AtomicBool,
+}
+
+impl ChurnState {
+    /// Ends the run: threads still waiting for the fill go on, and stop at once.
+    fn finish(&self) {
+        self.done.store(true, Ordering::Release);
+        self.churning.store(true, Ordering::Release);
+    }
+}
+
 pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let params = ctx.params;
-    let objects = params.churn_objects;
-    let threads = params.threads.max(1);
     let root = ctx.dir.join("objects");
     for dir in (0..FANOUT)
         .map(|suffix| root.join(format!("{suffix:03x}")))
@@ -172,141 +192,163 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         fs::create_dir_all(&dir).context(|| format!("mkdir {}", dir.display()))?;
     }
     let meter = UsedMeter::new(ctx)?;
-    let live_bytes = AtomicU64::new(0);
-    let operations = AtomicU64::new(0);
-    let churning = AtomicBool::new(false);
-    let done = AtomicBool::new(false);
+    let state = ChurnState::default();
     let started = Instant::now();
-    let churn_for = Duration::from_secs(params.churn_seconds);
     let mut curve = Vec::new();
     let (worked, timed) = ctx.timed(|| {
         std::thread::scope(|scope| {
             let workers = scope.spawn(|| {
-                let result = in_threads(threads, |thread| {
-                    let mut rng = SplitMix64::new(params.seed ^ ((thread as u64 + 1) * 0x9e37));
-                    // Each thread owns the objects with index % threads == thread.
-                    let mine: Vec<u64> = (thread as u64..objects).step_by(threads).collect();
-                    let mut sizes = vec![0u64; mine.len()];
-                    for (slot, &index) in mine.iter().enumerate() {
-                        interrupt::check()?;
-                        let bytes = object_size(&mut rng);
-                        put(&root, &mut rng, (thread, index), bytes, params.fsync)?;
-                        sizes[slot] = bytes;
-                        live_bytes.fetch_add(bytes, Ordering::Relaxed);
-                        operations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    while !churning.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    // Each worker keeps its own time: a sampler slow to wake (a loaded
-                    // machine) does not stretch the run.
-                    let until = Instant::now() + churn_for;
-                    while !done.load(Ordering::Acquire)
-                        && Instant::now() < until
-                        && !mine.is_empty()
-                    {
-                        interrupt::check()?;
-                        let slot = rng.below(mine.len() as u64) as usize;
-                        let index = mine[slot];
-                        let old = sizes[slot];
-                        if old > 0 && rng.below(100) >= OVERWRITE_PERCENT {
-                            let path = object_path(&root, index);
-                            fs::remove_file(&path)
-                                .context(|| format!("unlink {}", path.display()))?;
-                            sizes[slot] = 0;
-                            live_bytes.fetch_sub(old, Ordering::Relaxed);
-                        } else {
-                            let bytes = object_size(&mut rng);
-                            put(&root, &mut rng, (thread, index), bytes, params.fsync)?;
-                            sizes[slot] = bytes;
-                            live_bytes.fetch_add(bytes, Ordering::Relaxed);
-                            live_bytes.fetch_sub(old, Ordering::Relaxed);
-                        }
-                        operations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(())
+                let result = in_threads(params.threads.max(1), |thread| {
+                    churn_thread(ctx, &root, &state, thread)
                 });
-                done.store(true, Ordering::Release);
-                churning.store(true, Ordering::Release);
+                state.finish();
                 result
             });
-            let every = sample_every(params.churn_seconds);
-            let mut churn_started = None;
-            let mut last_fill = 0;
-            loop {
-                std::thread::sleep(every.min(Duration::from_millis(500)));
-                let filled = operations.load(Ordering::Relaxed) >= objects;
-                if filled && churn_started.is_none() {
-                    churn_started = Some(Instant::now());
-                    churning.store(true, Ordering::Release);
-                }
-                let due = curve.last().is_none_or(|p: &SpacePoint| {
-                    started.elapsed().as_secs_f64() * 1e3 - p.elapsed_ms
-                        >= every.as_secs_f64() * 1e3
-                });
-                let finished = done.load(Ordering::Acquire);
-                if due || finished {
-                    let live = live_bytes.load(Ordering::Relaxed);
-                    let used = meter.used()?;
-                    let ops = operations.load(Ordering::Relaxed);
-                    let phase = if churn_started.is_some() {
-                        "churn"
-                    } else {
-                        "fill"
-                    };
-                    if phase == "fill" {
-                        last_fill = ops;
-                        (ctx.progress)(&format!("churn: filling {ops}/{objects}"));
-                    } else {
-                        (ctx.progress)(&format!("churn: {} operations", ops - last_fill));
-                    }
-                    curve.push(SpacePoint {
-                        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
-                        phase: phase.to_string(),
-                        live_bytes: live,
-                        used_bytes: used,
-                        amplification: used as f64 / live.max(1) as f64,
-                        operations: ops,
-                    });
-                }
-                if finished {
-                    break;
-                }
+            let sampled = sample_space(ctx, &meter, &state, started, &mut curve);
+            if sampled.is_err() {
+                state.finish();
             }
-            workers
+            let worked = workers
                 .join()
-                .unwrap_or_else(|_| Err(BenchError::Invalid("churn workers panicked".into())))
-                .map(|_| ())
+                .unwrap_or_else(|_| Err(BenchError::Invalid("churn workers panicked".into())));
+            sampled.and(worked.map(|_| ()))
         })
     })?;
     let () = worked;
+    let churn_ops = state
+        .operations
+        .load(Ordering::Relaxed)
+        .saturating_sub(params.churn_objects);
     let mut outcome = Outcome::default();
-    let churn_ops = operations.load(Ordering::Relaxed).saturating_sub(objects);
     outcome.rate_and_cpu("churn", "op", churn_ops.max(1), &timed);
+    space_metrics(&mut outcome, &curve);
+    outcome.count("objects", params.churn_objects);
+    outcome.count("churn_operations", churn_ops);
+    outcome.notes.push(format!(
+        "churn: {} objects (mixed 0.5 KiB-1 MiB), {OVERWRITE_PERCENT}% overwrites / \
+         {}% deletes of live objects, {} s after the fill; {}",
+        params.churn_objects,
+        100 - OVERWRITE_PERCENT,
+        params.churn_seconds,
+        meter.describe()
+    ));
+    outcome.space_curve = curve;
+    Ok(outcome)
+}
+
+/// One thread: puts its share of the objects (index % threads == thread), waits for the
+/// others to finish theirs, then overwrites and deletes its objects at random until the
+/// churn time is up.
+fn churn_thread(ctx: &Ctx, root: &Path, state: &ChurnState, thread: usize) -> Result<()> {
+    let params = ctx.params;
+    let threads = params.threads.max(1);
+    let mut rng = SplitMix64::new(params.seed ^ ((thread as u64 + 1) * 0x9e37));
+    let mine: Vec<u64> = (thread as u64..params.churn_objects)
+        .step_by(threads)
+        .collect();
+    let mut sizes = vec![0u64; mine.len()];
+    for (slot, &index) in mine.iter().enumerate() {
+        interrupt::check()?;
+        let bytes = object_size(&mut rng);
+        put(root, &mut rng, (thread, index), bytes, params.fsync)?;
+        sizes[slot] = bytes;
+        state.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+        state.operations.fetch_add(1, Ordering::Relaxed);
+    }
+    while !state.churning.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Each worker keeps its own time: a sampler slow to wake (a loaded machine) does not
+    // stretch the run.
+    let until = Instant::now() + Duration::from_secs(params.churn_seconds);
+    while !state.done.load(Ordering::Acquire) && Instant::now() < until && !mine.is_empty() {
+        interrupt::check()?;
+        let slot = rng.below(mine.len() as u64) as usize;
+        let index = mine[slot];
+        let old = sizes[slot];
+        if old > 0 && rng.below(100) >= OVERWRITE_PERCENT {
+            let path = object_path(root, index);
+            fs::remove_file(&path).context(|| format!("unlink {}", path.display()))?;
+            sizes[slot] = 0;
+        } else {
+            let bytes = object_size(&mut rng);
+            put(root, &mut rng, (thread, index), bytes, params.fsync)?;
+            sizes[slot] = bytes;
+            state.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        state.live_bytes.fetch_sub(old, Ordering::Relaxed);
+        state.operations.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The sampler: starts the churn once the fill is done, and records a point of the space
+/// curve every `sample_every` until the threads finish.
+fn sample_space(
+    ctx: &Ctx,
+    meter: &UsedMeter,
+    state: &ChurnState,
+    started: Instant,
+    curve: &mut Vec<SpacePoint>,
+) -> Result<()> {
+    let objects = ctx.params.churn_objects;
+    let every = sample_every(ctx.params.churn_seconds);
+    let mut churn_started = false;
+    let mut last_fill = 0;
+    loop {
+        std::thread::sleep(every.min(Duration::from_millis(500)));
+        if !churn_started && state.operations.load(Ordering::Relaxed) >= objects {
+            churn_started = true;
+            state.churning.store(true, Ordering::Release);
+        }
+        let due = curve.last().is_none_or(|point| {
+            started.elapsed().as_secs_f64() * 1e3 - point.elapsed_ms >= every.as_secs_f64() * 1e3
+        });
+        let finished = state.done.load(Ordering::Acquire);
+        if due || finished {
+            let live = state.live_bytes.load(Ordering::Relaxed);
+            let used = meter.used()?;
+            let ops = state.operations.load(Ordering::Relaxed);
+            let phase = if churn_started { "churn" } else { "fill" };
+            if churn_started {
+                (ctx.progress)(&format!("churn: {} operations", ops - last_fill));
+            } else {
+                last_fill = ops;
+                (ctx.progress)(&format!("churn: filling {ops}/{objects}"));
+            }
+            curve.push(SpacePoint {
+                elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+                phase: phase.to_string(),
+                live_bytes: live,
+                used_bytes: used,
+                amplification: used as f64 / live.max(1) as f64,
+                operations: ops,
+            });
+        }
+        if finished {
+            return Ok(());
+        }
+    }
+}
+
+/// The end of the curve and its worst point while churning.
+fn space_metrics(outcome: &mut Outcome, curve: &[SpacePoint]) {
     if let Some(last) = curve.last() {
+        let amplification = last.amplification;
         outcome.metric(
             "space amplification at the end",
             "x",
             Better::Lower,
-            last.amplification,
+            amplification,
         );
-        outcome.metric(
-            "live bytes at the end",
-            "B",
-            Better::Higher,
-            last.live_bytes as f64,
-        );
-        outcome.metric(
-            "used bytes at the end",
-            "B",
-            Better::Lower,
-            last.used_bytes as f64,
-        );
+        let live = last.live_bytes as f64;
+        outcome.metric("live bytes at the end", "B", Better::Higher, live);
+        let used = last.used_bytes as f64;
+        outcome.metric("used bytes at the end", "B", Better::Lower, used);
     }
-    let churned: Vec<_> = curve.iter().filter(|p| p.phase == "churn").collect();
+    let churned = curve.iter().filter(|point| point.phase == "churn");
     if let Some(worst) = churned
-        .iter()
-        .map(|p| p.amplification)
+        .map(|point| point.amplification)
         .max_by(f64::total_cmp)
     {
         outcome.metric(
@@ -316,17 +358,6 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
             worst,
         );
     }
-    outcome.count("objects", objects);
-    outcome.count("churn_operations", churn_ops);
-    outcome.notes.push(format!(
-        "churn: {objects} objects (mixed 0.5 KiB-1 MiB), {OVERWRITE_PERCENT}% overwrites / \
-         {}% deletes of live objects, {} s after the fill; {}",
-        100 - OVERWRITE_PERCENT,
-        params.churn_seconds,
-        meter.describe()
-    ));
-    outcome.space_curve = curve;
-    Ok(outcome)
 }
 
 #[cfg(test)]

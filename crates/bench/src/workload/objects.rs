@@ -15,7 +15,7 @@ use crate::cpu::{process_rss_bytes, system_used_bytes};
 use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
 use crate::rng::SplitMix64;
-use crate::sys::free_space;
+use shoal_sys::statvfs::device_space as free_space;
 
 /// Directories per hash level, as Swift's partition / suffix layout.
 const FANOUT: u64 = 1000;
@@ -143,8 +143,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let target = count_for_free_space(ctx, &mut outcome)?;
     let minutes = params.objects_minutes_for(&ctx.target.label);
     let interval = sample_interval(target);
-    let next = AtomicU64::new(0);
-    let written = AtomicU64::new(0);
+    let (next, written) = (AtomicU64::new(0), AtomicU64::new(0));
     let samples: Mutex<Vec<RawSample>> =
         Mutex::new(vec![(0, 0, memory_bytes(&ctx.target.daemon_pids))]);
     let payload = vec![b'o'; params.objects_size_bytes];
@@ -196,7 +195,25 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     }
     let curve = curve_from(raw);
     outcome.rate_and_cpu("object create", "object", written, &timed);
-    if let (Some(first), Some(last)) = (head_rate(&curve), tail_rate(&curve)) {
+    curve_metrics(&mut outcome, &curve, !ctx.target.daemon_pids.is_empty());
+    // Recounting walks the whole tree twice: minutes per million objects on a FUSE mount.
+    if written <= MAX_RECOUNTED_OBJECTS {
+        let files = count_tree(&root)? - count_dirs(&root)?;
+        outcome.count("objects", files);
+    } else {
+        outcome.notes.push(format!(
+            "{written} objects written; not recounted (over {MAX_RECOUNTED_OBJECTS})"
+        ));
+    }
+    outcome.count("temp_files_left", count_tree(&tmp)?);
+    outcome.curve = curve;
+    Ok(outcome)
+}
+
+/// The create rate at the start and the end of the curve, and the peak memory (the
+/// daemon's RSS when the target has one, else the system's).
+fn curve_metrics(outcome: &mut Outcome, curve: &[CurvePoint], has_daemon: bool) {
+    if let (Some(first), Some(last)) = (head_rate(curve), tail_rate(curve)) {
         outcome.metric(
             "object create rate, first 10%",
             "object/s",
@@ -217,10 +234,10 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         );
     }
     let peak = curve.iter().map(|p| p.memory_bytes).max().unwrap_or(0);
-    let memory_name = if ctx.target.daemon_pids.is_empty() {
-        "peak system memory used"
-    } else {
+    let memory_name = if has_daemon {
         "peak daemon RSS"
+    } else {
+        "peak system memory used"
     };
     outcome.metric(
         memory_name,
@@ -228,18 +245,6 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         Better::Lower,
         peak as f64 / (1 << 20) as f64,
     );
-    // Recounting walks the whole tree twice: minutes per million objects on a FUSE mount.
-    if written <= MAX_RECOUNTED_OBJECTS {
-        let files = count_tree(&root)? - count_dirs(&root)?;
-        outcome.count("objects", files);
-    } else {
-        outcome.notes.push(format!(
-            "{written} objects written; not recounted (over {MAX_RECOUNTED_OBJECTS})"
-        ));
-    }
-    outcome.count("temp_files_left", count_tree(&tmp)?);
-    outcome.curve = curve;
-    Ok(outcome)
 }
 
 fn count_dirs(root: &Path) -> Result<u64> {

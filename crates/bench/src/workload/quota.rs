@@ -66,8 +66,7 @@ fn creates(ctx: &Ctx, name: &str, outcome: &mut Outcome) -> Result<()> {
 
 /// Limits for the calling user, with root held to them, or none again.
 fn set_limits(shoal: &Path, mountpoint: &Path, on: bool) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() }.to_string();
+    let uid = shoal_sys::identity::effective_uid().to_string();
     let (inodes, bytes, enforce_root) = if on {
         (INODE_LIMIT, BYTE_LIMIT, "on")
     } else {

@@ -15,8 +15,8 @@ use super::rmtree::shoal_of;
 use super::{Better, Ctx, Outcome};
 use crate::error::{BenchError, IoContext, Result};
 use crate::interrupt;
-use crate::sys::free_space;
 use crate::tools::{run_capture, run_silent};
+use shoal_sys::statvfs::device_space as free_space;
 
 const FILES_PER_DIR: usize = 1000;
 

@@ -53,6 +53,40 @@ fn find(ctx: &Ctx, root: &Path, ls: bool) -> Command {
     cmd
 }
 
+/// find, find -ls (cold, then warm) and du -s over the extracted tree.
+fn read_rows(ctx: &Ctx, outcome: &mut Outcome, root: &Path, entries: u64) -> Result<()> {
+    let mut readers = Vec::new();
+    cold(ctx, "find");
+    readers.push((
+        "find cold",
+        tool(ctx, outcome, "find cold", &mut find(ctx, root, false))?,
+    ));
+    cold(ctx, "find");
+    let find_ls = &mut find(ctx, root, true);
+    readers.push((
+        "find -ls cold",
+        tool(ctx, outcome, "find -ls cold", find_ls)?,
+    ));
+    let find_ls = &mut find(ctx, root, true);
+    readers.push((
+        "find -ls warm",
+        tool(ctx, outcome, "find -ls warm", find_ls)?,
+    ));
+    readers.push((
+        "find warm",
+        tool(ctx, outcome, "find warm", &mut find(ctx, root, false))?,
+    ));
+    let du = &mut ctx.tool("du");
+    readers.push((
+        "du -s",
+        tool(ctx, outcome, "du -s", du.arg("-s").arg(root))?,
+    ));
+    for (name, timed) in &readers {
+        outcome.requests_per(name, entries, timed);
+    }
+    Ok(())
+}
+
 pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let tarball = ctx
         .tarball
@@ -107,35 +141,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     outcome.requests_per("cp -a", entries, &timed);
     outcome.count("entries_copied", count_tree(&copy)? + 1);
 
-    let mut readers = Vec::new();
-    cold(ctx, "find");
-    readers.push((
-        "find cold",
-        tool(ctx, &mut outcome, "find cold", &mut find(ctx, &root, false))?,
-    ));
-    cold(ctx, "find");
-    let find_ls = &mut find(ctx, &root, true);
-    readers.push((
-        "find -ls cold",
-        tool(ctx, &mut outcome, "find -ls cold", find_ls)?,
-    ));
-    let find_ls = &mut find(ctx, &root, true);
-    readers.push((
-        "find -ls warm",
-        tool(ctx, &mut outcome, "find -ls warm", find_ls)?,
-    ));
-    readers.push((
-        "find warm",
-        tool(ctx, &mut outcome, "find warm", &mut find(ctx, &root, false))?,
-    ));
-    let du = &mut ctx.tool("du");
-    readers.push((
-        "du -s",
-        tool(ctx, &mut outcome, "du -s", du.arg("-s").arg(&root))?,
-    ));
-    for (name, timed) in &readers {
-        outcome.requests_per(name, entries, timed);
-    }
+    read_rows(ctx, &mut outcome, &root, entries)?;
     let timed = tool(
         ctx,
         &mut outcome,

@@ -248,8 +248,8 @@ pub fn force_unmount(store: Option<&Path>, mnt: &Path) {
                 "shoal daemon {pid} for {} still alive; killing it",
                 mnt.display()
             );
-            // SAFETY: plain kill(2) on a pid we found serving our own mountpoint.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A pid we found serving our own mountpoint; if it exits meanwhile, all the better.
+            let _ = shoal_sys::process::send_signal(pid, libc::SIGKILL);
         }
     }
 }
@@ -417,9 +417,8 @@ impl Mounted {
         assert!(self.mounted, "not mounted");
         let pid = self.daemon_pid().expect("find the shoal daemon's pid");
         just_before();
-        // SAFETY: plain kill(2) on the daemon serving our own mountpoint.
-        let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
-        assert_eq!(rc, 0, "kill -9 {pid}: {}", std::io::Error::last_os_error());
+        shoal_sys::process::send_signal(pid, libc::SIGKILL)
+            .unwrap_or_else(|error| panic!("kill -9 {pid}: {error}"));
         wait_for("the killed daemon to exit", Duration::from_secs(30), || {
             !process_alive(pid)
         });

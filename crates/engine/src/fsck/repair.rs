@@ -188,6 +188,10 @@ impl<'a> Repairs<'a> {
 }
 
 /// A record that does not decode tells nothing that can be trusted: it goes.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the table of record kinds and their decoders is written out here; issue 31 moves it to the format layer, which shortens this to a loop"
+)]
 fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
     type Decoder = fn(&[u8], &[u8]) -> FsResult<()>;
     /// What a range holds, where, and how each of its records decodes.
@@ -474,6 +478,10 @@ fn derive(store: &dyn Store) -> FsResult<Derived> {
 
 /// Rewrites each inode's link count, size (directories, inline files), allocated bytes,
 /// parent and xattr mark from what is there; drops orphan markers of inodes with names.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pass over every inode rewriting each derived field in the order fsck reports them; the fields share the pass's state"
+)]
 fn fix_inodes(repairs: &mut Repairs) -> FsResult<()> {
     let derived = derive(repairs.store)?;
     let orphans = check::read_orphans(repairs.store)?;

@@ -53,6 +53,11 @@ macro_rules! both_backends {
             mod $name {
                 #[allow(unused_imports)]
                 use super::*;
+                // `allow`, not `expect`: most bodies are short.
+                #[allow(
+                    clippy::too_many_lines,
+                    reason = "a test's body, as long as its scenario"
+                )]
                 fn run($fs: &crate::common::Fs) $body
                 #[test]
                 fn memory() {
@@ -277,6 +282,10 @@ pub struct Walk {
 /// and link counts, parent pointers, hard-link counts, inline lengths, reachability, and
 /// that every usage counter equals the sum over the inodes it owns. `orphans` are inodes
 /// unlinked while open (not reachable, still counted).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one walk of the tree checking every invariant fsck checks, each against the state the walk has gathered"
+)]
 pub fn assert_consistent(fs: &Engine, orphans: &[u64]) -> Walk {
     let mut problems = Vec::new();
     let mut seen: BTreeMap<u64, Inode> = BTreeMap::new();
@@ -546,6 +555,10 @@ pub fn snapshot(fs: &Engine) -> BTreeMap<Vec<u8>, Node> {
 /// Applies one random namespace/data operation to a tree kept under `top`, for mixed
 /// workloads. Errors the random choice can legitimately cause are accepted; anything else
 /// panics. Returns a short label of what happened.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per kind of random operation, each with the errors it may legitimately meet"
+)]
 pub fn random_op(
     fs: &Engine,
     rng: &mut Lcg,

@@ -21,6 +21,10 @@ fn is_tmpfile(flags: i32) -> bool {
     flags & libc::O_TMPFILE == libc::O_TMPFILE
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the arguments of open, creat, openat and openat2 decoded side by side, then one path for them all"
+)]
 pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (dirfd, path_ptr, flags, mode) = match nr {
         libc::SYS_open => (
