@@ -163,10 +163,8 @@ mod tests {
         // SAFETY: a new descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: sizing our own memfd.
-        assert_eq!(
-            unsafe { libc::ftruncate(raw, PAGE_BYTES as libc::off_t) },
-            0
-        );
+        let sized = unsafe { libc::ftruncate(raw, PAGE_BYTES as libc::off_t) };
+        assert_eq!(sized, 0);
         assert!(MountState::attach(&fd).is_err());
     }
 }
