@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue #34/#32 lines on the 16-core machine: shoal bench with the shoal-run target (the
+# Issue #34/#32 lines on the 16-core machine (fsync'd creates at 8, 16, 32 threads; 100-byte
+# creates at 1, 8, 16; the tree with `shoal import`): shoal bench with the shoal-run target (the
 # fast path library beside the shoal binary in .dev/bin), against XFS and ext4 on loop devices.
 # Steps (STEPS): probe create fsync tree. JSON under $OUT.
 set -u
@@ -14,7 +15,7 @@ for step in ${STEPS:-probe create fsync tree}; do
   case $step in
     probe) uname -r; nproc; cat /sys/devices/system/cpu/cpuidle/current_governor 2>&1; ls -la $D/bin ;;
     create) for t in 1 8 16; do b 100 --runs 3 --threads $t --files 20000 --file-size 100 --json "$OUT/create$t.json" create; done ;;
-    fsync) for t in 8 32; do b 80 --runs 3 --threads $t --files 300 --file-size 4096 --fsync --json "$OUT/fsync$t.json" create; done ;;
+    fsync) for t in 8 16 32; do b 80 --runs 3 --threads $t --files 300 --file-size 4096 --fsync --json "$OUT/fsync$t.json" create; done ;;
     tree) b 240 --runs 3 --tree-files 30000 --json "$OUT/tree.json" tree ;;
   esac
 done
