@@ -370,8 +370,10 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         memory_budget_bytes: Some(request.options.memory_bytes),
         writeback_cache: request.options.writeback,
         io_uring: request.options.uring,
-        spin_window: request.options.spin,
-        follow: request.options.follow,
+        busy_wait: shoal_fuse::BusyWait::decide(shoal_fuse::BusyWaitAsked {
+            spin_window: request.options.spin,
+            follow: request.options.follow,
+        }),
     };
     let session = shoal_fuse::mount(
         engine.clone(),
@@ -408,6 +410,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         started: Instant::now(),
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
+        busy_wait: config.busy_wait.clone(),
         fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
         uuid: request
             .store
@@ -431,12 +434,13 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     )?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
-        "mounted {} on {} over {transport} ({:?})",
+        "mounted {} on {} over {transport}, {} ({:?})",
         request
             .store
             .as_ref()
             .map_or("memory".into(), |store| store.display().to_string()),
         request.mountpoint.display(),
+        config.busy_wait,
         request.options
     );
     let pipe = ready.take();

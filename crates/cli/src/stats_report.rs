@@ -20,6 +20,15 @@ pub struct StatsReport {
     pub uptime_ns: u64,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
     pub fuse_transport: String,
+    /// Threads serving each CPU's queue with io_uring (sized for the machine).
+    #[serde(default)]
+    pub ring_threads_per_queue: u64,
+    /// Busy-waiting for requests: "spin+follow", "spin", "follow" or "off"
+    /// (`shoal_fuse::BusyWait`), and why.
+    #[serde(default)]
+    pub busy_wait: String,
+    #[serde(default)]
+    pub busy_wait_reason: String,
     /// Every FUSE request type, counted and timed from the handler's entry to its reply.
     pub ops: Vec<OpReport>,
     pub engine: EngineReport,
@@ -515,6 +524,8 @@ pub struct StatsSource {
     pub started: Instant,
     pub memory_budget_bytes: u64,
     pub fuse_transport: &'static str,
+    /// The busy-waiting chosen at mount, and why.
+    pub busy_wait: shoal_fuse::BusyWait,
     /// The fast path's counts (`None`: `-o fastpath=off`, or it could not start).
     pub fast_path: Option<Arc<shoal_fastpath_server::FastPathStats>>,
     /// The store's UUID ("" if none) and the mountpoint: the report's labels.
@@ -553,6 +564,12 @@ impl StatsSource {
             daemon_pid: std::process::id(),
             uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             fuse_transport: self.fuse_transport.to_string(),
+            ring_threads_per_queue: match self.fuse_transport {
+                "io_uring" => shoal_fuse::ring_threads_per_queue() as u64,
+                _ => 0,
+            },
+            busy_wait: self.busy_wait.mode().to_string(),
+            busy_wait_reason: self.busy_wait.reason.clone(),
             ops: fuse
                 .ops
                 .iter()
@@ -708,6 +725,7 @@ mod tests {
             started: Instant::now(),
             memory_budget_bytes: 1 << 30,
             fuse_transport: "io_uring",
+            busy_wait: shoal_fuse::BusyWait::off("a test"),
             fast_path: None,
             uuid: String::new(),
             mountpoint: "/mnt".into(),
