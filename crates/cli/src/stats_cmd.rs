@@ -151,8 +151,8 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
     );
     let _ = writeln!(
         out,
-        "busy-wait {}: {}  ring threads per CPU {}",
-        current.busy_wait, current.busy_wait_reason, current.ring_threads_per_queue
+        "busy-wait {}: {}",
+        current.busy_wait, current.busy_wait_reason
     );
     render_ops(&mut out, previous, current, interval_s);
     let (engine, was) = (&current.engine, &previous.engine);

@@ -447,6 +447,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Time since the daemon mounted.",
         |r| r.uptime_ns,
     ),
+    exposed(
+        "ring_threads_per_queue",
+        "shoal_ring_threads_per_queue",
+        Gauge,
+        Count,
+        "Threads serving each CPU's FUSE queue over io_uring, sized for the machine (0: /dev/fuse).",
+        |r| r.ring_threads_per_queue,
+    ),
     // Idle time kept from halting, not work on requests (`-o spin=`).
     exposed(
         "spin_cpu_ns",
