@@ -414,9 +414,13 @@ mod tests {
                 "{name}"
             );
         }
-        let spin = defaults.spin.as_micros();
-        assert!(help.contains(&format!("spin=MICROSECONDS [{spin}]")));
-        assert!(docs.contains(&format!("| `spin=MICROSECONDS` | {spin} |")));
+        let spin = shoal_fuse::SPIN_WINDOW.as_micros();
+        assert!(help.contains(&format!(
+            "spin=MICROSECONDS [{spin} where idle CPUs wake slowly"
+        )));
+        assert!(docs.contains(&format!(
+            "| `spin=MICROSECONDS` | {spin} where idle CPUs wake slowly"
+        )));
         // The pages that explain a default quote it too.
         let tuning = include_str!("../../../docs/tuning.md").replace('\n', " ");
         let memtable = defaults.memtable_bytes >> 20;

@@ -363,8 +363,10 @@ fn mount_config(request: &MountRequest) -> MountConfig {
         memory_budget_bytes: Some(request.options.memory_bytes),
         writeback_cache: request.options.writeback,
         io_uring: request.options.uring,
-        spin_window: request.options.spin,
-        follow: request.options.follow,
+        busy_wait: shoal_fuse::BusyWait::decide(shoal_fuse::BusyWaitAsked {
+            spin_window: request.options.spin,
+            follow: request.options.follow,
+        }),
     }
 }
 
@@ -409,6 +411,20 @@ fn spawn_ready_thread(request: &MountRequest, pipe: Option<File>) -> Result<()> 
     Ok(())
 }
 
+/// How the session talks to the kernel, for `shoal stats` and the log; says so when
+/// io_uring was asked for and the kernel has it off.
+fn transport_name(io_uring: bool, request: &MountRequest) -> &'static str {
+    if io_uring {
+        return "io_uring";
+    }
+    if request.options.uring {
+        tracing::info!(
+            "FUSE over io_uring is off in the kernel (fuse module parameter enable_uring=N)"
+        );
+    }
+    "/dev/fuse"
+}
+
 /// Opens the engine, mounts, reports readiness, and serves until unmounted.
 /// `ready` is taken (written and closed) once the mount is live.
 fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
@@ -429,13 +445,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     .with_context(|| format!("cannot mount on {}", request.mountpoint.display()))?;
     shoal_fuse::start_memory_budget(&session, &engine, &config, fuse_stats.clone())
         .context("cannot start the memory budget")?;
-    let io_uring = session.uses_io_uring();
-    let transport = if io_uring { "io_uring" } else { "/dev/fuse" };
-    if !io_uring && request.options.uring {
-        tracing::info!(
-            "FUSE over io_uring is off in the kernel (fuse module parameter enable_uring=N)"
-        );
-    }
+    let transport = transport_name(session.uses_io_uring(), request);
     let fast_path = if request.options.fastpath {
         let changes = shoal_fuse::OtherDoorChanges::new(&session, &fuse_stats);
         start_fast_path(
@@ -453,6 +463,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         started: Instant::now(),
         memory_budget_bytes: request.options.memory_bytes,
         fuse_transport: transport,
+        busy_wait: config.busy_wait.clone(),
         fast_path: fast_path.as_ref().map(|handle| handle.stats().clone()),
         uuid: store_uuid(request),
         mountpoint: request.mountpoint.display().to_string(),
@@ -467,9 +478,10 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     )?;
     spawn_signal_thread(signals, request.mountpoint.clone());
     tracing::info!(
-        "mounted {} on {} over {transport} ({:?})",
+        "mounted {} on {} over {transport}, {} ({:?})",
         store_name(request),
         request.mountpoint.display(),
+        config.busy_wait,
         request.options
     );
     spawn_ready_thread(request, ready.take())?;

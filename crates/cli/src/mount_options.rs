@@ -15,7 +15,6 @@ use crate::units;
 /// `shoal_engine::defaults`).
 pub const DEFAULT_THREADS: usize = 2;
 pub const DEFAULT_MEMORY_BYTES: u64 = 1 << 30;
-pub const DEFAULT_SPIN_MICROSECONDS: u64 = 2000;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountOptions {
@@ -41,11 +40,11 @@ pub struct MountOptions {
     /// FUSE over io_uring when the kernel allows it (`uring=on|off`).
     pub uring: bool,
     /// How long the keep-awake spinners go on after the last request (`spin=MICROSECONDS`;
-    /// 0: no spinners). See `shoal_fuse::MountConfig::spin_window`.
-    pub spin: Duration,
-    /// Serve a lone caller's requests from another CPU (`follow=on|off`). See
-    /// `shoal_fuse::MountConfig::follow`.
-    pub follow: bool,
+    /// 0: no spinners); `None`: decided from the machine (`shoal_fuse::BusyWait`).
+    pub spin: Option<Duration>,
+    /// Serve a lone caller's requests from another CPU (`follow=on|off`); `None`: decided
+    /// from the machine (`shoal_fuse::BusyWait`).
+    pub follow: Option<bool>,
     /// Serve `shoal run` processes over the fast path (`fastpath=on|off`).
     pub fastpath: bool,
     /// The mount's source in /proc/mounts (`fsname=`); `None`: the store's path.
@@ -177,8 +176,8 @@ impl Default for MountOptions {
             metrics: None,
             writeback: true,
             uring: true,
-            spin: Duration::from_micros(DEFAULT_SPIN_MICROSECONDS),
-            follow: true,
+            spin: None,
+            follow: None,
             fastpath: true,
             fsname: None,
             subtype: "shoal".into(),
@@ -196,7 +195,8 @@ pub fn help() -> String {
          allow_other, threads=N [{threads}], cache=SIZE [{cache}], memtable=SIZE [{memtable}], \
          compaction_threads=N [{workers}], journal=SIZE [{journal}], checkpoint=SIZE \
          [{checkpoint}], memory=SIZE [{memory}], metrics[=IP:PORT] [off; bare: 127.0.0.1:{metrics_port}], writeback=on|off [on], \
-         uring=on|off [on], spin=MICROSECONDS [{spin}], follow=on|off [on], fastpath=on|off [on], fsname=NAME [the store's path], \
+         uring=on|off [on], spin=MICROSECONDS [{spin} where idle CPUs wake slowly, else 0], \
+         follow=on|off [on where idle CPUs wake slowly, else off], fastpath=on|off [on], fsname=NAME [the store's path], \
          subtype=NAME [{subtype}], the generic nosuid, nodev, noexec, suid, dev, exec, noatime, \
          atime, relatime, defaults. SIZE: bytes, or a number with a K, M, G or T suffix \
          (256M, 1G). DURATION: seconds, or a number with s, m, h (5s, 1m). An unknown \
@@ -210,7 +210,7 @@ pub fn help() -> String {
         journal = size(defaults.journal_bytes),
         checkpoint = size(defaults.checkpoint_bytes),
         memory = size(defaults.memory_bytes),
-        spin = defaults.spin.as_micros(),
+        spin = shoal_fuse::SPIN_WINDOW.as_micros(),
         subtype = defaults.subtype,
     )
 }
@@ -315,8 +315,10 @@ pub fn parse(groups: &[String]) -> Result<MountOptions> {
             "memory" => options.memory_bytes = size(key, value, 2, 1 << 24)?,
             "writeback" => options.writeback = on_off(key, value)?,
             "uring" => options.uring = on_off(key, value)?,
-            "spin" => options.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
-            "follow" => options.follow = on_off(key, value)?,
+            "spin" => {
+                options.spin = Some(Duration::from_micros(number(key, value, 0, 1_000_000)?));
+            }
+            "follow" => options.follow = Some(on_off(key, value)?),
             "fastpath" => options.fastpath = on_off(key, value)?,
             "fsname" => options.fsname = Some(mount_name(key, value)?),
             "subtype" => options.subtype = mount_name(key, value)?,
@@ -397,13 +399,13 @@ mod tests {
         assert!(!parse(&["writeback=off".into()]).unwrap().writeback);
         assert!(options.uring, "io_uring offered by default");
         assert!(!parse(&["uring=off".into()]).unwrap().uring);
-        assert!(options.follow, "lone callers followed by default");
-        assert!(!parse(&["follow=off".into()]).unwrap().follow);
+        assert_eq!(options.follow, None, "following decided by the machine");
+        assert_eq!(parse(&["follow=off".into()]).unwrap().follow, Some(false));
+        assert_eq!(options.spin, None, "spinning decided by the machine");
         assert_eq!(
-            options.spin,
-            Duration::from_micros(DEFAULT_SPIN_MICROSECONDS)
+            parse(&["spin=0".into()]).unwrap().spin,
+            Some(Duration::ZERO)
         );
-        assert!(parse(&["spin=0".into()]).unwrap().spin.is_zero());
         assert!(parse(&["spin=2000000".into()]).is_err());
         assert!(
             parse(&["writeback=off,writeback=on".into()])

@@ -149,6 +149,11 @@ pub fn render(mountpoint: &Path, previous: &StatsReport, current: &StatsReport) 
         current.fuse_transport,
         interval_s
     );
+    let _ = writeln!(
+        out,
+        "busy-wait {}: {}",
+        current.busy_wait, current.busy_wait_reason
+    );
     render_ops(&mut out, previous, current, interval_s);
     let (engine, was) = (&current.engine, &previous.engine);
     let mut figures = table_figures(ENGINE_METRICS, engine, was, interval_s);

@@ -20,6 +20,15 @@ pub struct StatsReport {
     pub uptime_ns: u64,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
     pub fuse_transport: String,
+    /// Threads serving each CPU's queue with io_uring (sized for the machine).
+    #[serde(default)]
+    pub ring_threads_per_queue: u64,
+    /// Busy-waiting for requests: "spin+follow", "spin", "follow" or "off"
+    /// (`shoal_fuse::BusyWait`), and why.
+    #[serde(default)]
+    pub busy_wait: String,
+    #[serde(default)]
+    pub busy_wait_reason: String,
     /// Every FUSE request type, counted and timed from the handler's entry to its reply.
     pub ops: Vec<OpReport>,
     pub engine: EngineReport,
@@ -438,6 +447,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "Time since the daemon mounted.",
         |r| r.uptime_ns,
     ),
+    exposed(
+        "ring_threads_per_queue",
+        "shoal_ring_threads_per_queue",
+        Gauge,
+        Count,
+        "Threads serving each CPU's FUSE queue over io_uring, sized for the machine (0: /dev/fuse).",
+        |r| r.ring_threads_per_queue,
+    ),
     // Idle time kept from halting, not work on requests (`-o spin=`).
     exposed(
         "spin_cpu_ns",
@@ -515,6 +532,8 @@ pub struct StatsSource {
     pub started: Instant,
     pub memory_budget_bytes: u64,
     pub fuse_transport: &'static str,
+    /// The busy-waiting chosen at mount, and why.
+    pub busy_wait: shoal_fuse::BusyWait,
     /// The fast path's counts (`None`: `-o fastpath=off`, or it could not start).
     pub fast_path: Option<Arc<shoal_fastpath_server::FastPathStats>>,
     /// The store's UUID ("" if none) and the mountpoint: the report's labels.
@@ -522,6 +541,34 @@ pub struct StatsSource {
     pub mountpoint: String,
     /// The store directory, whose device's free space is reported; None for RAM.
     pub store: Option<std::path::PathBuf>,
+}
+
+impl EngineReport {
+    fn of(
+        engine: &shoal_engine::stats::StatsSnapshot,
+        errors: shoal_engine::WriteErrors,
+        reclaim: shoal_engine::ReclaimBacklog,
+        used: shoal_engine::Usage,
+    ) -> EngineReport {
+        EngineReport {
+            batches: engine.batches,
+            log_bytes: engine.log_bytes,
+            syncs: engine.sync_requests,
+            commits: engine.commits,
+            interval_commits: engine.interval_commits,
+            commit_latency: LatencyReport::from_snapshot(&engine.commit_latency),
+            batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
+            write_slowdowns: engine.slow_batch_writes,
+            write_slowdown_ns: engine.slow_batch_write_ns,
+            write_errors: errors.count,
+            last_write_error: errors.last,
+            reclaim_trees: reclaim.trees,
+            reclaim_entries: reclaim.entries,
+            reclaim_bytes: reclaim.bytes,
+            live_bytes: used.bytes,
+            live_inodes: used.inodes,
+        }
+    }
 }
 
 impl StatsSource {
@@ -553,6 +600,12 @@ impl StatsSource {
             daemon_pid: std::process::id(),
             uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             fuse_transport: self.fuse_transport.to_string(),
+            ring_threads_per_queue: match self.fuse_transport {
+                "io_uring" => shoal_fuse::ring_threads_per_queue() as u64,
+                _ => 0,
+            },
+            busy_wait: self.busy_wait.mode().to_string(),
+            busy_wait_reason: self.busy_wait.reason.clone(),
             ops: fuse
                 .ops
                 .iter()
@@ -562,24 +615,7 @@ impl StatsSource {
                     latency: LatencyReport::from_snapshot(histogram),
                 })
                 .collect(),
-            engine: EngineReport {
-                batches: engine.batches,
-                log_bytes: engine.log_bytes,
-                syncs: engine.sync_requests,
-                commits: engine.commits,
-                interval_commits: engine.interval_commits,
-                commit_latency: LatencyReport::from_snapshot(&engine.commit_latency),
-                batch_write_latency: LatencyReport::from_snapshot(&engine.batch_write_latency),
-                write_slowdowns: engine.slow_batch_writes,
-                write_slowdown_ns: engine.slow_batch_write_ns,
-                write_errors: errors.count,
-                last_write_error: errors.last,
-                reclaim_trees: reclaim.trees,
-                reclaim_entries: reclaim.entries,
-                reclaim_bytes: reclaim.bytes,
-                live_bytes: used.bytes,
-                live_inodes: used.inodes,
-            },
+            engine: EngineReport::of(&engine, errors, reclaim, used),
             store,
             memory: self.memory_report(&fuse, heap),
             spin_cpu_ns: fuse.spin_cpu_ns,
@@ -723,6 +759,7 @@ mod tests {
             started: Instant::now(),
             memory_budget_bytes: 1 << 30,
             fuse_transport: "io_uring",
+            busy_wait: shoal_fuse::BusyWait::off("a test"),
             fast_path: None,
             uuid: String::new(),
             mountpoint: "/mnt".into(),

@@ -380,3 +380,56 @@ fn requests_come_over_io_uring_when_the_kernel_allows_and_uring_off_opts_out() {
     assert_eq!(stats_json(&m.mnt)["fuse_transport"], "/dev/fuse");
     m.finish();
 }
+
+/// Busy-waiting: decided from the machine unless `spin=` and `follow=` are given, and
+/// `shoal stats` says which and why.
+#[test]
+fn busy_waiting_and_its_reason_are_reported() {
+    let decided = Mounted::new();
+    let stats = stats_json(&decided.mnt);
+    let mode = stats["busy_wait"].as_str().unwrap();
+    assert!(
+        ["spin+follow", "spin", "follow", "off"].contains(&mode),
+        "{stats}"
+    );
+    let reason = stats["busy_wait_reason"].as_str().unwrap();
+    assert!(!reason.is_empty() && !reason.contains("given"), "{stats}");
+    assert!(
+        stats["ring_threads_per_queue"].as_u64().unwrap() <= 4,
+        "{stats}"
+    );
+    decided.finish();
+    let m = Mounted::with_options(&["spin=0", "follow=off"]);
+    let stats = stats_json(&m.mnt);
+    assert_eq!(stats["busy_wait"], "off", "{stats}");
+    assert_eq!(
+        stats["busy_wait_reason"], "spin= and follow= given",
+        "{stats}"
+    );
+    let m2 = Mounted::with_options(&["spin=500"]);
+    let stats = stats_json(&m2.mnt);
+    let reason = stats["busy_wait_reason"].as_str().unwrap();
+    assert!(reason.starts_with("spin= given; otherwise: "), "{stats}");
+    assert!(
+        stats["busy_wait"].as_str().unwrap().starts_with("spin"),
+        "{stats}"
+    );
+    let screen = shoal_ok(&[
+        OsStr::new("stats"),
+        m2.mnt.as_os_str(),
+        OsStr::new("--interval"),
+        OsStr::new("0.2"),
+        OsStr::new("--count"),
+        OsStr::new("1"),
+    ]);
+    let mode = stats["busy_wait"].as_str().unwrap();
+    assert!(
+        screen
+            .stdout
+            .contains(&format!("busy-wait {mode}: {reason}")),
+        "{}",
+        screen.describe()
+    );
+    m2.finish();
+    m.finish();
+}

@@ -174,6 +174,49 @@ fn sync_is_skipped_when_nothing_was_written_and_each_mutation_is_one_batch() {
     assert!((1..=2).contains(&used), "{used} store syncs for one batch");
 }
 
+/// Group commit under many writers: each of 16 threads writes a file of its own and
+/// fsyncs it, all at once, round after round. One store sync serves every fsync waiting
+/// when it starts, so a round costs two or three syncs (the first, and one for all who
+/// came during it), not sixteen: the `syncs` and `commits` counters of `shoal stats`.
+#[test]
+fn concurrent_fsyncs_of_their_own_writes_share_store_syncs() {
+    const WRITERS: usize = 16;
+    const ROUNDS: usize = 5;
+    let store = common::stores::SlowSyncStore {
+        inner: std::sync::Arc::new(shoal_engine::internals::store::MemoryStore::new()),
+        sync_time: Duration::from_millis(20),
+    };
+    let fs = Engine::open_with_store(Box::new(store), no_thread()).unwrap();
+    let (before, _) = fs.stats_snapshot();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(WRITERS));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let (fs, barrier) = (fs.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    barrier.wait();
+                    mkfile(&fs, ROOT_INO, format!("w{writer}r{round}").as_bytes());
+                    fs.sync().unwrap();
+                }
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let (after, _) = fs.stats_snapshot();
+    let requests = after.sync_requests - before.sync_requests;
+    let commits = after.commits - before.commits;
+    assert_eq!(requests, (WRITERS * ROUNDS) as u64);
+    assert!(
+        (ROUNDS as u64..=3 * ROUNDS as u64).contains(&commits),
+        "{commits} store syncs for {requests} fsyncs in {ROUNDS} rounds"
+    );
+    let written = names(&fs, ROOT_INO)
+        .into_iter()
+        .filter(|name| name.starts_with(b"w"))
+        .count();
+    assert_eq!(written, WRITERS * ROUNDS);
+}
+
 #[test]
 fn everything_survives_sync_drop_and_reopen_across_sessions() {
     let fs = disk_with(no_thread());

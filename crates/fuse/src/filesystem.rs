@@ -174,6 +174,13 @@ impl ShoalFs {
         }
     }
 
+    /// An fsync: waits for a journal sync (its own or one it shares). No busy-waiter
+    /// polls meanwhile (`fuser::BlockedWait`): the answer comes when the sync ends.
+    fn sync_waiting(&self) -> FsResult<()> {
+        let _blocked = fuser::BlockedWait::begin();
+        self.engine.sync()
+    }
+
     fn reply_empty(reply: ReplyEmpty, result: FsResult<()>) {
         match result {
             Ok(()) => reply.ok(),
@@ -764,7 +771,7 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.begin(FuseOp::Fsync);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        Self::reply_empty(reply, self.engine.sync());
+        Self::reply_empty(reply, self.sync_waiting());
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -892,7 +899,7 @@ impl fuser::Filesystem for ShoalFs {
     ) {
         let _timer = self.begin(FuseOp::Fsyncdir);
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        Self::reply_empty(reply, self.engine.sync());
+        Self::reply_empty(reply, self.sync_waiting());
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -11,7 +11,12 @@
 //! nothing else wants the CPU, and yields at once to anything that does), keeps each CPU
 //! busy instead of halted. After `window` without a request the spinners park, so an idle
 //! mount costs nothing; the next request unparks them (a relaxed load on every request, an
-//! unpark on the first one after a quiet period).
+//! unpark on the first one after a quiet period). While a request handler is blocked on a
+//! slow wait of its own (an fsync waiting for the journal, `fuser::BlockedWait`) the
+//! spinners stand aside as well: its answer comes when the sync does, and spinning meanwhile
+//! only burns CPUs (on 16 CPUs, 2.6 ms of spinning per fsync'd file).
+//!
+//! Whether spinners run at all is decided at mount (`busy_wait`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -27,7 +32,8 @@ use crate::fuse_stats::FuseStats;
 const SPINS_PER_CHECK: u32 = 512;
 /// A parked spinner looks again at least this often, in case a wake-up raced its parking.
 const PARK_TIMEOUT: Duration = Duration::from_secs(1);
-/// While a ring thread follows a lone caller, spinners sleep and look again this often.
+/// While a ring thread follows a lone caller, or a handler is blocked in a long wait,
+/// spinners sleep and look again this often.
 const STAND_ASIDE: Duration = Duration::from_millis(5);
 
 /// The shared state of the spinners: whether they are parked, and what they cost.
@@ -90,9 +96,7 @@ fn spin(cpu: usize, window: Duration, shared: &Weak<KeepAwake>, stats_weak: &Wea
         if keep_awake.stopped.load(Ordering::Acquire) {
             return;
         }
-        if fuser::ring_following() {
-            // A ring thread polls for a lone caller; here the caller's CPU must fall to
-            // its polling idle loop, which a spinner would take the place of.
+        if must_stand_aside() {
             drop((keep_awake, stats));
             thread::sleep(STAND_ASIDE);
             continue;
@@ -100,7 +104,7 @@ fn spin(cpu: usize, window: Duration, shared: &Weak<KeepAwake>, stats_weak: &Wea
         let started_cpu_ns = thread_cpu_ns();
         let last_seen = spin_while_busy(window, &stats, &keep_awake.stopped);
         stats.record_spin(thread_cpu_ns().saturating_sub(started_cpu_ns));
-        if fuser::ring_following() {
+        if must_stand_aside() {
             continue;
         }
         keep_awake.parked.store(true, Ordering::Release);
@@ -138,7 +142,7 @@ fn spin_while_busy(window: Duration, stats: &FuseStats, stopped: &AtomicBool) ->
         for _ in 0..SPINS_PER_CHECK {
             std::hint::spin_loop();
         }
-        if fuser::ring_following() {
+        if must_stand_aside() {
             return seen;
         }
         let now_seen = stats.requests_total();
@@ -151,12 +155,19 @@ fn spin_while_busy(window: Duration, stats: &FuseStats, stopped: &AtomicBool) ->
     }
 }
 
-fn online_cpus() -> Vec<usize> {
+/// Whether spinning would get in the way or burn CPU for nothing: a ring thread follows a
+/// lone caller (the caller's CPU must fall to its polling idle loop, which a spinner would
+/// take the place of), or a handler waits on the journal (nothing to answer until it ends).
+fn must_stand_aside() -> bool {
+    fuser::ring_following() || fuser::blocked_waits() > 0
+}
+
+pub(crate) fn online_cpus() -> Vec<usize> {
     cpu::allowed_cpus()
         .unwrap_or_else(|_| (0..thread::available_parallelism().map_or(1, |n| n.get())).collect())
 }
 
-fn pin_to_cpu(cpu: usize) {
+pub(crate) fn pin_to_cpu(cpu: usize) {
     if let Err(error) = cpu::pin_to_cpu(cpu) {
         tracing::warn!("spinner {cpu}: cannot pin: {error}");
     }
@@ -178,8 +189,12 @@ mod tests {
     use super::*;
     use crate::fuse_stats::FuseOp;
 
+    /// The tests look at process-wide state (`fuser::blocked_waits`): one at a time.
+    static SERIAL: Mutex<()> = parking_lot::const_mutex(());
+
     #[test]
     fn spinners_park_when_quiet_and_wake_on_a_request() {
+        let _serial = SERIAL.lock();
         let keep_awake = Arc::new(KeepAwake::default());
         let stats = Arc::new(FuseStats::default());
         spawn(Duration::from_millis(5), &keep_awake, &stats).unwrap();
@@ -213,5 +228,39 @@ mod tests {
         });
         assert!(settled, "parked spinners kept using CPU");
         keep_awake.stop();
+    }
+
+    #[test]
+    fn spinners_stand_aside_while_a_handler_waits_on_the_journal() {
+        let _serial = SERIAL.lock();
+        let keep_awake = Arc::new(KeepAwake::default());
+        let stats = Arc::new(FuseStats::default());
+        let requests = |for_how_long: Duration| {
+            let start = Instant::now();
+            while start.elapsed() < for_how_long {
+                drop(stats.time(FuseOp::Getattr));
+                keep_awake.notice_request();
+                thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let wait = fuser::BlockedWait::begin();
+        spawn(Duration::from_millis(5), &keep_awake, &stats).unwrap();
+        // Requests keep coming (other callers), yet nobody spins while the wait lasts.
+        requests(Duration::from_millis(300));
+        thread::sleep(STAND_ASIDE * 4);
+        assert_eq!(
+            stats.snapshot().spin_cpu_ns,
+            0,
+            "spinners spun during a wait"
+        );
+        drop(wait);
+        // The wait over, requests wake them again.
+        let spun = (0..50).any(|_| {
+            requests(Duration::from_millis(20));
+            thread::sleep(STAND_ASIDE * 2);
+            stats.snapshot().spin_cpu_ns > 0
+        });
+        keep_awake.stop();
+        assert!(spun, "spinners never spun after the wait");
     }
 }

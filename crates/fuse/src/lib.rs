@@ -3,6 +3,7 @@
 //! store key.
 
 mod attr;
+mod busy_wait;
 mod dir_offsets;
 mod errno;
 mod filesystem;
@@ -15,13 +16,12 @@ mod memory_budget;
 mod open_requests;
 mod other_door;
 
+use shoal_engine::Engine;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use shoal_engine::Engine;
-
+pub use busy_wait::{BusyWait, BusyWaitAsked, SPIN_WINDOW};
 pub use errno::errno;
 pub use filesystem::ShoalFs;
 pub use fuse_stats::{FuseOp, FuseStats, FuseStatsSnapshot, FUSE_OPS};
@@ -55,13 +55,11 @@ pub struct MountConfig {
     /// Offer FUSE over io_uring: requests handed over on the caller's CPU (Linux 6.14+, with
     /// the fuse module's `enable_uring` set; otherwise /dev/fuse is used).
     pub io_uring: bool,
-    /// How long spinner threads keep the CPUs from halting after the last request
-    /// (`keep_awake`); zero: no spinners.
-    pub spin_window: Duration,
-    /// With FUSE over io_uring: while requests come from callers on one CPU only, serve
-    /// them from another CPU that polls for them (no context switch on the caller's CPU;
-    /// see vendor/fuser's `ring_follow.rs`). Needs `/dev/cpu_dma_latency` (root).
-    pub follow: bool,
+    /// Spinners that keep the CPUs from halting while requests flow (`keep_awake`), and,
+    /// with FUSE over io_uring, serving a lone caller's requests from another CPU that
+    /// polls for them (vendor/fuser's `ring_follow.rs`; needs `/dev/cpu_dma_latency`,
+    /// root): chosen by `BusyWait::decide`.
+    pub busy_wait: BusyWait,
 }
 
 impl Default for MountConfig {
@@ -77,8 +75,7 @@ impl Default for MountConfig {
             memory_budget_bytes: None,
             writeback_cache: true,
             io_uring: true,
-            spin_window: Duration::from_millis(2),
-            follow: true,
+            busy_wait: BusyWait::off("the default of a library mount"),
         }
     }
 }
@@ -163,7 +160,7 @@ pub fn mount(
     fuse_config.mount_options = options;
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
-    fuse_config.ring_follow = config.follow;
+    fuse_config.ring_follow = config.busy_wait.follow;
     if config.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }
@@ -175,8 +172,13 @@ pub fn mount(
     let session = fuser::Session::new(filesystem, mountpoint, &fuse_config)?;
     // Before any request can be served: `run` has not started yet.
     let _ = mode_notifier.set(session.notifier());
-    keep_awake::spawn(config.spin_window, &keep_awake, &stats)?;
+    keep_awake::spawn(config.busy_wait.spin_window, &keep_awake, &stats)?;
     Ok(session)
+}
+
+/// Threads serving each CPU's queue with FUSE over io_uring (sized for the machine).
+pub fn ring_threads_per_queue() -> usize {
+    fuser::ring_threads_per_queue()
 }
 
 /// Starts enforcing `config.memory_budget_bytes` (if set) on a mounted session.

@@ -44,8 +44,14 @@ const OUT_HEADER_SIZE: usize = 16;
 const QUEUE_DEPTH: usize = 2;
 /// Threads serving each queue, each with its own ring and entries: a request that blocks
 /// (an fsync waiting for the journal's sync) holds up only its thread, the others go on
-/// with that CPU's requests, and concurrent fsyncs can then share one sync.
-pub(crate) const THREADS_PER_QUEUE: usize = 4;
+/// with that CPU's requests, and concurrent fsyncs can then share one sync. Enough threads
+/// over all queues together for `BLOCKING_THREADS` fsyncs to wait at once, and never fewer
+/// than `MIN_THREADS_PER_QUEUE` on a queue (one blocked, one serving its CPU): 4 per queue
+/// on 2 CPUs (as measured there), 2 on 8 CPUs or more, rather than 4 per CPU regardless
+/// (64 threads and 128 MiB of entry buffers on 16 CPUs).
+const BLOCKING_THREADS: usize = 16;
+const MIN_THREADS_PER_QUEUE: usize = 2;
+const MAX_THREADS_PER_QUEUE: usize = 4;
 /// How often an idle queue thread checks whether the session has ended.
 const STOP_POLL: Duration = Duration::from_secs(1);
 
@@ -236,6 +242,17 @@ fn register_command(device_fd: i32, qid: u16, entry: &RingEntry) -> squeue::Entr
     }
 }
 
+/// Threads serving each of the machine's kernel queues (see `BLOCKING_THREADS`).
+pub fn threads_per_queue() -> usize {
+    threads_for_queues(queue_count())
+}
+
+fn threads_for_queues(queues: usize) -> usize {
+    BLOCKING_THREADS
+        .div_ceil(queues.max(1))
+        .clamp(MIN_THREADS_PER_QUEUE, MAX_THREADS_PER_QUEUE)
+}
+
 /// Number of kernel queues: one per possible CPU (`/sys/devices/system/cpu/possible`).
 pub(crate) fn queue_count() -> usize {
     let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
@@ -423,4 +440,21 @@ fn dispatch<FS: Filesystem>(
         parsed.dispatch(session);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_per_queue_shrink_as_queues_grow() {
+        assert_eq!(threads_for_queues(1), MAX_THREADS_PER_QUEUE);
+        assert_eq!(threads_for_queues(2), 4);
+        assert_eq!(threads_for_queues(8), 2);
+        assert_eq!(threads_for_queues(16), MIN_THREADS_PER_QUEUE);
+        assert_eq!(threads_for_queues(256), MIN_THREADS_PER_QUEUE);
+        for queues in 1..64 {
+            assert!(queues * threads_for_queues(queues) >= BLOCKING_THREADS.min(queues * 4));
+        }
+    }
 }

@@ -323,7 +323,7 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
-        // FUSE over io_uring: THREADS_PER_QUEUE threads per kernel queue (per possible CPU). The /dev/fuse
+        // FUSE over io_uring: threads_per_queue() threads per kernel queue (per possible CPU). The /dev/fuse
         // threads above stay for forgets, interrupts and requests sent before the ring is up.
         let ring_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut ring_threads = Vec::new();
@@ -333,7 +333,7 @@ impl<FS: Filesystem> Session<FS> {
                 config.ring_follow,
             ));
             for qid in 0..crate::ring::queue_count() {
-                for worker in 0..crate::ring::THREADS_PER_QUEUE {
+                for worker in 0..crate::ring::threads_per_queue() {
                     let thread_name = format!("fuse-ring-{qid}-{worker}");
                     let event_loop = SessionEventLoop {
                         thread_name: thread_name.clone(),

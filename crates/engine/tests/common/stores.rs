@@ -91,3 +91,58 @@ impl Store for FaultyStore {
         self.inner.snapshot()
     }
 }
+
+/// A memory store whose syncs take `sync_time`, as a journal fsync on a disk does: long
+/// enough for concurrent fsyncs to pile up behind one (group commit tests).
+pub struct SlowSyncStore {
+    pub inner: Arc<MemoryStore>,
+    pub sync_time: std::time::Duration,
+}
+
+impl StoreView for SlowSyncStore {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.inner.scan(space, start, end, visit)
+    }
+
+    fn last_key(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.last_key(space, start, end)
+    }
+}
+
+impl Store for SlowSyncStore {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(space, key)
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        self.inner.write(batch)
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        std::thread::sleep(self.sync_time);
+        self.inner.sync()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
+    fn snapshot(&self) -> Box<dyn StoreView> {
+        self.inner.snapshot()
+    }
+}
