@@ -1,6 +1,6 @@
-//! The engine's one error type. The FUSE adapter maps it to errno in exactly one place.
-
-use crate::store::StoreError;
+//! The engine's error types: `FsError`, what every operation returns (the FUSE adapter
+//! maps it to errno in exactly one place), and `StoreError`, what the key-value store
+//! underneath returns. Both sit below the store so that every layer can name them.
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -71,4 +71,14 @@ impl FsError {
             FsError::Store(_) | FsError::Corrupt(_) => libc::EIO,
         }
     }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("I/O error in the key-value store: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("key-value store: {0}")]
+    Engine(String),
+    #[error("no space left on the store's device")]
+    NoSpace,
 }

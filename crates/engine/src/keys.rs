@@ -33,9 +33,9 @@
 //! handed out in per-directory runs (see `alloc`), so the `I` keys a readdirplus needs sit
 //! next to each other.
 
-use crate::counters::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 use crate::error::FsError;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
+use crate::records::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
+use crate::records::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
 /// 2: recursive usage (`R`), link parents (`B`), and `parent` set for singly linked
 /// non-directories. A format-1 store is upgraded when first opened read-write.

@@ -8,24 +8,22 @@ pub(crate) mod bulk;
 pub(crate) mod data;
 pub(crate) mod fallocate;
 pub(crate) mod handles;
-pub(crate) mod inode;
 pub(crate) mod rename;
 pub(crate) mod tmpfile;
-pub(crate) mod unlinked;
 pub(crate) mod xattr;
 
 use std::collections::HashMap;
 
-use crate::counters::tree_usage::TreeDelta;
+use crate::engine::tree_usage::TreeDelta;
 use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, DirEntry, FileKind, Inode};
 use crate::namespace::rename::check_project_move;
+use crate::records::inode::{Content, DirEntry, FileKind, Inode};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 
-use crate::namespace::inode::S_ISGID;
+use crate::records::inode::S_ISGID;
 
 /// A page of entries is read with one inode scan when their numbers span at most this many
 /// numbers per entry (plus one allocation block): else the scan would read mostly others'.

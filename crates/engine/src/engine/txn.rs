@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::{Engine, WriteState, INO_RUNS_MAX, INO_RUN_LENGTH};
-use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::counters::space_reserve::Need;
-use crate::counters::tree_usage::{TreeCache, TreeChanges};
+use crate::engine::quota::QuotaState;
+use crate::engine::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::records::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, SLOW_WRITE_REPORT};
+use crate::store_dir::space_reserve::Need;
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
 pub(crate) struct Txn<'a> {
@@ -434,10 +435,7 @@ impl Drop for Txn<'_> {
     /// that the store still shows as linked.
     fn drop(&mut self) {
         if !self.new_orphans.is_empty() {
-            let mut open = self.engine.open_files.lock();
-            for ino in &self.new_orphans {
-                open.orphans.remove(ino);
-            }
+            self.engine.not_orphans(&self.new_orphans);
         }
     }
 }

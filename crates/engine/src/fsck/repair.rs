@@ -12,11 +12,11 @@ use std::path::Path;
 use super::check::{self, InodeFacts};
 use super::salvage::Damaged;
 use super::{check_tuning, checked, scan_all, FsckReport};
-use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
+use crate::records::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::store::{raw_salvage, Batch, FjallStore, Space, Store};
+use crate::store_dir::open::OpenError;
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, StoreLock};
 

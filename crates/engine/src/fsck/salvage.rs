@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::check_tuning;
-use crate::counters::space_reserve::device_space;
-use crate::engine::OpenError;
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, ROOT_INO};
+use crate::records::inode::{Content, FileKind, Inode, ROOT_INO};
 use crate::store::raw_salvage::RawStore;
 use crate::store::salvage::{ReadFailure, Skipped};
 use crate::store::{Batch, FjallStore, Scan, Space, Store, MIN_JOURNAL_BYTES};
+use crate::store_dir::open::OpenError;
+use crate::store_dir::space_reserve::device_space;
 use crate::store_dir::{self, access, StoreDirError};
 
 /// Records per batch written to the new store.

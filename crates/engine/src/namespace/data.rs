@@ -7,7 +7,7 @@
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
+use crate::records::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
 use crate::stats::Op;
 use crate::store::{Scan, SharedBytes, Space};
 
@@ -278,6 +278,29 @@ impl Engine {
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
         Ok(inode)
+    }
+
+    /// A setattr on a removed inode: nothing reaches the store (there is nothing left to
+    /// change there); the kernel's copy gets what it asked for.
+    fn setattr_unlinked(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {
+        let now = Timestamp::now();
+        self.unlinked().update(ino, |inode| {
+            if let Some(perm) = change.perm {
+                inode.perm = perm & 0o7777;
+            }
+            inode.uid = change.uid.unwrap_or(inode.uid);
+            inode.gid = change.gid.unwrap_or(inode.gid);
+            if let Some(size) = change.size {
+                inode.size = size;
+            }
+            if let Some(atime) = change.atime {
+                inode.atime = resolve(atime, now);
+            }
+            if let Some(mtime) = change.mtime {
+                inode.mtime = resolve(mtime, now);
+            }
+            inode.ctime = change.ctime.unwrap_or(now);
+        })
     }
 }
 

@@ -71,7 +71,7 @@ impl Engine {
         if crate::namespace::acl::is_acl_name(name) {
             txn.set_acl(&mut inode, name, value)?;
             if kill_sgid && name == crate::namespace::acl::ACL_ACCESS {
-                inode.perm &= !crate::namespace::inode::S_ISGID;
+                inode.perm &= !crate::records::inode::S_ISGID;
             }
         } else {
             txn.put(Space::Meta, key, value.to_vec());
