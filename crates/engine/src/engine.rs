@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{FsError, FsResult};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
+use crate::limits::{DEFAULT_CHUNK_BYTES, DEFAULT_INLINE_MAX_BYTES, NAME_MAX_BYTES};
 use crate::records::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
 use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::stats::{Op, Stats, StatsSnapshot};
@@ -38,10 +39,6 @@ use reclaim_signal::ReclaimSignal;
 use tree_usage::{TreeCache, TreeChanges};
 pub(crate) use txn::Txn;
 
-pub const NAME_MAX_BYTES: usize = 255;
-pub const SYMLINK_MAX_BYTES: usize = 4095;
-pub const DEFAULT_INLINE_MAX_BYTES: u32 = 4096;
-pub const DEFAULT_CHUNK_BYTES: u32 = 64 * 1024;
 /// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
 pub(crate) const INO_RUN_LENGTH: u64 = 64;
 /// Files of up to this many chunks (4 MiB) are deleted without scanning for their chunks.

@@ -2,6 +2,8 @@
 //! maps it to errno in exactly one place), and `StoreError`, what the key-value store
 //! underneath returns. Both sit below the store so that every layer can name them.
 
+use crate::limits::NAME_MAX_BYTES;
+
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     #[error("no such file or directory")]
@@ -14,7 +16,7 @@ pub enum FsError {
     NotDir,
     #[error("is a directory")]
     IsDir,
-    #[error("name longer than 255 bytes")]
+    #[error("name longer than {NAME_MAX_BYTES} bytes")]
     NameTooLong,
     #[error("invalid argument: {0}")]
     Invalid(&'static str),

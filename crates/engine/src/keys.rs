@@ -34,6 +34,10 @@
 //! next to each other.
 
 use crate::error::FsError;
+use crate::limits::{
+    DEFAULT_CHUNK_BYTES, DEFAULT_INLINE_MAX_BYTES, NAME_MAX_BYTES, SYMLINK_MAX_BYTES,
+    XATTR_NAME_MAX_BYTES, XATTR_VALUE_MAX_BYTES,
+};
 use crate::records::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
 use crate::records::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
@@ -69,6 +73,26 @@ pub fn superblock_key() -> Vec<u8> {
 
 /// Bytes of a `tag id:u64` key prefix: the name of an entry or xattr key starts here.
 const ID_PREFIX_BYTES: usize = 1 + 8;
+
+/// The longest key of the format: an entry or xattr key with the longest name (every
+/// other key is a tag and at most 16 bytes of ids).
+pub const MAX_KEY_BYTES: usize = ID_PREFIX_BYTES + larger(NAME_MAX_BYTES, XATTR_NAME_MAX_BYTES);
+/// The largest value of the format (in a store made with the default chunk size): an
+/// xattr value, a chunk, or an inode record with the most inline data.
+pub const MAX_VALUE_BYTES: usize = larger(
+    larger(XATTR_VALUE_MAX_BYTES, DEFAULT_CHUNK_BYTES as usize),
+    INODE_HEADER_BYTES + larger(SYMLINK_MAX_BYTES, DEFAULT_INLINE_MAX_BYTES as usize),
+);
+// Every id-prefixed key other than entries and xattrs is at most tag, two u64 ids.
+const _: () = assert!(MAX_KEY_BYTES >= ID_PREFIX_BYTES + 8);
+
+const fn larger(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 
 fn prefixed(tag: u8, id: u64, rest: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(ID_PREFIX_BYTES + rest.len());

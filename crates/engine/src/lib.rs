@@ -39,6 +39,7 @@ mod engine;
 mod error;
 pub mod fsck;
 mod keys;
+pub mod limits;
 pub mod metric;
 mod namespace;
 mod reclaim;
@@ -52,12 +53,13 @@ pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
 pub use engine::ReferenceProbe;
-pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions, NAME_MAX_BYTES};
+pub use engine::{Caller, Engine, EngineConfig, FsStats, MkfsOptions};
 pub use error::{FsError, FsResult};
 pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use keys::FORMAT_VERSION;
+pub use limits::{MAX_FILE_BYTES, NAME_MAX_BYTES};
 pub use namespace::bulk::{BulkAttrs, BulkFailure, BulkOp, NodeRef};
-pub use namespace::data::{SetAttr, SetTime, Written, MAX_FILE_BYTES};
+pub use namespace::data::{SetAttr, SetTime, Written};
 pub use namespace::fallocate::Fallocate;
 pub use namespace::rename::{RenameMode, Renamed};
 pub use namespace::xattr::XattrMode;

@@ -15,9 +15,10 @@ pub(crate) mod xattr;
 use std::collections::HashMap;
 
 use crate::engine::tree_usage::TreeDelta;
-use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
+use crate::engine::{check_name, Caller, Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
+use crate::limits::{NAME_MAX_BYTES, SYMLINK_MAX_BYTES};
 use crate::namespace::rename::check_project_move;
 use crate::records::inode::{Content, DirEntry, FileKind, Inode};
 use crate::stats::Op;
@@ -80,7 +81,7 @@ impl Engine {
     /// name then costs one store read instead of two.
     pub fn lookup_child(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
         self.stats().count(Op::Lookup);
-        if name.len() > crate::engine::NAME_MAX_BYTES {
+        if name.len() > NAME_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
         let key = keys::entry_key(parent, name);

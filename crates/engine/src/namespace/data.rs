@@ -7,18 +7,10 @@
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
+use crate::limits::{COPY_RANGE_MAX_BYTES, COPY_RANGE_PIECE_BYTES, MAX_FILE_BYTES};
 use crate::records::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
 use crate::stats::Op;
 use crate::store::{Scan, SharedBytes, Space};
-
-/// Largest file size we accept (as ext4 with 4 KiB blocks).
-pub const MAX_FILE_BYTES: u64 = 16 << 40;
-
-/// Most bytes one `copy_range` call copies: a request is answered in tens of milliseconds
-/// at most, and copy_file_range's callers loop over short copies.
-pub const COPY_RANGE_MAX_BYTES: u64 = 64 << 20;
-/// Bytes read and written per step of a copy (one write batch each).
-const COPY_RANGE_PIECE_BYTES: u64 = 1 << 20;
 
 /// The xattr holding file capabilities, which writes and chown clear like setuid.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";

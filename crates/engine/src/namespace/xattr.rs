@@ -5,11 +5,9 @@
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
 use crate::keys;
+use crate::limits::{XATTR_NAME_MAX_BYTES, XATTR_VALUE_MAX_BYTES};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
-
-pub const XATTR_NAME_MAX_BYTES: usize = 255;
-pub const XATTR_VALUE_MAX_BYTES: usize = 64 * 1024;
 
 /// How setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
