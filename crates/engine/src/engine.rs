@@ -23,6 +23,7 @@ use crate::namespace::unlinked::Unlinked;
 use crate::reclaim::ReclaimSignal;
 use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
+use crate::store::poison::{Poison, PoisonChecked};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
 };
@@ -166,6 +167,9 @@ pub struct Engine {
     space: Option<SpaceReserve>,
     /// The background deletion of detached trees (see `reclaim`).
     reclaim: Arc<ReclaimSignal>,
+    /// Set when the commit or reclaimer thread panics; the store checks it before every
+    /// operation (see `poison`).
+    poison: Arc<Poison>,
     _lock: Option<StoreLock>,
 }
 
@@ -298,6 +302,8 @@ impl Engine {
     ) -> Result<Arc<Engine>, OpenError> {
         // Path walks through both doors read the same metadata keys again and again.
         let store: Box<dyn Store> = Box::new(crate::store::read_cache::CachedStore::new(store));
+        let poison = Arc::new(Poison::default());
+        let store: Box<dyn Store> = Box::new(PoisonChecked::new(store, poison.clone()));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
             None => return Err(OpenError::Damaged("no superblock".into())),
@@ -343,6 +349,7 @@ impl Engine {
             errors_reported: AtomicU64::new(0),
             space,
             reclaim: Arc::default(),
+            poison,
             _lock: lock,
         });
         if !engine.read_only {
@@ -356,6 +363,7 @@ impl Engine {
             spawn_commit_thread(
                 Arc::downgrade(&engine),
                 engine.commit_stop.clone(),
+                engine.poison.clone(),
                 interval,
             );
         }
@@ -399,6 +407,10 @@ impl Engine {
 
     pub(crate) fn reclaim_signal(&self) -> &Arc<ReclaimSignal> {
         &self.reclaim
+    }
+
+    pub(crate) fn poison(&self) -> &Arc<Poison> {
+        &self.poison
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
@@ -819,31 +831,46 @@ fn load_map<K: std::hash::Hash + Eq, V>(
 }
 
 /// Group-commits on the interval until the engine is dropped.
-fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
+fn spawn_commit_thread(
+    engine: Weak<Engine>,
+    stop: Arc<CommitStop>,
+    poison: Arc<Poison>,
+    interval: Duration,
+) {
     let spawned = std::thread::Builder::new()
         .name("shoal-commit".into())
-        .spawn(move || loop {
-            {
-                let mut stopped = stop.stopped.lock();
-                if !*stopped {
-                    stop.wake.wait_for(&mut stopped, interval);
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            if engine.has_unsynced_batches() {
-                engine.stats.record_interval_commit();
-                if let Err(error) = engine.commit() {
-                    engine.errors.record("interval commit failed", &error);
-                }
-            }
+        .spawn(move || {
+            // Syncs wait for no thread (each caller syncs the store itself): nothing to
+            // wake, only later operations to refuse.
+            let _poison_on_panic = poison.guard("commit", || {});
+            commit_loop(&engine, &stop, interval);
         });
     if let Err(error) = spawned {
         tracing::error!("cannot start the commit thread: {error}; syncing only on request");
+    }
+}
+
+/// Group commit every `interval` until the engine goes away.
+fn commit_loop(engine: &Weak<Engine>, stop: &CommitStop, interval: Duration) {
+    loop {
+        {
+            let mut stopped = stop.stopped.lock();
+            if !*stopped {
+                stop.wake.wait_for(&mut stopped, interval);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        if engine.has_unsynced_batches() {
+            engine.stats.record_interval_commit();
+            if let Err(error) = engine.commit() {
+                engine.errors.record("interval commit failed", &error);
+            }
+        }
     }
 }
 

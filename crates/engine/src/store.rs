@@ -12,6 +12,7 @@ pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod metrics;
+pub mod poison;
 pub mod raw_salvage;
 pub(crate) mod read_cache;
 pub mod salvage;
@@ -40,6 +41,9 @@ pub enum StoreError {
     Engine(String),
     #[error("no space left on the store's device")]
     NoSpace,
+    /// A background thread panicked (see `poison`); nothing is done until a reopen.
+    #[error("the {0} thread panicked: the store refuses every operation until it is reopened")]
+    Poisoned(String),
 }
 
 /// Whether a scan goes on after the visited pair.
@@ -297,6 +301,12 @@ pub trait Store: StoreView {
     /// Maintenance: writes every memtable out and merges all tables into one sorted run,
     /// dropping overwritten versions and tombstones. Blocks until done; writes may go on.
     fn compact(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// `Err(StoreError::Poisoned)` once a background thread of this store (or of a store
+    /// it wraps) panicked (see `poison`). Cheap: checked before every engine operation.
+    fn poisoned(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }
