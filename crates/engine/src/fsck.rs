@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::engine::OpenError;
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 use crate::store::{FjallStore, FjallTuning, Scan, Space, Store, StoreView};
 use crate::store_dir::shadow::StoreShadow;
 use crate::store_dir::state as store_state;
@@ -151,6 +151,12 @@ fn check_tuning() -> FjallTuning {
 fn checked(store: &dyn Store) -> FsckReport {
     match check(store) {
         Ok(report) => report,
+        // A record that reads but makes no sense (see `keys::decode_inode`).
+        Err(FsError::Corrupt(problem)) => {
+            let mut report = FsckReport::default();
+            report.problem(format!("a damaged record: {problem}"));
+            report
+        }
         Err(error) => {
             let mut report = FsckReport::default();
             report.problem(format!(
