@@ -363,7 +363,6 @@ impl Engine {
             spawn_commit_thread(
                 Arc::downgrade(&engine),
                 engine.commit_stop.clone(),
-                engine.poison.clone(),
                 interval,
             );
         }
@@ -831,20 +830,10 @@ fn load_map<K: std::hash::Hash + Eq, V>(
 }
 
 /// Group-commits on the interval until the engine is dropped.
-fn spawn_commit_thread(
-    engine: Weak<Engine>,
-    stop: Arc<CommitStop>,
-    poison: Arc<Poison>,
-    interval: Duration,
-) {
+fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("shoal-commit".into())
-        .spawn(move || {
-            // Syncs wait for no thread (each caller syncs the store itself): nothing to
-            // wake, only later operations to refuse.
-            let _poison_on_panic = poison.guard("commit", || {});
-            commit_loop(&engine, &stop, interval);
-        });
+        .spawn(move || commit_loop(&engine, &stop, interval));
     if let Err(error) = spawned {
         tracing::error!("cannot start the commit thread: {error}; syncing only on request");
     }
@@ -865,6 +854,10 @@ fn commit_loop(engine: &Weak<Engine>, stop: &CommitStop, interval: Duration) {
         let Some(engine) = engine.upgrade() else {
             return;
         };
+        // Dropped before `engine`: if this is the last reference, the engine's final sync
+        // finds the poison instead of syncing again. Syncs wait for no thread (each
+        // caller syncs the store itself), so there is nothing to wake.
+        let _poison_on_panic = engine.poison.guard("commit", || {});
         if engine.has_unsynced_batches() {
             engine.stats.record_interval_commit();
             if let Err(error) = engine.commit() {
