@@ -24,6 +24,7 @@ use crate::records::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_
 use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
+use crate::store::poison::{Poison, PoisonChecked};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
 };
@@ -129,6 +130,9 @@ pub struct Engine {
     space: Option<SpaceReserve>,
     /// The background deletion of detached trees (see `reclaim`).
     reclaim: Arc<ReclaimSignal>,
+    /// Set when the commit or reclaimer thread panics; the store checks it before every
+    /// operation (see `poison`).
+    poison: Arc<Poison>,
     _lock: Option<StoreLock>,
 }
 
@@ -261,6 +265,8 @@ impl Engine {
     ) -> Result<Arc<Engine>, OpenError> {
         // Path walks through both doors read the same metadata keys again and again.
         let store: Box<dyn Store> = Box::new(crate::store::read_cache::CachedStore::new(store));
+        let poison = Arc::new(Poison::default());
+        let store: Box<dyn Store> = Box::new(PoisonChecked::new(store, poison.clone()));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
             None => return Err(OpenError::Damaged("no superblock".into())),
@@ -306,6 +312,7 @@ impl Engine {
             errors_reported: AtomicU64::new(0),
             space,
             reclaim: Arc::default(),
+            poison,
             _lock: lock,
         });
         if !engine.read_only {
@@ -362,6 +369,10 @@ impl Engine {
 
     pub(crate) fn reclaim_signal(&self) -> &Arc<ReclaimSignal> {
         &self.reclaim
+    }
+
+    pub(crate) fn poison(&self) -> &Arc<Poison> {
+        &self.poison
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
@@ -632,28 +643,37 @@ fn load_map<K: std::hash::Hash + Eq, V>(
 fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("shoal-commit".into())
-        .spawn(move || loop {
-            {
-                let mut stopped = stop.stopped.lock();
-                if !*stopped {
-                    stop.wake.wait_for(&mut stopped, interval);
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            if engine.has_unsynced_batches() {
-                engine.stats.record_interval_commit();
-                if let Err(error) = engine.commit() {
-                    engine.errors.record("interval commit failed", &error);
-                }
-            }
-        });
+        .spawn(move || commit_loop(&engine, &stop, interval));
     if let Err(error) = spawned {
         tracing::error!("cannot start the commit thread: {error}; syncing only on request");
+    }
+}
+
+/// Group commit every `interval` until the engine goes away.
+fn commit_loop(engine: &Weak<Engine>, stop: &CommitStop, interval: Duration) {
+    loop {
+        {
+            let mut stopped = stop.stopped.lock();
+            if !*stopped {
+                stop.wake.wait_for(&mut stopped, interval);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        // Dropped before `engine`: if this is the last reference, the engine's final sync
+        // finds the poison instead of syncing again. Syncs wait for no thread (each
+        // caller syncs the store itself), so there is nothing to wake.
+        let _poison_on_panic = engine.poison.guard("commit", || {});
+        if engine.has_unsynced_batches() {
+            engine.stats.record_interval_commit();
+            if let Err(error) = engine.commit() {
+                engine.errors.record("interval commit failed", &error);
+            }
+        }
     }
 }
 

@@ -83,4 +83,7 @@ pub enum StoreError {
     Engine(String),
     #[error("no space left on the store's device")]
     NoSpace,
+    /// A background thread panicked (see `store::poison`); nothing is done until a reopen.
+    #[error("the {0} thread panicked: the store refuses every operation until it is reopened")]
+    Poisoned(String),
 }

@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::error::FsError;
 use crate::store::{FjallStore, FjallTuning, Store};
 use crate::store_dir::open::OpenError;
 use crate::store_dir::shadow::StoreShadow;
@@ -150,6 +151,12 @@ fn check_tuning() -> FjallTuning {
 fn checked(store: &dyn Store) -> FsckReport {
     match check(store) {
         Ok(report) => report,
+        // A record that reads but makes no sense (see `keys::decode_inode`).
+        Err(FsError::Corrupt(problem)) => {
+            let mut report = FsckReport::default();
+            report.problem(format!("a damaged record: {problem}"));
+            report
+        }
         Err(error) => {
             let mut report = FsckReport::default();
             report.problem(format!(

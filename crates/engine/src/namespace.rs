@@ -445,7 +445,9 @@ impl Txn<'_> {
             atime: self.now,
             mtime: self.now,
             ctime: self.now,
-            rdev: new.rdev,
+            // mknod passes a device number for every kind; only devices have one
+            // (`keys::decode_inode` refuses it on the others).
+            rdev: if new.kind.is_device() { new.rdev } else { 0 },
             parent,
             project: parent_inode.project,
             content,

@@ -138,9 +138,14 @@ impl Engine {
         state.running = true;
         let engine = Arc::downgrade(self);
         let thread_signal = signal.clone();
+        let poison = self.poison().clone();
         let spawned = std::thread::Builder::new()
             .name("shoal-reclaim".into())
-            .spawn(move || reclaim_loop(&engine, &thread_signal));
+            .spawn(move || {
+                // Nothing waits for the reclaimer: only later operations are refused.
+                let _poison_on_panic = poison.guard("reclaim", || {});
+                reclaim_loop(&engine, &thread_signal);
+            });
         if let Err(error) = spawned {
             state.running = false;
             tracing::error!("cannot start the reclaimer thread: {error}; detached trees wait");

@@ -12,6 +12,7 @@ pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod metrics;
+pub mod poison;
 pub mod raw_salvage;
 pub(crate) mod read_cache;
 pub mod salvage;
@@ -288,6 +289,12 @@ pub trait Store: StoreView {
     /// Maintenance: writes every memtable out and merges all tables into one sorted run,
     /// dropping overwritten versions and tombstones. Blocks until done; writes may go on.
     fn compact(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// `Err(StoreError::Poisoned)` once a background thread of this store (or of a store
+    /// it wraps) panicked (see `poison`). Cheap: checked before every engine operation.
+    fn poisoned(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }

@@ -304,7 +304,15 @@ impl<'a> Txn<'a> {
     pub(super) fn write_out(&mut self) -> FsResult<()> {
         let mut changed_quotas = self.stage_quota_records()?;
         let tree_staged = self.stage_tree_usage()?;
-        let new_usage = self.stage_usage_counters();
+        let new_usage = match self.stage_usage_counters() {
+            Ok(new_usage) => new_usage,
+            Err(error) => {
+                // Nothing is written: inode numbers handed out here are not trusted later.
+                self.state.ino_runs.clear();
+                self.engine.errors.record("usage counter underflow", &error);
+                return Err(error);
+            }
+        };
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -343,14 +351,15 @@ impl<'a> Txn<'a> {
         Ok(changed)
     }
 
-    /// Puts the new absolute value of every usage counter this transaction moves.
-    fn stage_usage_counters(&mut self) -> Vec<(UsageKey, Usage)> {
+    /// Puts the new absolute value of every usage counter this transaction moves; refuses
+    /// a move below zero (the counters disagree with the tree).
+    fn stage_usage_counters(&mut self) -> FsResult<Vec<(UsageKey, Usage)>> {
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
         for (&owners, &(inodes, bytes)) in &self.usage_delta {
             let current = self.state.usage.get(&owners).copied().unwrap_or_default();
             let updated = Usage {
-                inodes: apply_delta(current.inodes, inodes, owners),
-                bytes: apply_delta(current.bytes, bytes, owners),
+                inodes: apply_delta(current.inodes, inodes, owners, "inodes")?,
+                bytes: apply_delta(current.bytes, bytes, owners, "bytes")?,
             };
             // A combination nobody uses any more leaves no key behind.
             if updated == Usage::default() {
@@ -364,7 +373,7 @@ impl<'a> Txn<'a> {
             }
             new_usage.push((owners, updated));
         }
-        new_usage
+        Ok(new_usage)
     }
 
     /// The one store write of this transaction.
@@ -440,11 +449,13 @@ impl Drop for Txn<'_> {
     }
 }
 
-fn apply_delta(current: u64, delta: i64, owner: UsageKey) -> u64 {
-    let updated = current as i128 + delta as i128;
-    debug_assert!(
-        updated >= 0,
-        "usage of {owner:?} would go negative ({current} {delta:+})"
-    );
-    updated.clamp(0, u64::MAX as i128) as u64
+/// `current` moved by `delta`. Usage is exact, so a counter that would go below zero was
+/// wrong before this operation: damage for fsck to report, not a value to clamp.
+fn apply_delta(current: u64, delta: i64, owner: UsageKey, unit: &str) -> FsResult<u64> {
+    current.checked_add_signed(delta).ok_or_else(|| {
+        FsError::Corrupt(format!(
+            "usage counter of {owner:?} would go below zero ({current} {unit} {delta:+}); \
+             `shoal fsck` reports the counters that disagree with the tree"
+        ))
+    })
 }

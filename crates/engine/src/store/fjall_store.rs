@@ -344,6 +344,12 @@ impl Store for FjallStore {
         Ok(())
     }
 
+    fn poisoned(&self) -> Result<(), StoreError> {
+        self.reclaimer
+            .as_ref()
+            .map_or(Ok(()), BlobReclaimer::poisoned)
+    }
+
     fn metrics(&self) -> StoreMetrics {
         let keyspaces = [&self.meta, &self.data];
         let sum = |count: &dyn Fn(&Keyspace) -> usize| {
