@@ -41,6 +41,17 @@ use crate::limits::{
 use crate::records::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
 use crate::records::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
+mod record_kinds;
+pub use record_kinds::{record_kind, RecordKind, RECORD_KINDS};
+
+/// The format's two keyspaces: metadata records, and file chunks (apart, so that large
+/// values can be separated from the keys; see `store::FjallStore`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Space {
+    Meta,
+    Data,
+}
+
 /// 2: recursive usage (`R`), link parents (`B`), and `parent` set for singly linked
 /// non-directories. A format-1 store is upgraded when first opened read-write.
 pub const FORMAT_VERSION: u32 = 2;

@@ -23,16 +23,11 @@ use std::collections::BTreeMap;
 use std::ops::{Bound, Deref};
 
 pub use crate::error::StoreError;
+pub use crate::keys::Space;
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
 pub use metrics::{StoreMetrics, STORE_METRICS};
 pub use staged_store::{staged_memory_bound, StagedStore};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Space {
-    Meta,
-    Data,
-}
 
 /// Whether a scan goes on after the visited pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
