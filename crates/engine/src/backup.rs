@@ -18,10 +18,11 @@ use std::path::Path;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::engine::{Engine, OpenError};
+use crate::engine::Engine;
 use crate::keys::FORMAT_VERSION;
 use crate::store::{Batch, FjallStore, FjallTuning, Scan, Space, Store, StoreError, StoreView};
 use crate::store_dir::identity::{self, StoreIdentity};
+use crate::store_dir::open::OpenError;
 use crate::store_dir::{self, StoreDirError};
 
 const BACKUP_MAGIC: &[u8; 8] = b"shoalbak";
@@ -118,7 +119,7 @@ pub fn backup_store_dir(
     progress: &mut dyn FnMut(u64),
 ) -> Result<BackupSummary, BackupError> {
     let label = identity::read(dir)?.and_then(|identity| identity.label);
-    let (_lock, store) = crate::fsck::open_for_check(dir)?;
+    let (_lock, store) = crate::store_dir::open::open_offline(dir)?;
     let snapshot = store.snapshot();
     write_backup(snapshot.as_ref(), label.as_deref(), out, progress)
 }

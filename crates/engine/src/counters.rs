@@ -2,7 +2,5 @@
 //! them: per-owner usage and quota limits on it, quota administration, recursive usage of
 //! every directory, and the free space held back on the store's device.
 
-pub(crate) mod quota;
 pub(crate) mod quota_ops;
-pub(crate) mod space_reserve;
 pub(crate) mod tree_usage;

@@ -1,11 +1,15 @@
 //! The engine: opening a store, the state the write transaction (`txn`) works on, usage
 //! counters, inode allocation and group commit.
 
+mod open_files;
 mod purge;
+pub(crate) mod quota;
+pub(crate) mod reclaim_signal;
+pub(crate) mod tree_usage;
 mod trim;
 mod txn;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -13,28 +17,29 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::counters::space_reserve::SpaceReserve;
-use crate::counters::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys::{self, Superblock, FORMAT_VERSION};
-use crate::namespace::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
-use crate::namespace::unlinked::Unlinked;
-use crate::reclaim::ReclaimSignal;
+use crate::limits::{DEFAULT_CHUNK_BYTES, DEFAULT_INLINE_MAX_BYTES, NAME_MAX_BYTES};
+use crate::records::inode::{Inode, Timestamp, Usage, UsageKey, UsageOwner, ROOT_INO};
+use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
+use crate::store::poison::{Poison, PoisonChecked};
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
 };
 use crate::store_dir::access;
 use crate::store_dir::identity::{self, StoreIdentity};
+use crate::store_dir::open::OpenError;
+use crate::store_dir::space_reserve::SpaceReserve;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
+pub use open_files::ReferenceProbe;
+use open_files::{OpenFiles, Unlinked};
+use quota::QuotaState;
+use reclaim_signal::ReclaimSignal;
+use tree_usage::{TreeCache, TreeChanges};
 pub(crate) use txn::Txn;
 
-pub const NAME_MAX_BYTES: usize = 255;
-pub const SYMLINK_MAX_BYTES: usize = 4095;
-pub const DEFAULT_INLINE_MAX_BYTES: u32 = 4096;
-pub const DEFAULT_CHUNK_BYTES: u32 = 64 * 1024;
 /// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
 pub(crate) const INO_RUN_LENGTH: u64 = 64;
 /// Files of up to this many chunks (4 MiB) are deleted without scanning for their chunks.
@@ -62,27 +67,6 @@ impl Default for EngineConfig {
             commit_interval: Some(crate::defaults::COMMIT_INTERVAL),
             tuning: FjallTuning::default(),
             checkpoint_bytes: crate::defaults::CHECKPOINT_BYTES,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error(transparent)]
-    StoreDir(#[from] StoreDirError),
-    #[error("cannot open the key-value store: {0}")]
-    Store(#[from] crate::store::StoreError),
-    #[error("store is damaged: {0}")]
-    Damaged(String),
-    #[error("{0}")]
-    NoSpace(String),
-}
-
-impl From<FsError> for OpenError {
-    fn from(error: FsError) -> Self {
-        match error {
-            FsError::Store(store) => OpenError::Store(store),
-            other => OpenError::Damaged(other.to_string()),
         }
     }
 }
@@ -116,26 +100,6 @@ pub(crate) struct WriteState {
     /// Files whose recorded trim a failed batch left unfinished: the next transaction
     /// finishes them before anything else (see `trim`).
     trims_unfinished: Vec<u64>,
-}
-
-/// Orphans deleted per batch when the kernel forgets many at once: each is a few keys
-/// (a large file's chunks go in batches of their own, see `purge`).
-const ORPHANS_PER_BATCH: usize = 256;
-
-/// Open regular files and unlinked-while-open inodes.
-#[derive(Default)]
-struct OpenFiles {
-    counts: HashMap<u64, u32>,
-    orphans: HashSet<u64>,
-    /// Orphans made by O_TMPFILE and not linked yet: the only ones `link` may name.
-    tmpfiles: HashSet<u64>,
-    /// The kernel opens files without telling us (see `opens_untracked`): any inode it
-    /// holds may be open, and its forget is the last close.
-    untracked: bool,
-    /// Opens through the fast path (`shoal run`), which reports every open and close
-    /// whatever the kernel does: counted apart, so neither door's last close deletes an
-    /// orphan the other still holds.
-    pinned: HashMap<u64, u32>,
 }
 
 /// Group commit: concurrent `sync` callers share one store sync.
@@ -173,6 +137,9 @@ pub struct Engine {
     /// The background deletion of detached trees (see `reclaim`).
     reclaim: Arc<ReclaimSignal>,
     change_observer: OnceLock<Arc<dyn ChangeObserver>>,
+    /// Set when the commit or reclaimer thread panics; the store checks it before every
+    /// operation (see `poison`).
+    poison: Arc<Poison>,
     _lock: Option<StoreLock>,
 }
 
@@ -264,7 +231,7 @@ impl Engine {
         };
         let fjall = crate::store_dir::open::open_verified(dir, &config.tuning, space.as_ref())?;
         if version < FORMAT_VERSION {
-            crate::fsck::tree_usage::upgrade_store_dir(dir, &fjall, config.read_only)?;
+            crate::store_dir::upgrade::upgrade_store_dir(dir, &fjall, config.read_only)?;
         }
         let mut store: Box<dyn Store> = Box::new(fjall);
         if config.checkpoint_bytes > 0 {
@@ -305,6 +272,8 @@ impl Engine {
     ) -> Result<Arc<Engine>, OpenError> {
         // Path walks through both doors read the same metadata keys again and again.
         let store: Box<dyn Store> = Box::new(crate::store::read_cache::CachedStore::new(store));
+        let poison = Arc::new(Poison::default());
+        let store: Box<dyn Store> = Box::new(PoisonChecked::new(store, poison.clone()));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
             Some(value) => keys::decode_superblock(&value)?,
             None => return Err(OpenError::Damaged("no superblock".into())),
@@ -351,6 +320,7 @@ impl Engine {
             space,
             reclaim: Arc::default(),
             change_observer: OnceLock::new(),
+            poison,
             _lock: lock,
         });
         if !engine.read_only {
@@ -407,6 +377,10 @@ impl Engine {
 
     pub(crate) fn reclaim_signal(&self) -> &Arc<ReclaimSignal> {
         &self.reclaim
+    }
+
+    pub(crate) fn poison(&self) -> &Arc<Poison> {
+        &self.poison
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
@@ -573,159 +547,6 @@ impl Engine {
         *self.committer.synced_batches.lock()
             < self.committer.written_batches.load(Ordering::Acquire)
     }
-
-    // ---- open files and orphans ----
-
-    /// Notes that a regular file is open: if it is unlinked now, its inode stays until the
-    /// last `release_file`.
-    pub fn open_file(&self, ino: u64) {
-        let mut open = self.open_files.lock();
-        // Untracked: no release will come; the forget is the last close.
-        if !open.untracked {
-            *open.counts.entry(ino).or_insert(0) += 1;
-        }
-    }
-
-    pub fn release_file(&self, ino: u64) -> FsResult<()> {
-        let purge = {
-            let mut open = self.open_files.lock();
-            // Untracked: the kernel may hold the file open without telling us (opened
-            // after the switch), so only its forget deletes an orphan.
-            if open.untracked {
-                return Ok(());
-            }
-            let count = open.counts.entry(ino).or_insert(0);
-            debug_assert!(*count > 0, "release of ino {ino} that is not open");
-            *count = count.saturating_sub(1);
-            if *count > 0 {
-                return Ok(());
-            }
-            open.counts.remove(&ino);
-            if open.pinned.contains_key(&ino) {
-                return Ok(());
-            }
-            open.tmpfiles.remove(&ino);
-            open.orphans.remove(&ino)
-        };
-        if purge {
-            self.purge_orphans_now(&[ino])?;
-        }
-        Ok(())
-    }
-
-    /// A file opened through the fast path: an unlink keeps it as an orphan until
-    /// `unpin_file`, whatever the kernel holds.
-    pub fn pin_file(&self, ino: u64) {
-        *self.open_files.lock().pinned.entry(ino).or_insert(0) += 1;
-    }
-
-    /// The fast path closed `ino`: an orphan nobody else holds is deleted now.
-    pub fn unpin_file(&self, ino: u64) -> FsResult<()> {
-        let purge = {
-            let mut open = self.open_files.lock();
-            let Some(count) = open.pinned.get_mut(&ino) else {
-                debug_assert!(false, "unpin of ino {ino} that is not pinned");
-                return Ok(());
-            };
-            *count -= 1;
-            if *count > 0 {
-                return Ok(());
-            }
-            open.pinned.remove(&ino);
-            let kernel_holds = if open.untracked {
-                self.unlinked().referenced(ino)
-            } else {
-                open.counts.get(&ino).copied().unwrap_or(0) > 0
-            };
-            !kernel_holds && open.orphans.remove(&ino)
-        };
-        if purge {
-            self.purge_orphans_now(&[ino])?;
-        }
-        Ok(())
-    }
-
-    /// A new inode with no name (O_TMPFILE), open once: an orphan until it is linked or
-    /// its last release.
-    pub(crate) fn open_new_orphan(&self, ino: u64) {
-        let mut open = self.open_files.lock();
-        *open.counts.entry(ino).or_insert(0) += 1;
-        open.orphans.insert(ino);
-        open.tmpfiles.insert(ino);
-    }
-
-    /// Whether `ino` is an open O_TMPFILE inode that has not had a name yet.
-    pub(crate) fn is_unnamed_tmpfile(&self, ino: u64) -> bool {
-        let open = self.open_files.lock();
-        open.tmpfiles.contains(&ino) && open.orphans.contains(&ino)
-    }
-
-    /// An O_TMPFILE got a name (linkat): its last release keeps it.
-    pub(crate) fn adopted(&self, ino: u64) {
-        let mut open = self.open_files.lock();
-        open.orphans.remove(&ino);
-        open.tmpfiles.remove(&ino);
-    }
-
-    /// From now on the kernel opens and closes files without requests (FUSE's no_open):
-    /// every inode it still holds counts as open, and its forget (`forgotten`) as the
-    /// last close. Opens counted before stay counted but are closed by the forget too,
-    /// since their releases will not come.
-    pub fn opens_untracked(&self) {
-        self.open_files.lock().untracked = true;
-    }
-
-    /// The kernel forgot these inodes: with untracked opens that is their last close, and
-    /// the orphans among them are returned, to be deleted.
-    pub(crate) fn closed_by_forget(&self, inos: &[u64]) -> Vec<u64> {
-        let mut open = self.open_files.lock();
-        if !open.untracked {
-            return Vec::new();
-        }
-        inos.iter()
-            .copied()
-            .filter(|ino| {
-                open.counts.remove(ino);
-                if open.pinned.contains_key(ino) {
-                    return false;
-                }
-                open.tmpfiles.remove(ino);
-                open.orphans.remove(ino)
-            })
-            .collect()
-    }
-
-    /// Deletes orphans, a bounded number per batch, skipping any that got a name
-    /// meanwhile (an O_TMPFILE given a name by a linkat racing its close).
-    pub(crate) fn purge_orphans_now(&self, orphans: &[u64]) -> FsResult<()> {
-        for group in orphans.chunks(ORPHANS_PER_BATCH) {
-            let mut txn = self.begin()?;
-            for &ino in group {
-                if txn.inode(ino).is_ok_and(|inode| inode.nlink == 0) {
-                    txn.purge_inode(ino)?;
-                }
-            }
-            txn.commit()?;
-            self.finish_purges();
-        }
-        Ok(())
-    }
-
-    /// Decides, under the writer lock, whether an inode whose last link went away is
-    /// deleted now or kept as an orphan until its last close.
-    fn keep_as_orphan(&self, ino: u64) -> bool {
-        let mut open = self.open_files.lock();
-        // The reference probe is read under the lock `closed_by_forget` takes after the
-        // count went to zero: either it sees the count or the forget finds the orphan.
-        let held = open.untracked && self.unlinked().referenced(ino);
-        let counted = open.counts.get(&ino).copied().unwrap_or(0) > 0;
-        if held || counted || open.pinned.contains_key(&ino) {
-            open.orphans.insert(ino);
-            true
-        } else {
-            false
-        }
-    }
 }
 
 impl Drop for Engine {
@@ -854,28 +675,37 @@ fn load_map<K: std::hash::Hash + Eq, V>(
 fn spawn_commit_thread(engine: Weak<Engine>, stop: Arc<CommitStop>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("shoal-commit".into())
-        .spawn(move || loop {
-            {
-                let mut stopped = stop.stopped.lock();
-                if !*stopped {
-                    stop.wake.wait_for(&mut stopped, interval);
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            if engine.has_unsynced_batches() {
-                engine.stats.record_interval_commit();
-                if let Err(error) = engine.commit() {
-                    engine.errors.record("interval commit failed", &error);
-                }
-            }
-        });
+        .spawn(move || commit_loop(&engine, &stop, interval));
     if let Err(error) = spawned {
         tracing::error!("cannot start the commit thread: {error}; syncing only on request");
+    }
+}
+
+/// Group commit every `interval` until the engine goes away.
+fn commit_loop(engine: &Weak<Engine>, stop: &CommitStop, interval: Duration) {
+    loop {
+        {
+            let mut stopped = stop.stopped.lock();
+            if !*stopped {
+                stop.wake.wait_for(&mut stopped, interval);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        // Dropped before `engine`: if this is the last reference, the engine's final sync
+        // finds the poison instead of syncing again. Syncs wait for no thread (each
+        // caller syncs the store itself), so there is nothing to wake.
+        let _poison_on_panic = engine.poison.guard("commit", || {});
+        if engine.has_unsynced_batches() {
+            engine.stats.record_interval_commit();
+            if let Err(error) = engine.commit() {
+                engine.errors.record("interval commit failed", &error);
+            }
+        }
     }
 }
 

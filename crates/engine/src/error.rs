@@ -1,6 +1,8 @@
-//! The engine's one error type. The FUSE adapter maps it to errno in exactly one place.
+//! The engine's error types: `FsError`, what every operation returns (the FUSE adapter
+//! maps it to errno in exactly one place), and `StoreError`, what the key-value store
+//! underneath returns. Both sit below the store so that every layer can name them.
 
-use crate::store::StoreError;
+use crate::limits::NAME_MAX_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -14,7 +16,7 @@ pub enum FsError {
     NotDir,
     #[error("is a directory")]
     IsDir,
-    #[error("name longer than 255 bytes")]
+    #[error("name longer than {NAME_MAX_BYTES} bytes")]
     NameTooLong,
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
@@ -71,4 +73,17 @@ impl FsError {
             FsError::Store(_) | FsError::Corrupt(_) => libc::EIO,
         }
     }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("I/O error in the key-value store: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("key-value store: {0}")]
+    Engine(String),
+    #[error("no space left on the store's device")]
+    NoSpace,
+    /// A background thread panicked (see `store::poison`); nothing is done until a reopen.
+    #[error("the {0} thread panicked: the store refuses every operation until it is reopened")]
+    Poisoned(String),
 }

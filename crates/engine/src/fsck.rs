@@ -15,12 +15,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::engine::OpenError;
-use crate::error::FsResult;
-use crate::store::{FjallStore, FjallTuning, Scan, Space, Store, StoreView};
+use crate::error::FsError;
+use crate::store::{FjallStore, FjallTuning, Store};
+use crate::store_dir::open::OpenError;
 use crate::store_dir::shadow::StoreShadow;
 use crate::store_dir::state as store_state;
-use crate::store_dir::{self, SharedStoreLock, StoreLock};
+use crate::store_dir::{self, SharedStoreLock};
 
 pub use check::check;
 pub use repair::repair_store_dir;
@@ -151,6 +151,12 @@ fn check_tuning() -> FjallTuning {
 fn checked(store: &dyn Store) -> FsckReport {
     match check(store) {
         Ok(report) => report,
+        // A record that reads but makes no sense (see `keys::decode_inode`).
+        Err(FsError::Corrupt(problem)) => {
+            let mut report = FsckReport::default();
+            report.problem(format!("a damaged record: {problem}"));
+            report
+        }
         Err(error) => {
             let mut report = FsckReport::default();
             report.problem(format!(
@@ -162,37 +168,4 @@ fn checked(store: &dyn Store) -> FsckReport {
     }
 }
 
-/// Opens an unmounted store for an offline check, locked against a mount meanwhile.
-pub(crate) fn open_for_check(dir: &Path) -> Result<(StoreLock, FjallStore), OpenError> {
-    store_dir::read_format(dir)?;
-    let lock = StoreLock::acquire(dir)?;
-    let tuning = FjallTuning {
-        worker_threads: 1,
-        ..FjallTuning::default()
-    };
-    let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
-    crate::store_dir::open::record_open(dir, &store);
-    Ok((lock, store))
-}
-
-pub(crate) fn scan_all<S: StoreView + ?Sized>(
-    store: &S,
-    space: Space,
-    range: (Vec<u8>, Vec<u8>),
-    mut visit: impl FnMut(&[u8], &[u8]) -> FsResult<()>,
-) -> FsResult<()> {
-    let mut failure = None;
-    store.scan(
-        space,
-        &range.0,
-        &range.1,
-        &mut |key, value| match visit(key, value) {
-            Ok(()) => Scan::Continue,
-            Err(error) => {
-                failure = Some(error);
-                Scan::Stop
-            }
-        },
-    )?;
-    failure.map_or(Ok(()), Err)
-}
+pub(crate) use crate::store::scan_all;

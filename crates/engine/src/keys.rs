@@ -33,9 +33,24 @@
 //! handed out in per-directory runs (see `alloc`), so the `I` keys a readdirplus needs sit
 //! next to each other.
 
-use crate::counters::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 use crate::error::FsError;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
+use crate::limits::{
+    DEFAULT_CHUNK_BYTES, DEFAULT_INLINE_MAX_BYTES, NAME_MAX_BYTES, SYMLINK_MAX_BYTES,
+    XATTR_NAME_MAX_BYTES, XATTR_VALUE_MAX_BYTES,
+};
+use crate::records::inode::{Content, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey};
+use crate::records::quota::{QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
+
+mod record_kinds;
+pub use record_kinds::{record_kind, RecordKind, RECORD_KINDS};
+
+/// The format's two keyspaces: metadata records, and file chunks (apart, so that large
+/// values can be separated from the keys; see `store::FjallStore`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Space {
+    Meta,
+    Data,
+}
 
 /// 2: recursive usage (`R`), link parents (`B`), and `parent` set for singly linked
 /// non-directories. A format-1 store is upgraded when first opened read-write.
@@ -69,6 +84,26 @@ pub fn superblock_key() -> Vec<u8> {
 
 /// Bytes of a `tag id:u64` key prefix: the name of an entry or xattr key starts here.
 const ID_PREFIX_BYTES: usize = 1 + 8;
+
+/// The longest key of the format: an entry or xattr key with the longest name (every
+/// other key is a tag and at most 16 bytes of ids).
+pub const MAX_KEY_BYTES: usize = ID_PREFIX_BYTES + larger(NAME_MAX_BYTES, XATTR_NAME_MAX_BYTES);
+/// The largest value of the format (in a store made with the default chunk size): an
+/// xattr value, a chunk, or an inode record with the most inline data.
+pub const MAX_VALUE_BYTES: usize = larger(
+    larger(XATTR_VALUE_MAX_BYTES, DEFAULT_CHUNK_BYTES as usize),
+    INODE_HEADER_BYTES + larger(SYMLINK_MAX_BYTES, DEFAULT_INLINE_MAX_BYTES as usize),
+);
+// Every id-prefixed key other than entries and xattrs is at most tag, two u64 ids.
+const _: () = assert!(MAX_KEY_BYTES >= ID_PREFIX_BYTES + 8);
+
+const fn larger(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 
 fn prefixed(tag: u8, id: u64, rest: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(ID_PREFIX_BYTES + rest.len());
@@ -285,8 +320,82 @@ pub fn encode_inode(inode: &Inode) -> Vec<u8> {
     out
 }
 
+/// Decodes an inode record and verifies that it makes sense (as XFS's `xfs_dinode_verify`
+/// on every inode read): a record of the right shape whose fields contradict each other is
+/// corruption, reported where it is read, not a value passed on.
 pub fn decode_inode(ino: u64, value: &[u8]) -> Result<Inode, FsError> {
-    decode_inode_fields(ino, value).ok_or_else(|| corrupt("inode", &inode_key(ino)))
+    let inode = decode_inode_fields(ino, value).ok_or_else(|| corrupt("inode", &inode_key(ino)))?;
+    match inode_problem(&inode) {
+        None => Ok(inode),
+        Some(problem) => Err(FsError::Corrupt(format!("inode {ino}: {problem}"))),
+    }
+}
+
+/// Nanoseconds in a second: a timestamp's `nanos` stays below.
+const NANOS_PER_SEC: u32 = 1_000_000_000;
+/// Permission bits, setuid, setgid and sticky: all a mode holds besides its kind.
+const PERM_BITS: u16 = 0o7777;
+
+/// What makes a decoded inode impossible, if anything: fields that contradict its kind or
+/// lie outside their range. The engine writes none of these.
+fn inode_problem(inode: &Inode) -> Option<String> {
+    if inode.perm & !PERM_BITS != 0 {
+        return Some(format!("permission bits {:o} beyond 0o7777", inode.perm));
+    }
+    for (name, time) in [
+        ("atime", inode.atime),
+        ("mtime", inode.mtime),
+        ("ctime", inode.ctime),
+    ] {
+        if time.nanos >= NANOS_PER_SEC {
+            return Some(format!("{name} nanoseconds {} not below 1e9", time.nanos));
+        }
+    }
+    if inode.rdev != 0 && !inode.kind.is_device() {
+        return Some(format!(
+            "device number {:#x} on a {:?}",
+            inode.rdev, inode.kind
+        ));
+    }
+    if inode.kind == FileKind::Directory && inode.nlink == 1 {
+        // Two links from the start (its entry and its own `.`); none once removed.
+        return Some("directory with one link".into());
+    }
+    content_problem(inode)
+}
+
+/// The content and sizes a kind allows: only regular files hold data (inline exactly their
+/// size, or chunked), a symlink holds its target, the others nothing.
+fn content_problem(inode: &Inode) -> Option<String> {
+    let inline_len = inode.inline_data().len() as u64;
+    let chunked = inode.content == Content::Chunked;
+    match inode.kind {
+        FileKind::Regular if chunked => None,
+        FileKind::Regular if inline_len != inode.size || inode.allocated_bytes != inode.size => {
+            Some(format!(
+                "inline file of size {} holds {inline_len} bytes, {} allocated",
+                inode.size, inode.allocated_bytes
+            ))
+        }
+        FileKind::Regular => None,
+        FileKind::Symlink if chunked || inline_len == 0 || inline_len != inode.size => {
+            Some(format!(
+                "symlink of size {} with a target of {inline_len} bytes{}",
+                inode.size,
+                if chunked { " (chunked)" } else { "" }
+            ))
+        }
+        FileKind::Symlink => None,
+        // A directory's size is its number of entries; no kind but those above holds data.
+        FileKind::Directory if chunked || inline_len > 0 || inode.allocated_bytes > 0 => {
+            Some("directory holding data".into())
+        }
+        FileKind::Directory => None,
+        _ if chunked || inline_len > 0 || inode.size > 0 || inode.allocated_bytes > 0 => {
+            Some(format!("{:?} holding data", inode.kind))
+        }
+        _ => None,
+    }
 }
 
 fn decode_inode_fields(ino: u64, v: &[u8]) -> Option<Inode> {
@@ -723,7 +832,12 @@ pub fn decode_superblock(value: &[u8]) -> Result<Superblock, FsError> {
 mod tests {
     use super::*;
 
+    /// A regular file that makes sense: inline, its size is its bytes.
     fn sample_inode(content: Content) -> Inode {
+        let (size, allocated_bytes) = match &content {
+            Content::Inline(bytes) => (bytes.len() as u64, bytes.len() as u64),
+            Content::Chunked => (12345, 4096),
+        };
         Inode {
             ino: 0x0102_0304_0506_0708,
             kind: FileKind::Regular,
@@ -731,8 +845,8 @@ mod tests {
             uid: 1000,
             gid: 100,
             nlink: 3,
-            size: 12345,
-            allocated_bytes: 4096,
+            size,
+            allocated_bytes,
             atime: Timestamp {
                 secs: -5,
                 nanos: 999_999_999,
@@ -742,7 +856,7 @@ mod tests {
                 nanos: 1,
             },
             ctime: Timestamp { secs: 0, nanos: 0 },
-            rdev: 0x0801,
+            rdev: 0,
             parent: 0,
             project: 42,
             content,
@@ -821,7 +935,11 @@ mod tests {
     /// format), and the offsets are the ones of format 2.
     #[test]
     fn inode_fields_sit_at_their_named_offsets() {
-        let inode = sample_inode(Content::Inline(b"xyz".to_vec()));
+        let inode = Inode {
+            rdev: 0x0801,
+            size: 12345,
+            ..sample_inode(Content::Inline(b"xyz".to_vec()))
+        };
         let bytes = encode_inode(&inode);
         let at = |offset: usize, width: usize| &bytes[offset..offset + width];
         assert_eq!(at(inode_at::VERSION, 1), [INODE_RECORD_VERSION]);
@@ -864,6 +982,137 @@ mod tests {
             chunked[inode_at::FLAGS],
             INODE_CHUNKED | INODE_MAY_HAVE_XATTRS
         );
+    }
+
+    /// Well-shaped records whose fields make no sense are corrupt, each with its reason.
+    #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one case per verifier rule, each a record and the reason it must fail with"
+    )]
+    fn senseless_inodes_are_corrupt() {
+        let file = sample_inode(Content::Inline(b"abc".to_vec()));
+        let symlink = Inode {
+            kind: FileKind::Symlink,
+            ..file.clone()
+        };
+        let directory = Inode {
+            kind: FileKind::Directory,
+            nlink: 2,
+            size: 7,
+            allocated_bytes: 0,
+            content: Content::Inline(Vec::new()),
+            ..file.clone()
+        };
+        let fifo = Inode {
+            kind: FileKind::Fifo,
+            ..directory.clone()
+        };
+        let device = Inode {
+            kind: FileKind::BlockDevice,
+            size: 0,
+            rdev: 0x0801,
+            ..directory.clone()
+        };
+        for sound in [&file, &symlink, &directory, &device] {
+            assert_eq!(
+                &decode_inode(sound.ino, &encode_inode(sound)).unwrap(),
+                sound
+            );
+        }
+        let mut late = file.clone();
+        late.mtime.nanos = 1_000_000_000;
+        let damaged = [
+            (
+                "permission bits",
+                Inode {
+                    perm: 0o17777,
+                    ..file.clone()
+                },
+            ),
+            ("nanoseconds", late),
+            (
+                "device number",
+                Inode {
+                    rdev: 1,
+                    ..file.clone()
+                },
+            ),
+            (
+                "device number",
+                Inode {
+                    rdev: 1,
+                    size: 0,
+                    ..fifo.clone()
+                },
+            ),
+            (
+                "holds 3 bytes",
+                Inode {
+                    size: 4,
+                    ..file.clone()
+                },
+            ),
+            (
+                "allocated",
+                Inode {
+                    allocated_bytes: 0,
+                    ..file.clone()
+                },
+            ),
+            (
+                "symlink",
+                Inode {
+                    content: Content::Inline(Vec::new()),
+                    size: 0,
+                    ..symlink.clone()
+                },
+            ),
+            (
+                "symlink",
+                Inode {
+                    content: Content::Chunked,
+                    ..symlink
+                },
+            ),
+            (
+                "one link",
+                Inode {
+                    nlink: 1,
+                    ..directory.clone()
+                },
+            ),
+            (
+                "directory holding data",
+                Inode {
+                    content: Content::Chunked,
+                    ..directory.clone()
+                },
+            ),
+            (
+                "directory holding data",
+                Inode {
+                    allocated_bytes: 1,
+                    ..directory
+                },
+            ),
+            ("Fifo holding data", Inode { size: 1, ..fifo }),
+            (
+                "BlockDevice holding data",
+                Inode {
+                    content: Content::Inline(b"x".to_vec()),
+                    ..device
+                },
+            ),
+        ];
+        for (reason, inode) in damaged {
+            match decode_inode(1, &encode_inode(&inode)) {
+                Err(FsError::Corrupt(message)) => {
+                    assert!(message.contains(reason), "{message:?} for {inode:?}");
+                }
+                other => panic!("{inode:?} decoded as {other:?}, not corrupt ({reason})"),
+            }
+        }
     }
 
     #[test]

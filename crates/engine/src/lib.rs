@@ -39,40 +39,42 @@ mod engine;
 mod error;
 pub mod fsck;
 mod keys;
+pub mod limits;
 pub mod metric;
 mod namespace;
 mod reclaim;
+mod records;
 pub mod stats;
 mod store;
 pub mod store_dir;
 
-pub use counters::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use counters::quota_ops::ProjectQuota;
 pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
-pub use engine::{
-    Caller, ChangeObserver, Engine, EngineConfig, FsStats, MkfsOptions, OpenError, NAME_MAX_BYTES,
-};
+pub use engine::ReferenceProbe;
+pub use engine::{Caller, ChangeObserver, Engine, EngineConfig, FsStats, MkfsOptions};
 pub use error::{FsError, FsResult};
 pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersReport};
 pub use keys::FORMAT_VERSION;
+pub use limits::{MAX_FILE_BYTES, NAME_MAX_BYTES};
 pub use namespace::bulk::{BulkAttrs, BulkFailure, BulkOp, NodeRef};
-pub use namespace::data::{SetAttr, SetTime, Written, MAX_FILE_BYTES};
+pub use namespace::data::{SetAttr, SetTime, Written};
 pub use namespace::fallocate::Fallocate;
-pub use namespace::inode::{
-    Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
-};
 pub use namespace::rename::{RenameMode, Renamed};
-pub use namespace::unlinked::ReferenceProbe;
 pub use namespace::xattr::XattrMode;
 pub use namespace::NewInode;
 pub use reclaim::{DetachedTree, ReclaimBacklog};
+pub use records::inode::{
+    Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,
+};
+pub use records::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 pub use store::error_seq::WriteErrors;
 pub use store::{
     histogram, staged_memory_bound, FjallTuning, SharedBytes, StoreError, StoreMetrics,
     MIN_JOURNAL_BYTES, STORE_METRICS,
 };
+pub use store_dir::open::OpenError;
 
 /// The key layout and the key-value store, for tests that write or damage a store
 /// directly. Not part of the API: anything here may change without notice.

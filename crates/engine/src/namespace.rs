@@ -8,24 +8,23 @@ pub(crate) mod bulk;
 pub(crate) mod data;
 pub(crate) mod fallocate;
 pub(crate) mod handles;
-pub(crate) mod inode;
 pub(crate) mod rename;
 pub(crate) mod tmpfile;
-pub(crate) mod unlinked;
 pub(crate) mod xattr;
 
 use std::collections::HashMap;
 
-use crate::counters::tree_usage::TreeDelta;
-use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
+use crate::engine::tree_usage::TreeDelta;
+use crate::engine::{check_name, Caller, Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, DirEntry, FileKind, Inode};
+use crate::limits::{NAME_MAX_BYTES, SYMLINK_MAX_BYTES};
 use crate::namespace::rename::check_project_move;
+use crate::records::inode::{Content, DirEntry, FileKind, Inode};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 
-use crate::namespace::inode::S_ISGID;
+use crate::records::inode::S_ISGID;
 
 /// A page of entries is read with one inode scan when their numbers span at most this many
 /// numbers per entry (plus one allocation block): else the scan would read mostly others'.
@@ -82,7 +81,7 @@ impl Engine {
     /// name then costs one store read instead of two.
     pub fn lookup_child(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
         self.stats().count(Op::Lookup);
-        if name.len() > crate::engine::NAME_MAX_BYTES {
+        if name.len() > NAME_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
         let key = keys::entry_key(parent, name);
@@ -446,7 +445,9 @@ impl Txn<'_> {
             atime: self.now,
             mtime: self.now,
             ctime: self.now,
-            rdev: new.rdev,
+            // mknod passes a device number for every kind; only devices have one
+            // (`keys::decode_inode` refuses it on the others).
+            rdev: if new.kind.is_device() { new.rdev } else { 0 },
             parent,
             project: parent_inode.project,
             content,

@@ -11,17 +11,15 @@
 //! the directory it works in. The reclaim keys are the persistent work list: after a
 //! crash the next read-write open resumes.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::counters::tree_usage::TreeDelta;
+use crate::engine::reclaim_signal::ReclaimSignal;
+use crate::engine::tree_usage::TreeDelta;
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{FileKind, TreeUsage, ROOT_INO};
+use crate::records::inode::{FileKind, TreeUsage, ROOT_INO};
 use crate::store::{Scan, Space};
 
 /// Names deleted per batch: the writer lock is held for one batch at a time.
@@ -53,40 +51,6 @@ pub struct ReclaimBacklog {
     pub entries: u64,
     /// Bytes of regular files still to delete (one per name).
     pub bytes: u64,
-}
-
-/// Wakes and stops the reclaimer thread; lives outside the engine so the waiting thread
-/// does not keep it alive.
-#[derive(Default)]
-pub(crate) struct ReclaimSignal {
-    state: Mutex<ReclaimState>,
-    wake: Condvar,
-    /// Trees with a reclaim key that are being built, not deleted (see `bulk`): the
-    /// reclaimer leaves them alone while this process holds them; after a crash nobody
-    /// does, and they are deleted like any detached tree.
-    held: Mutex<HashSet<u64>>,
-}
-
-#[derive(Default)]
-struct ReclaimState {
-    running: bool,
-    work: bool,
-    stopped: bool,
-}
-
-impl ReclaimSignal {
-    pub(crate) fn stop(&self) {
-        self.state.lock().stopped = true;
-        self.wake.notify_all();
-    }
-
-    pub(crate) fn hold(&self, root: u64) {
-        self.held.lock().insert(root);
-    }
-
-    pub(crate) fn release(&self, root: u64) {
-        self.held.lock().remove(&root);
-    }
 }
 
 impl Engine {
@@ -174,9 +138,14 @@ impl Engine {
         state.running = true;
         let engine = Arc::downgrade(self);
         let thread_signal = signal.clone();
+        let poison = self.poison().clone();
         let spawned = std::thread::Builder::new()
             .name("shoal-reclaim".into())
-            .spawn(move || reclaim_loop(&engine, &thread_signal));
+            .spawn(move || {
+                // Nothing waits for the reclaimer: only later operations are refused.
+                let _poison_on_panic = poison.guard("reclaim", || {});
+                reclaim_loop(&engine, &thread_signal);
+            });
         if let Err(error) = spawned {
             state.running = false;
             tracing::error!("cannot start the reclaimer thread: {error}; detached trees wait");

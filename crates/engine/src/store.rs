@@ -12,6 +12,7 @@ pub mod journal_check;
 mod journal_sync;
 mod memory_store;
 mod metrics;
+pub mod poison;
 pub mod raw_salvage;
 pub(crate) mod read_cache;
 pub mod salvage;
@@ -21,26 +22,12 @@ mod staged_store;
 use std::collections::BTreeMap;
 use std::ops::{Bound, Deref};
 
+pub use crate::error::StoreError;
+pub use crate::keys::Space;
 pub use fjall_store::{FjallStore, FjallTuning, MIN_JOURNAL_BYTES};
 pub use memory_store::MemoryStore;
 pub use metrics::{StoreMetrics, STORE_METRICS};
 pub use staged_store::{staged_memory_bound, StagedStore};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Space {
-    Meta,
-    Data,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("I/O error in the key-value store: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("key-value store: {0}")]
-    Engine(String),
-    #[error("no space left on the store's device")]
-    NoSpace,
-}
 
 /// Whether a scan goes on after the visited pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,11 +286,40 @@ pub trait Store: StoreView {
     fn compact(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// `Err(StoreError::Poisoned)` once a background thread of this store (or of a store
+    /// it wraps) panicked (see `poison`). Cheap: checked before every engine operation.
+    fn poisoned(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// A batch write at least this long is logged with where its time went (by the engine and
 /// by the staged store): requests wait behind it, and the histograms cannot say why.
 pub const SLOW_WRITE_REPORT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Visits every pair in `range` of `space` until `visit` fails, and returns its error.
+pub(crate) fn scan_all<S: StoreView + ?Sized>(
+    store: &S,
+    space: Space,
+    range: (Vec<u8>, Vec<u8>),
+    mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::FsResult<()>,
+) -> crate::error::FsResult<()> {
+    let mut failure = None;
+    store.scan(
+        space,
+        &range.0,
+        &range.1,
+        &mut |key, value| match visit(key, value) {
+            Ok(()) => Scan::Continue,
+            Err(error) => {
+                failure = Some(error);
+                Scan::Stop
+            }
+        },
+    )?;
+    failure.map_or(Ok(()), Err)
+}
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,9 @@ pub mod identity;
 pub mod open;
 pub mod seal;
 pub mod shadow;
+pub(crate) mod space_reserve;
 pub mod state;
+pub(crate) mod upgrade;
 
 const FORMAT_FILE: &str = "FORMAT";
 const FORMAT_MAGIC: &str = "shoal-store";

@@ -1,6 +1,8 @@
 //! No bytes make a decoder panic: every decoder in `keys` is fed every key and value of a
 //! real store, each cut at every length and with bytes flipped, and seeded random bytes.
-//! A damaged store must give a clear error (fsck's report), never a crash.
+//! A damaged store must give a clear error (fsck's report), never a crash. The decoders
+//! are reached through `keys::RECORD_KINDS`, the table fsck's repair and salvage use too,
+//! and the store the damage starts from holds a record of every kind in it.
 
 #![allow(clippy::unwrap_used)] // a test stops at the line that failed
 
@@ -9,28 +11,20 @@ mod common;
 use common::*;
 use shoal_engine::internals::keys;
 use shoal_engine::internals::store::{FjallStore, FjallTuning, Scan, Space, StoreView};
-use shoal_engine::store_dir;
+use shoal_engine::{store_dir, QuotaKind, QuotaLimits, QuotaSettings};
 
-/// Calls every decoder on `key` and `value`; results are ignored, panics are the failure.
+/// Calls every decoder on `key` and `value`, through each kind of record; results are
+/// ignored, panics are the failure.
 fn decode_all(key: &[u8], value: &[u8]) {
-    let _ = keys::decode_entry_key(key);
-    let _ = keys::decode_entry(key, value);
-    let _ = keys::decode_inode_key(key);
-    let _ = keys::decode_inode(1, value);
-    let _ = keys::decode_xattr_key(key);
-    let _ = keys::decode_orphan_key(key);
-    let _ = keys::decode_counter_key(key);
-    let _ = keys::decode_usage(key, value);
-    let _ = keys::decode_inode_usage(1, value);
-    let _ = keys::decode_quota_record_key(key);
-    let _ = keys::decode_quota_record(key, value);
-    let _ = keys::decode_quota_settings(value);
-    let _ = keys::decode_chunk_key(key);
-    let _ = keys::decode_superblock(value);
+    for kind in keys::RECORD_KINDS {
+        let _ = (kind.decode)(key, value);
+    }
 }
 
-/// Every pair of a store holding files, directories, xattrs, counters and quotas.
-fn real_pairs() -> Vec<(Vec<u8>, Vec<u8>)> {
+/// Every pair of a store holding files, directories, hard links, xattrs, counters, quotas
+/// and an orphan, with the records only an operation in progress leaves (a detached tree
+/// being deleted, the rest of a large truncate) added as those operations write them.
+fn real_pairs() -> Vec<(Space, Vec<u8>, Vec<u8>)> {
     let fs = disk_with(no_thread());
     let dir = mkdir(&fs, ROOT_INO, b"dir");
     mkfile_with(&fs, dir.ino, b"inline", b"small file");
@@ -42,27 +36,59 @@ fn real_pairs() -> Vec<(Vec<u8>, Vec<u8>)> {
         shoal_engine::XattrMode::Either,
     )
     .unwrap();
+    fs.link(big.ino, dir.ino, b"second name").unwrap();
+    let limits = QuotaLimits {
+        inodes_hard: 1000,
+        ..QuotaLimits::default()
+    };
+    fs.set_quota_limits(QuotaKind::User, 1000, limits).unwrap();
+    fs.set_quota_settings(QuotaSettings::default()).unwrap();
+    let open = mkfile_with(&fs, ROOT_INO, b"open", b"unlinked while open");
+    fs.open_file(open.ino);
+    fs.unlink(ROOT_INO, b"open").unwrap();
     let closed = fs.close();
     let store =
         FjallStore::open(&store_dir::kv_path(&closed.store), &FjallTuning::default()).unwrap();
-    let mut pairs = Vec::new();
+    let mut pairs = vec![
+        (Space::Meta, keys::reclaim_key(dir.ino), Vec::new()),
+        (
+            Space::Meta,
+            keys::trim_key(big.ino),
+            keys::encode_trim(1, 4),
+        ),
+    ];
     for space in [Space::Meta, Space::Data] {
         store
             .scan(space, b"", &[0xff; 32], &mut |key, value| {
                 // Chunk values are plain bytes; a short piece of each is enough.
                 let value = &value[..value.len().min(256)];
-                pairs.push((key.to_vec(), value.to_vec()));
+                pairs.push((space, key.to_vec(), value.to_vec()));
                 Scan::Continue
             })
             .unwrap();
     }
-    assert!(pairs.len() > 8, "{} pairs", pairs.len());
     pairs
 }
 
 #[test]
+fn every_kind_of_record_is_there_and_decodes() {
+    let pairs = real_pairs();
+    for (space, key, value) in &pairs {
+        let kind = keys::record_kind(*space, key)
+            .unwrap_or_else(|| panic!("{space:?} key {key:02x?} is of no kind"));
+        (kind.decode)(key, value).unwrap();
+    }
+    for kind in keys::RECORD_KINDS {
+        let found = pairs.iter().any(|(space, key, _)| {
+            keys::record_kind(*space, key).is_some_and(|of| of.name == kind.name)
+        });
+        assert!(found, "no {} record to start the damage from", kind.name);
+    }
+}
+
+#[test]
 fn no_damaged_key_or_value_makes_a_decoder_panic() {
-    for (key, value) in real_pairs() {
+    for (_, key, value) in real_pairs() {
         decode_all(&key, &value);
         for cut in 0..key.len() {
             decode_all(&key[..cut], &value);
@@ -115,5 +141,24 @@ fn no_random_bytes_make_a_decoder_panic() {
         let key: Vec<u8> = (0..key_len).map(|_| byte()).collect();
         let value: Vec<u8> = (0..value_len).map(|_| byte()).collect();
         decode_all(&key, &value);
+    }
+}
+
+#[test]
+fn the_table_of_record_kinds_calls_every_decoder() {
+    let keys_source = include_str!("../src/keys.rs");
+    let table_source = include_str!("../src/keys/record_kinds.rs");
+    let decoders: Vec<&str> = keys_source
+        .split("pub fn ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .filter(|name| name.starts_with("decode_"))
+        .collect();
+    assert!(decoders.len() >= 22, "{decoders:?}");
+    for decoder in decoders {
+        assert!(
+            table_source.contains(&format!("{decoder}(")),
+            "keys::{decoder} is in no row of keys::RECORD_KINDS, so the fuzz test misses it"
+        );
     }
 }

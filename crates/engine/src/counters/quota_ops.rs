@@ -1,9 +1,9 @@
 //! Quota administration on a live engine: reports, limits, settings, project tagging.
 
-use crate::counters::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
-use crate::namespace::inode::{FileKind, Usage, UsageKey};
+use crate::records::inode::{FileKind, Usage, UsageKey};
+use crate::records::quota::{QuotaEntry, QuotaKind, QuotaLimits, QuotaRecord, QuotaSettings};
 
 /// Inodes re-tagged per transaction by `set_project_tree`: each batch is atomic and keeps
 /// the counters exact, and the writer lock is released between batches.

@@ -12,7 +12,7 @@
 use crate::engine::{Engine, Txn, BLIND_DELETE_MAX_CHUNKS};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind};
+use crate::records::inode::{Content, FileKind};
 use crate::store::{Scan, Space};
 
 use crate::defaults::BATCH_OPS;

@@ -20,7 +20,7 @@ use super::{Engine, Txn};
 use crate::defaults::BATCH_OPS;
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::Inode;
+use crate::records::inode::Inode;
 use crate::store::{Scan, Space};
 
 /// A chunk as the store has it: key, index and stored length.

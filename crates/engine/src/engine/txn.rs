@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::{Engine, WriteState, INO_RUNS_MAX, INO_RUN_LENGTH};
-use crate::counters::quota::{QuotaKind, QuotaRecord, QuotaSettings, QuotaState};
-use crate::counters::space_reserve::Need;
-use crate::counters::tree_usage::{TreeCache, TreeChanges};
+use crate::engine::quota::QuotaState;
+use crate::engine::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::records::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
+use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, SLOW_WRITE_REPORT};
+use crate::store_dir::space_reserve::Need;
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
 pub(crate) struct Txn<'a> {
@@ -303,7 +304,15 @@ impl<'a> Txn<'a> {
     pub(super) fn write_out(&mut self) -> FsResult<()> {
         let mut changed_quotas = self.stage_quota_records()?;
         let tree_staged = self.stage_tree_usage()?;
-        let new_usage = self.stage_usage_counters();
+        let new_usage = match self.stage_usage_counters() {
+            Ok(new_usage) => new_usage,
+            Err(error) => {
+                // Nothing is written: inode numbers handed out here are not trusted later.
+                self.state.ino_runs.clear();
+                self.engine.errors.record("usage counter underflow", &error);
+                return Err(error);
+            }
+        };
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -342,14 +351,15 @@ impl<'a> Txn<'a> {
         Ok(changed)
     }
 
-    /// Puts the new absolute value of every usage counter this transaction moves.
-    fn stage_usage_counters(&mut self) -> Vec<(UsageKey, Usage)> {
+    /// Puts the new absolute value of every usage counter this transaction moves; refuses
+    /// a move below zero (the counters disagree with the tree).
+    fn stage_usage_counters(&mut self) -> FsResult<Vec<(UsageKey, Usage)>> {
         let mut new_usage = Vec::with_capacity(self.usage_delta.len());
         for (&owners, &(inodes, bytes)) in &self.usage_delta {
             let current = self.state.usage.get(&owners).copied().unwrap_or_default();
             let updated = Usage {
-                inodes: apply_delta(current.inodes, inodes, owners),
-                bytes: apply_delta(current.bytes, bytes, owners),
+                inodes: apply_delta(current.inodes, inodes, owners, "inodes")?,
+                bytes: apply_delta(current.bytes, bytes, owners, "bytes")?,
             };
             // A combination nobody uses any more leaves no key behind.
             if updated == Usage::default() {
@@ -363,7 +373,7 @@ impl<'a> Txn<'a> {
             }
             new_usage.push((owners, updated));
         }
-        new_usage
+        Ok(new_usage)
     }
 
     /// The one store write of this transaction.
@@ -431,19 +441,18 @@ impl Drop for Txn<'_> {
     /// that the store still shows as linked.
     fn drop(&mut self) {
         if !self.new_orphans.is_empty() {
-            let mut open = self.engine.open_files.lock();
-            for ino in &self.new_orphans {
-                open.orphans.remove(ino);
-            }
+            self.engine.not_orphans(&self.new_orphans);
         }
     }
 }
 
-fn apply_delta(current: u64, delta: i64, owner: UsageKey) -> u64 {
-    let updated = current as i128 + delta as i128;
-    debug_assert!(
-        updated >= 0,
-        "usage of {owner:?} would go negative ({current} {delta:+})"
-    );
-    updated.clamp(0, u64::MAX as i128) as u64
+/// `current` moved by `delta`. Usage is exact, so a counter that would go below zero was
+/// wrong before this operation: damage for fsck to report, not a value to clamp.
+fn apply_delta(current: u64, delta: i64, owner: UsageKey, unit: &str) -> FsResult<u64> {
+    current.checked_add_signed(delta).ok_or_else(|| {
+        FsError::Corrupt(format!(
+            "usage counter of {owner:?} would go below zero ({current} {unit} {delta:+}); \
+             `shoal fsck` reports the counters that disagree with the tree"
+        ))
+    })
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{scan_all, FsckReport};
 use crate::error::FsResult;
 use crate::keys::{self, FORMAT_VERSION};
-use crate::namespace::inode::{Content, FileKind, ROOT_INO};
+use crate::records::inode::{Content, FileKind, ROOT_INO};
 use crate::store::{Space, Store};
 
 const MAX_DEPTH: usize = 1 << 20;

@@ -10,11 +10,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, OpenError};
+use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Usage, UsageKey};
+use crate::records::inode::{Usage, UsageKey};
 use crate::store::{Scan, Space, Store, StoreView};
+use crate::store_dir::open::OpenError;
 
 /// Slices of the inode-number space per thread: enough that a slow slice (a dense run of
 /// inodes) does not leave the other threads idle at the end.
@@ -70,7 +71,7 @@ impl Engine {
 
 /// Checks the counters of the store in `dir`, which must not be mounted.
 pub fn verify_counters_store_dir(dir: &Path, threads: usize) -> Result<CountersReport, OpenError> {
-    let (_lock, store) = crate::fsck::open_for_check(dir)?;
+    let (_lock, store) = crate::store_dir::open::open_offline(dir)?;
     Ok(verify_counters(store.snapshot().as_ref(), threads)?)
 }
 

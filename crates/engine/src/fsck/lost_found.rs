@@ -10,7 +10,7 @@ use super::repair::Repairs;
 use super::scan_all;
 use crate::error::FsResult;
 use crate::keys;
-use crate::namespace::inode::{FileKind, Inode, Timestamp, ROOT_INO};
+use crate::records::inode::{FileKind, Inode, Timestamp, ROOT_INO};
 use crate::store::Space;
 
 pub(super) const LOST_FOUND: &[u8] = b"lost+found";

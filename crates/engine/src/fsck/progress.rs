@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::FsckReport;
-use crate::engine::OpenError;
 use crate::store::{Batch, Scan, Space, Store, StoreError, StoreView};
+use crate::store_dir::open::OpenError;
 
 /// How often (in visited pairs) `progress` hears of the count.
 const REPORT_EVERY_PAIRS: u64 = 16_384;

@@ -12,11 +12,11 @@ use std::path::Path;
 use super::check::{self, InodeFacts};
 use super::salvage::Damaged;
 use super::{check_tuning, checked, scan_all, FsckReport};
-use crate::engine::OpenError;
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
+use crate::records::inode::{Content, FileKind, Usage, UsageKey, ROOT_INO};
 use crate::store::{raw_salvage, Batch, FjallStore, Space, Store};
+use crate::store_dir::open::OpenError;
 use crate::store_dir::state as store_state;
 use crate::store_dir::{self, StoreLock};
 
@@ -188,97 +188,21 @@ impl<'a> Repairs<'a> {
 }
 
 /// A record that does not decode tells nothing that can be trusted: it goes.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the table of record kinds and their decoders is written out here; issue 31 moves it to the format layer, which shortens this to a loop"
-)]
 fn drop_undecodable(repairs: &mut Repairs) -> FsResult<()> {
-    type Decoder = fn(&[u8], &[u8]) -> FsResult<()>;
-    /// What a range holds, where, and how each of its records decodes.
-    type RecordRange = (&'static str, Space, (Vec<u8>, Vec<u8>), Decoder);
-    let ranges: [RecordRange; 11] = [
-        ("inode", Space::Meta, keys::all_inodes_range(), |k, v| {
-            keys::decode_inode(keys::decode_inode_key(k)?, v).map(drop)
-        }),
-        ("entry", Space::Meta, keys::all_entries_range(), |k, v| {
-            keys::decode_entry_key(k)?;
-            keys::decode_entry(k, v).map(drop)
-        }),
-        ("xattr", Space::Meta, keys::all_xattrs_range(), |k, _| {
-            keys::decode_xattr_key(k).map(drop)
-        }),
-        (
-            "orphan marker",
-            Space::Meta,
-            keys::all_orphans_range(),
-            |k, _| keys::decode_orphan_key(k).map(drop),
-        ),
-        (
-            "usage counter",
-            Space::Meta,
-            keys::all_counters_range(),
-            |k, v| {
-                keys::decode_counter_key(k)?;
-                keys::decode_usage(k, v).map(drop)
-            },
-        ),
-        (
-            "tree usage",
-            Space::Meta,
-            keys::all_tree_usage_range(),
-            |k, v| {
-                keys::decode_tree_usage_key(k)?;
-                keys::decode_tree_usage(k, v).map(drop)
-            },
-        ),
-        (
-            "link parent",
-            Space::Meta,
-            keys::all_link_parents_range(),
-            |k, v| {
-                keys::decode_link_parent_key(k)?;
-                keys::decode_link_count(k, v).map(drop)
-            },
-        ),
-        (
-            "reclaim record",
-            Space::Meta,
-            keys::all_reclaims_range(),
-            |k, _| keys::decode_reclaim_key(k).map(drop),
-        ),
-        (
-            "trim record",
-            Space::Meta,
-            keys::all_trims_range(),
-            |k, v| {
-                keys::decode_trim_key(k)?;
-                keys::decode_trim(v).map(drop)
-            },
-        ),
-        (
-            "quota record",
-            Space::Meta,
-            keys::all_quota_records_range(),
-            |k, v| {
-                keys::decode_quota_record_key(k)?;
-                keys::decode_quota_record(k, v).map(drop)
-            },
-        ),
-        ("chunk", Space::Data, keys::all_chunks_range(), |k, _| {
-            keys::decode_chunk_key(k).map(drop)
-        }),
-    ];
-    for (what, space, range, decode) in ranges {
+    let droppable = keys::RECORD_KINDS
+        .iter()
+        .filter(|kind| kind.dropped_when_undecodable);
+    for kind in droppable {
         let mut undecodable = Vec::new();
-        scan_all(repairs.store, space, range, |key, value| {
-            if let Err(error) = decode(key, value) {
+        scan_all(repairs.store, kind.space, kind.range(), |key, value| {
+            if let Err(error) = (kind.decode)(key, value) {
                 undecodable.push((key.to_vec(), error));
             }
             Ok(())
         })?;
         for (key, error) in undecodable {
-            repairs.note(format!("dropped: an undecodable {what} ({error})"));
-            repairs.delete(space, key)?;
+            repairs.note(format!("dropped: an undecodable {} ({error})", kind.name));
+            repairs.delete(kind.space, key)?;
         }
     }
     repairs.flush()

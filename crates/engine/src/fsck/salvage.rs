@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::check_tuning;
-use crate::counters::space_reserve::device_space;
-use crate::engine::OpenError;
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, ROOT_INO};
+use crate::records::inode::{Content, FileKind, Inode, ROOT_INO};
 use crate::store::raw_salvage::RawStore;
 use crate::store::salvage::{ReadFailure, Skipped};
 use crate::store::{Batch, FjallStore, Scan, Space, Store, MIN_JOURNAL_BYTES};
+use crate::store_dir::open::OpenError;
+use crate::store_dir::space_reserve::device_space;
 use crate::store_dir::{self, access, StoreDirError};
 
 /// Records per batch written to the new store.
@@ -206,8 +206,8 @@ pub(super) fn notes(salvaged: &Salvaged, repaired: &dyn Store) -> Vec<String> {
         if listed < MAX_LISTED {
             notes.push(format!(
                 "dropped: the {space:?} records after {} and before {} ({})",
-                describe_bound(skip.after.as_deref(), "the start", repaired),
-                describe_bound(skip.before.as_deref(), "the end", repaired),
+                describe_bound(*space, skip.after.as_deref(), "the start", repaired),
+                describe_bound(*space, skip.before.as_deref(), "the end", repaired),
                 skip.error
             ));
             if *space == Space::Data {
@@ -216,11 +216,11 @@ pub(super) fn notes(salvaged: &Salvaged, repaired: &dyn Store) -> Vec<String> {
         }
         listed += 1;
     }
-    for (_, key, why) in &salvaged.lost_values {
+    for (space, key, why) in &salvaged.lost_values {
         if listed < MAX_LISTED {
             notes.push(format!(
                 "dropped: {} (its value fails to read: {why}){}",
-                describe_key(key, repaired),
+                describe_key(*space, key, repaired),
                 hole_note(key)
             ));
         }
@@ -232,44 +232,42 @@ pub(super) fn notes(salvaged: &Salvaged, repaired: &dyn Store) -> Vec<String> {
     notes
 }
 
-fn describe_bound(key: Option<&[u8]>, none: &str, store: &dyn Store) -> String {
-    key.map_or_else(|| none.to_string(), |key| describe_key(key, store))
+fn describe_bound(space: Space, key: Option<&[u8]>, none: &str, store: &dyn Store) -> String {
+    key.map_or_else(|| none.to_string(), |key| describe_key(space, key, store))
 }
 
-/// "chunk 3 of inode 42 (/a/b)", "inode 42 (/a/b)", "an entry of directory 7 (/a)", or
-/// the key's bytes.
-fn describe_key(key: &[u8], store: &dyn Store) -> String {
+/// "chunk 3 of inode 42 (/a/b)", "the entry "x" of inode 7 (/a)", "the xattr record of
+/// inode 42 (/a/b)": what the key's kind (`keys::RECORD_KINDS`) says, or its bytes.
+fn describe_key(space: Space, key: &[u8], store: &dyn Store) -> String {
     let named = |ino: u64| match path_of(store, ino) {
         Some(path) => format!("inode {ino} ({path})"),
         None => format!("inode {ino}"),
     };
-    if let Some((ino, chunk)) = chunk_position(key) {
+    let Some(kind) = keys::record_kind(space, key) else {
+        return format!("key {}", key.escape_ascii());
+    };
+    if let Some((ino, chunk)) = chunk_position(key).filter(|_| space == Space::Data) {
         return format!("chunk {chunk} of {}", named(ino));
     }
-    if let Some(ino) = inode_position(key) {
-        return named(ino);
-    }
-    if let Ok((parent, name)) = keys::decode_entry_key(key) {
+    if let Some((parent, name)) = keys::decode_entry_key(key)
+        .ok()
+        .filter(|_| space == Space::Meta)
+    {
         return format!(
-            "the entry {:?} of directory {}",
+            "the entry {:?} of {}",
             String::from_utf8_lossy(name),
             named(parent)
         );
     }
-    if let Ok((ino, _)) = keys::decode_xattr_key(key) {
-        return format!("an xattr of {}", named(ino));
+    match (kind.ino)(key) {
+        Some(ino) => format!("the {} record of {}", kind.name, named(ino)),
+        None => format!("the {} record at key {}", kind.name, key.escape_ascii()),
     }
-    format!("key {}", key.escape_ascii())
 }
 
 /// The (inode, chunk) a chunk key names.
 fn chunk_position(key: &[u8]) -> Option<(u64, u64)> {
     keys::decode_chunk_key(key).ok()
-}
-
-/// The inode an inode key names.
-fn inode_position(key: &[u8]) -> Option<u64> {
-    keys::decode_inode_key(key).ok()
 }
 
 fn hole_note(key: &[u8]) -> &'static str {
@@ -342,7 +340,7 @@ fn files_with_lost_chunks(skip: &Skipped, store: &dyn Store) -> String {
                 inode.kind == FileKind::Regular && lacks_chunks(store, &inode, chunk_bytes)
             });
             if lacking {
-                files.push(describe_key(key, store));
+                files.push(describe_key(Space::Meta, key, store));
             }
             if files.len() >= MAX_FILES_PER_STRETCH {
                 files.push("...".into());

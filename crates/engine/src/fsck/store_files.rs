@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use super::check_tuning;
-use crate::engine::OpenError;
 use crate::keys;
 use crate::store::{FjallStore, Space, Store};
 use crate::store_dir::identity::{self, Rebuilt};
+use crate::store_dir::open::OpenError;
 use crate::store_dir::{self, StoreDirError};
 
 /// Writes `FORMAT` again if it is lost, naming the version in the store's superblock;

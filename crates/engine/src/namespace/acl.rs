@@ -11,7 +11,7 @@
 use crate::engine::Txn;
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{FileKind, Inode};
+use crate::records::inode::{FileKind, Inode};
 use crate::store::Space;
 
 pub const ACL_ACCESS: &[u8] = b"system.posix_acl_access";

@@ -20,15 +20,16 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::counters::tree_usage::TreeDelta;
-use crate::engine::{check_name, Caller, Engine, Txn, SYMLINK_MAX_BYTES};
+use crate::engine::tree_usage::TreeDelta;
+use crate::engine::{check_name, Caller, Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::data::{write_inline, MAX_FILE_BYTES};
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp};
+use crate::limits::{MAX_FILE_BYTES, SYMLINK_MAX_BYTES, XATTR_VALUE_MAX_BYTES};
+use crate::namespace::data::write_inline;
 use crate::namespace::rename::check_project_move;
-use crate::namespace::xattr::{check_xattr_name, XATTR_VALUE_MAX_BYTES};
+use crate::namespace::xattr::check_xattr_name;
 use crate::namespace::NewInode;
+use crate::records::inode::{Content, FileKind, Inode, Timestamp};
 use crate::store::{SharedBytes, Space};
 
 /// An inode a bulk operation works on: known, made by an earlier operation of the same

@@ -7,18 +7,10 @@
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
+use crate::limits::{COPY_RANGE_MAX_BYTES, COPY_RANGE_PIECE_BYTES, MAX_FILE_BYTES};
+use crate::records::inode::{Content, FileKind, Inode, Timestamp, S_ISGID, S_ISUID, S_IXGRP};
 use crate::stats::Op;
 use crate::store::{Scan, SharedBytes, Space};
-
-/// Largest file size we accept (as ext4 with 4 KiB blocks).
-pub const MAX_FILE_BYTES: u64 = 16 << 40;
-
-/// Most bytes one `copy_range` call copies: a request is answered in tens of milliseconds
-/// at most, and copy_file_range's callers loop over short copies.
-pub const COPY_RANGE_MAX_BYTES: u64 = 64 << 20;
-/// Bytes read and written per step of a copy (one write batch each).
-const COPY_RANGE_PIECE_BYTES: u64 = 1 << 20;
 
 /// The xattr holding file capabilities, which writes and chown clear like setuid.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
@@ -278,6 +270,29 @@ impl Engine {
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
         Ok(inode)
+    }
+
+    /// A setattr on a removed inode: nothing reaches the store (there is nothing left to
+    /// change there); the kernel's copy gets what it asked for.
+    fn setattr_unlinked(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {
+        let now = Timestamp::now();
+        self.unlinked().update(ino, |inode| {
+            if let Some(perm) = change.perm {
+                inode.perm = perm & 0o7777;
+            }
+            inode.uid = change.uid.unwrap_or(inode.uid);
+            inode.gid = change.gid.unwrap_or(inode.gid);
+            if let Some(size) = change.size {
+                inode.size = size;
+            }
+            if let Some(atime) = change.atime {
+                inode.atime = resolve(atime, now);
+            }
+            if let Some(mtime) = change.mtime {
+                inode.mtime = resolve(mtime, now);
+            }
+            inode.ctime = change.ctime.unwrap_or(now);
+        })
     }
 }
 

@@ -11,8 +11,8 @@
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::data::MAX_FILE_BYTES;
-use crate::namespace::inode::{Content, FileKind, Inode};
+use crate::limits::MAX_FILE_BYTES;
+use crate::records::inode::{Content, FileKind, Inode};
 use crate::stats::Op;
 use crate::store::Space;
 

@@ -5,7 +5,7 @@
 
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
-use crate::namespace::inode::{FileKind, Inode};
+use crate::records::inode::{FileKind, Inode};
 
 impl Engine {
     /// The inode a handle names, if it still has a name somewhere. An inode removed but

@@ -1,9 +1,9 @@
 //! rename(2) and renameat2(2): plain, RENAME_NOREPLACE and RENAME_EXCHANGE, as one batch.
 
-use crate::counters::tree_usage::TreeDelta;
+use crate::engine::tree_usage::TreeDelta;
 use crate::engine::{check_name, Engine, Txn};
 use crate::error::{FsError, FsResult};
-use crate::namespace::inode::{FileKind, ROOT_INO};
+use crate::records::inode::{FileKind, ROOT_INO};
 use crate::stats::Op;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

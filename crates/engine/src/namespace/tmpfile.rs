@@ -6,8 +6,8 @@
 use crate::engine::{Caller, Engine};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::namespace::inode::{FileKind, Inode};
 use crate::namespace::NewInode;
+use crate::records::inode::{FileKind, Inode};
 use crate::stats::Op;
 use crate::store::Space;
 

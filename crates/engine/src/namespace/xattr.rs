@@ -5,11 +5,9 @@
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
 use crate::keys;
+use crate::limits::{XATTR_NAME_MAX_BYTES, XATTR_VALUE_MAX_BYTES};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
-
-pub const XATTR_NAME_MAX_BYTES: usize = 255;
-pub const XATTR_VALUE_MAX_BYTES: usize = 64 * 1024;
 
 /// How setxattr treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,7 +69,7 @@ impl Engine {
         if crate::namespace::acl::is_acl_name(name) {
             txn.set_acl(&mut inode, name, value)?;
             if kill_sgid && name == crate::namespace::acl::ACL_ACCESS {
-                inode.perm &= !crate::namespace::inode::S_ISGID;
+                inode.perm &= !crate::records::inode::S_ISGID;
             }
         } else {
             txn.put(Space::Meta, key, value.to_vec());

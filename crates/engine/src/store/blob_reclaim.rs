@@ -28,6 +28,8 @@ use std::time::Instant;
 use fjall::{AbstractTree, Database, Keyspace};
 
 use super::fjall_store::write_out_memtables_unless;
+use super::poison::Poison;
+use super::StoreError;
 use crate::defaults::{
     RECLAIM_CHECK_INTERVAL, RECLAIM_HOLD_MAX, RECLAIM_HOLD_MIN_BYTES, RECLAIM_HOLD_SHARE,
     RECLAIM_MIN_BYTES, RECLAIM_START_SHARE,
@@ -66,6 +68,8 @@ struct Shared {
     wake: Condvar,
     /// Held writers wait on it for the end of a round.
     finished: Condvar,
+    /// The thread panicked (possibly in the middle of a compaction of the data keyspace).
+    poison: Poison,
 }
 
 #[derive(Default)]
@@ -92,6 +96,7 @@ impl BlobReclaimer {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             finished: Condvar::new(),
+            poison: Poison::default(),
         });
         shared.resize_thresholds();
         // Deletions before this open were not counted: one round soon after it finds
@@ -107,7 +112,14 @@ impl BlobReclaimer {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("shoal-reclaim".into())
-            .spawn(move || thread_shared.serve())?;
+            .spawn(move || {
+                // Held writers wait for the end of a round: woken to go on.
+                let _poison_on_panic = thread_shared.poison.guard("blob reclaim", || {
+                    drop(thread_shared.state());
+                    thread_shared.finished.notify_all();
+                });
+                thread_shared.serve();
+            })?;
         Ok(Self {
             counters,
             shared,
@@ -141,6 +153,11 @@ impl BlobReclaimer {
         if backlog >= counters.hold_bytes.load(Ordering::Relaxed) {
             self.shared.hold_writer();
         }
+    }
+
+    /// `Err(StoreError::Poisoned)` once the reclaimer thread panicked.
+    pub fn poisoned(&self) -> Result<(), StoreError> {
+        self.shared.poison.check()
     }
 
     /// Runs a round now, in the caller (a full device wants its space back).
@@ -196,7 +213,7 @@ impl Shared {
             let held = counters.backlog_bytes.load(Ordering::Relaxed)
                 >= counters.hold_bytes.load(Ordering::Relaxed);
             let now = Instant::now();
-            if !held || state.stopping || now >= deadline {
+            if !held || state.stopping || self.poison.is_poisoned() || now >= deadline {
                 return;
             }
             state = self
@@ -318,6 +335,7 @@ impl Drop for BlobReclaimer {
         self.shared.wake.notify_all();
         self.shared.finished.notify_all();
         if let Some(thread) = self.thread.take() {
+            // A panic was logged and poisoned the store when it happened.
             let _ = thread.join();
         }
     }

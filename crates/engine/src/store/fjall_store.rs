@@ -13,11 +13,18 @@ use fjall::{
 use super::blob_reclaim::BlobReclaimer;
 use super::journal_sync::sync_journal;
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView, Value};
-use crate::defaults;
+use crate::{defaults, keys, limits};
 
-/// What a deleted chunk may have held, for the reclaimer's estimate: the engine's chunk
-/// size (`DEFAULT_CHUNK_BYTES`), an upper bound.
-const DELETED_CHUNK_BYTES: u64 = 64 * 1024;
+/// What a deleted chunk may have held, for the reclaimer's estimate: the chunk size of
+/// new stores, an upper bound.
+const DELETED_CHUNK_BYTES: u64 = limits::DEFAULT_CHUNK_BYTES as u64;
+
+/// The longest key and value fjall takes (keys carry a u16 length, values a u32 one);
+/// the format's largest must fit.
+const FJALL_MAX_KEY_BYTES: usize = u16::MAX as usize;
+const FJALL_MAX_VALUE_BYTES: usize = u32::MAX as usize;
+const _: () = assert!(keys::MAX_KEY_BYTES <= FJALL_MAX_KEY_BYTES);
+const _: () = assert!(keys::MAX_VALUE_BYTES <= FJALL_MAX_VALUE_BYTES);
 
 /// fjall refuses (panics on) a journal limit below this.
 pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
@@ -335,6 +342,12 @@ impl Store for FjallStore {
             keyspace.major_compact()?;
         }
         Ok(())
+    }
+
+    fn poisoned(&self) -> Result<(), StoreError> {
+        self.reclaimer
+            .as_ref()
+            .map_or(Ok(()), BlobReclaimer::poisoned)
     }
 
     fn metrics(&self) -> StoreMetrics {

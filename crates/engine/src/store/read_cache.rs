@@ -186,6 +186,10 @@ impl Store for CachedStore {
     fn compact(&self) -> Result<(), StoreError> {
         self.inner.compact()
     }
+
+    fn poisoned(&self) -> Result<(), StoreError> {
+        self.inner.poisoned()
+    }
 }
 
 #[cfg(test)]

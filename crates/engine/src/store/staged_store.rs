@@ -29,6 +29,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::histogram::Histogram;
+use crate::store::poison::Poison;
 use crate::store::SLOW_WRITE_REPORT;
 
 /// How far past the checkpoint bound the active layer may grow while the previous layer is
@@ -83,6 +84,8 @@ struct Shared {
     /// write first retries it and is refused if it fails again, so writes are not
     /// acknowledged into memory that the store cannot take.
     failing: AtomicBool,
+    /// The checkpointer panicked: its layer may be half written, so nothing more is.
+    poison: Poison,
 }
 
 /// The checkpointer thread's work.
@@ -159,6 +162,7 @@ impl StagedStore {
             written: Condvar::new(),
             errors: ErrorSeq::default(),
             failing: AtomicBool::new(false),
+            poison: Poison::default(),
         });
         let thread_shared = shared.clone();
         let checkpointer = std::thread::Builder::new()
@@ -177,6 +181,7 @@ impl Shared {
     /// On failure what is staged stays staged (and readable), and the next checkpoint
     /// tries again.
     fn checkpoint(&self) -> Result<(), StoreError> {
+        self.poison.check()?;
         let _writer = self.checkpoint_writer.lock();
         self.write_frozen()?;
         if self.freeze() {
@@ -253,10 +258,11 @@ impl Shared {
         let started = Instant::now();
         {
             let mut background = self.background.lock();
-            while background.busy {
+            while background.busy && !self.poison.is_poisoned() {
                 self.written.wait(&mut background);
             }
         }
+        self.poison.check()?;
         let written = if self.layers.read().frozen.is_some() {
             let _writer = self.checkpoint_writer.lock();
             self.write_frozen()
@@ -281,13 +287,19 @@ impl Shared {
     #[cfg(test)]
     fn wait_for_checkpointer(&self) -> parking_lot::MutexGuard<'_, Background> {
         let mut background = self.background.lock();
-        while background.busy {
+        while background.busy && !self.poison.is_poisoned() {
             self.written.wait(&mut background);
         }
         background
     }
 
     fn run_checkpointer(&self) {
+        // Writers waiting for this thread's checkpoint are woken to see the poison. The
+        // lock is taken first so none can check and then miss the wake-up.
+        let _poison_on_panic = self.poison.guard("checkpointer", || {
+            drop(self.background.lock());
+            self.written.notify_all();
+        });
         loop {
             {
                 let mut background = self.background.lock();
@@ -491,6 +503,7 @@ impl Store for StagedStore {
     /// fails there, this batch is refused whole rather than staged and reported failed.
     fn write(&self, batch: Batch) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
+        shared.poison.check()?;
         if shared.failing.load(Ordering::Acquire) {
             shared.checkpoint()?;
         }
@@ -581,6 +594,11 @@ impl Store for StagedStore {
     fn background_errors(&self) -> WriteErrors {
         self.shared.errors.snapshot()
     }
+
+    fn poisoned(&self) -> Result<(), StoreError> {
+        self.shared.poison.check()?;
+        self.shared.inner.poisoned()
+    }
 }
 
 impl Drop for StagedStore {
@@ -588,7 +606,9 @@ impl Drop for StagedStore {
         self.shared.background.lock().stopping = true;
         self.shared.handed_over.notify_one();
         if let Some(thread) = self.checkpointer.take() {
-            let _ = thread.join();
+            if thread.join().is_err() {
+                tracing::error!("the checkpointer had panicked: staged operations are lost");
+            }
         }
         let shared = &self.shared;
         if let Err(error) = shared.checkpoint().and_then(|()| shared.inner.sync()) {
@@ -625,6 +645,8 @@ mod tests {
         /// `in_metrics` tells that a report is waiting there.
         metrics_gate: Arc<Mutex<()>>,
         in_metrics: Arc<AtomicBool>,
+        /// Writes panic (after their permit): a bug in the store under a checkpoint.
+        panicking: Arc<AtomicBool>,
     }
 
     impl Inner {
@@ -686,6 +708,7 @@ mod tests {
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::NoSpace);
             }
+            assert!(!self.panicking.load(Ordering::SeqCst), "injected panic");
             self.writes.fetch_add(1, Ordering::SeqCst);
             self.store.write(batch)
         }
@@ -1085,5 +1108,48 @@ mod tests {
             reader.join().unwrap();
         }
         assert!(store.metrics().checkpoints > 100);
+    }
+
+    #[test]
+    fn a_panic_in_the_checkpointer_refuses_every_later_operation_and_hangs_no_writer() {
+        let (store, inner) = staged(100);
+        put(&store, b"acknowledged", b"synced before the panic");
+        store.sync().unwrap();
+        let synced_writes = inner.writes.load(Ordering::SeqCst);
+        inner.allow_writes(Some(0));
+        let _release = ReleaseWrites(&inner);
+        inner.panicking.store(true, Ordering::SeqCst);
+        // To the hard bound: the checkpoint handed over is held up in the inner store.
+        for i in 0..15 {
+            put(&store, format!("k{i:02}").as_bytes(), &[b'v'; 17]);
+        }
+        let (sender, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut batch = Batch::default();
+                batch.put(Space::Meta, b"held".to_vec(), b"v".to_vec());
+                let _ = sender.send(store.write(batch));
+            });
+            let early = written.recv_timeout(Duration::from_millis(200));
+            assert!(early.is_err(), "a write at the hard bound went ahead");
+            // The held-up checkpoint goes on, and panics.
+            inner.allow_writes(None);
+            let held = written
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a writer waited for a checkpointer that had panicked");
+            assert!(matches!(held, Err(StoreError::Poisoned(_))), "{held:?}");
+        });
+        let mut batch = Batch::default();
+        batch.put(Space::Meta, b"later".to_vec(), b"v".to_vec());
+        assert!(matches!(store.write(batch), Err(StoreError::Poisoned(_))));
+        assert!(matches!(store.sync(), Err(StoreError::Poisoned(_))));
+        assert!(matches!(store.poisoned(), Err(StoreError::Poisoned(_))));
+        drop(store);
+        // Nothing reached the inner store after the panic, not even at drop.
+        assert_eq!(inner.writes.load(Ordering::SeqCst), synced_writes);
+        assert_eq!(
+            inner.get(Space::Meta, b"acknowledged").unwrap().as_deref(),
+            Some(&b"synced before the panic"[..])
+        );
     }
 }

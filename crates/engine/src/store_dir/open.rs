@@ -5,11 +5,33 @@
 
 use std::path::Path;
 
-use crate::counters::space_reserve::{device_space, SpaceReserve};
-use crate::engine::OpenError;
+use crate::error::{FsError, StoreError};
 use crate::store::{FjallStore, FjallTuning, Store};
+use crate::store_dir::space_reserve::{device_space, SpaceReserve};
 use crate::store_dir::state::{self, StoreState};
 use crate::store_dir::{self, StoreDirError};
+
+/// Why a store could not be opened (by a mount, fsck, a backup).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    StoreDir(#[from] StoreDirError),
+    #[error("cannot open the key-value store: {0}")]
+    Store(#[from] StoreError),
+    #[error("store is damaged: {0}")]
+    Damaged(String),
+    #[error("{0}")]
+    NoSpace(String),
+}
+
+impl From<FsError> for OpenError {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::Store(store) => OpenError::Store(store),
+            other => OpenError::Damaged(other.to_string()),
+        }
+    }
+}
 
 fn io_error(dir: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
     move |error| OpenError::StoreDir(StoreDirError::Io(dir.to_path_buf(), error))
@@ -101,4 +123,18 @@ pub fn record_clean_close(dir: &Path) {
     if let Err(error) = recorded {
         tracing::warn!("cannot record the store's clean close: {error}");
     }
+}
+
+/// Opens an unmounted store for offline work (fsck, a backup), locked against a mount
+/// meanwhile.
+pub(crate) fn open_offline(dir: &Path) -> Result<(store_dir::StoreLock, FjallStore), OpenError> {
+    store_dir::read_format(dir)?;
+    let lock = store_dir::StoreLock::acquire(dir)?;
+    let tuning = FjallTuning {
+        worker_threads: 1,
+        ..FjallTuning::default()
+    };
+    let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
+    record_open(dir, &store);
+    Ok((lock, store))
 }

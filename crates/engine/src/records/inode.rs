@@ -16,6 +16,11 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// Whether inodes of this kind have a device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, FileKind::CharDevice | FileKind::BlockDevice)
+    }
+
     /// The `S_IFMT` bits of this kind.
     pub fn mode_bits(self) -> u32 {
         match self {
