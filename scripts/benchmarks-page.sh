@@ -2,6 +2,7 @@
 # benchmarks-page.sh: assembles BENCHMARKS.md from the reports under docs/bench/, each
 # produced by the command at its own top (they are not rerun here):
 #   docs/bench/fastpath.md   the fast path (`shoal run`) on 2 and 16 cores (JSON under fastpath/)
+#   docs/bench/many-cores.md busy-waiting and the journal on 2 and 16 cores (issue 32)
 #   docs/bench/everyday.md   shoal bench of the everyday tools and creates (commands at its
 #                            bottom; tables rendered by scripts/everyday-page.py)
 #   docs/bench/follow.md     follow=on against follow=off (reports under follow/)
@@ -56,6 +57,7 @@ assembles this page from the reports under `docs/bench/`; earlier headline figur
 the [history](#history) at the end, one line each with the commit measured.
 
 - [the fast path, `shoal run`, against the kernel door and XFS, on 2 and 16 cores](#fastpath): `docs/bench/fastpath.md`, `docs/bench/fastpath/`
+- [many cores: busy-waiting decided by the machine, fsync'd creates and bulk work on 2 and 16 cores](#many-cores): `docs/bench/many-cores.md`
 - [everyday tools against XFS: time, requests per entry, daemon CPU](#everyday): `docs/bench/everyday.md`, `docs/bench/everyday/` (why: [docs/kernel-door.md](docs/kernel-door.md))
 - [following a lone caller: `follow=on` against `follow=off`](#follow): `docs/bench/follow.md`, `docs/bench/follow/`
 - [whole trees: `shoal rmtree` and `shoal du` of a 1M-entry tree, with XFS](#whole-trees): `docs/bench/whole-trees/`
@@ -71,6 +73,7 @@ the [history](#history) at the end, one line each with the commit measured.
 
 EOF
 section fastpath docs/bench/fastpath.md
+section many-cores docs/bench/many-cores.md
 section everyday docs/bench/everyday.md
 section follow docs/bench/follow.md
 echo '<a id="whole-trees"></a>'

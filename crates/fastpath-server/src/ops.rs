@@ -306,7 +306,14 @@ impl Server {
     /// permission), each carries its attributes, which the client keeps to answer the
     /// `stat` that tools make of every entry they list, while the mount's change count
     /// stays `changes` (read before anything else, so nothing older is ever kept).
-    pub fn read_dir(&self, s: &Session, id: u64, after: Option<&[u8]>, max: u32) -> Served<Reply> {
+    pub fn read_dir(
+        &self,
+        s: &Session,
+        id: u64,
+        after: Option<&[u8]>,
+        max: u32,
+        asked_attrs: bool,
+    ) -> Served<Reply> {
         let changes = self.engine.changes();
         let handle = s.handle(id)?;
         ensure(handle.directory, libc::ENOTDIR)?;
@@ -317,8 +324,9 @@ impl Server {
             entries.push(dot_entry(b".", dir.ino));
             entries.push(dot_entry(b"..", dir.parent));
         }
-        let with_attrs =
-            self.state_follows_engine && check(&self.engine, s.caller, &dir, MAY_EXEC).is_ok();
+        let with_attrs = asked_attrs
+            && self.state_follows_engine
+            && check(&self.engine, s.caller, &dir, MAY_EXEC).is_ok();
         let page: Vec<DirEntryWire> = if with_attrs {
             let page = self.engine.readdir_plus(handle.ino, after, max)?;
             page.into_iter()

@@ -385,9 +385,12 @@ impl Server {
             } => self.write(s, *handle, *offset, *append, data),
             Request::Fstat { handle } => self.fstat(s, *handle),
             Request::Fsync { handle } => self.fsync(s, *handle),
-            Request::ReadDir { handle, after, max } => {
-                self.read_dir(s, *handle, after.as_deref(), *max)
-            }
+            Request::ReadDir {
+                handle,
+                after,
+                max,
+                with_attrs,
+            } => self.read_dir(s, *handle, after.as_deref(), *max, *with_attrs),
             Request::Mkdir { at, mode, umask } => self.mkdir(s, at, *mode, *umask),
             Request::Unlink { at, dir } => self.unlink(s, at, *dir),
             Request::Rename { from, to, flags } => self.rename(s, from, to, *flags),

@@ -90,6 +90,8 @@ pub enum Request {
         handle: u64,
         after: Cookie,
         max: u32,
+        /// Whether the entries should carry their attributes (see `DirEntryWire::attr`).
+        with_attrs: bool,
     },
     Mkdir {
         at: At,
@@ -416,9 +418,15 @@ impl Request {
             } => {
                 e.u64(*handle).u64(*offset).bool(*append).bytes(data);
             }
-            Request::ReadDir { handle, after, max } => {
+            Request::ReadDir {
+                handle,
+                after,
+                max,
+                with_attrs,
+            } => {
                 e.u64(*handle).bool(after.is_some());
                 e.bytes(after.as_deref().unwrap_or_default()).u32(*max);
+                e.bool(*with_attrs);
             }
             Request::Mkdir { at, mode, umask } => {
                 at.encode(&mut e);
@@ -518,6 +526,7 @@ impl Request {
                     handle,
                     after: has_after.then_some(after),
                     max: d.u32()?,
+                    with_attrs: d.bool()?,
                 }
             }
             11 => Request::Mkdir {
@@ -791,11 +800,13 @@ mod tests {
                 handle: 4,
                 after: Some(b"m".to_vec()),
                 max: 64,
+                with_attrs: true,
             },
             Request::ReadDir {
                 handle: 4,
                 after: None,
                 max: 64,
+                with_attrs: false,
             },
             Request::Mkdir {
                 at: at(b"d"),

@@ -316,6 +316,7 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             None
         },
         max: READDIR_BATCH_ENTRIES,
+        with_attrs: crate::listings::want_attrs(),
     };
     match ask(libc::SYS_getdents64, file.mount, &request) {
         Answer::Done(Reply::Entries {
