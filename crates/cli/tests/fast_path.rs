@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::both_ways::{fast, kernel, stats_of};
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
@@ -29,44 +31,6 @@ const USER: u32 = 60_021;
 
 // ---------------------------------------------------------------------------------------
 // Running commands both ways.
-
-/// `shoal run --stats -- ARGS` in `cwd`.
-fn fast<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
-    run(
-        Command::new(SHOAL)
-            .args(["run", "--stats", "--"])
-            .args(args)
-            .current_dir(cwd),
-        TOOL_TIMEOUT,
-    )
-}
-
-/// The same command through the kernel mount.
-fn kernel<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
-    run(
-        Command::new(args[0].as_ref())
-            .args(&args[1..])
-            .current_dir(cwd),
-        TOOL_TIMEOUT,
-    )
-}
-
-/// `shoal run --stats`'s table: per call, (fast, fell back).
-fn stats_of(out: &CmdOutput) -> BTreeMap<String, (u64, u64)> {
-    let mut table = BTreeMap::new();
-    let Some(start) = out.stderr.rfind("shoal run: ") else {
-        return table;
-    };
-    for line in out.stderr[start..].lines().skip(2) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if let [name, fast, fell] = fields[..] {
-            if let (Ok(fast), Ok(fell)) = (fast.parse(), fell.parse()) {
-                table.insert(name.to_string(), (fast, fell));
-            }
-        }
-    }
-    table
-}
 
 fn fast_calls(out: &CmdOutput) -> u64 {
     stats_of(out).values().map(|(fast, _)| fast).sum()

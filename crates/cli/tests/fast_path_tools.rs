@@ -8,7 +8,8 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use common::both_ways::{fast, kernel, stats_of};
+
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -16,9 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{incompressible, run, shoal_ok, test_dir, wait_for, CmdOutput, Mounted, SHOAL};
+use common::{incompressible, shoal_ok, test_dir, wait_for, CmdOutput, Mounted, SHOAL};
 
-const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
 const FS_MARK: &str = "/usr/bin/fs_mark";
 const BONNIE: &str = "/usr/sbin/bonnie++";
 /// The system's Python (not a user's shim).
@@ -26,44 +26,6 @@ const PYTHON: &str = "/usr/bin/python3";
 
 // ---------------------------------------------------------------------------------------
 // Running commands both ways (as in fast_path.rs).
-
-/// `shoal run --stats -- ARGS` in `cwd`.
-fn fast<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
-    run(
-        Command::new(SHOAL)
-            .args(["run", "--stats", "--"])
-            .args(args)
-            .current_dir(cwd),
-        TOOL_TIMEOUT,
-    )
-}
-
-/// The same command through the kernel mount.
-fn kernel<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
-    run(
-        Command::new(args[0].as_ref())
-            .args(&args[1..])
-            .current_dir(cwd),
-        TOOL_TIMEOUT,
-    )
-}
-
-/// `shoal run --stats`'s table: per call, (fast, fell back).
-fn stats_of(out: &CmdOutput) -> BTreeMap<String, (u64, u64)> {
-    let mut table = BTreeMap::new();
-    let Some(start) = out.stderr.rfind("shoal run: ") else {
-        return table;
-    };
-    for line in out.stderr[start..].lines().skip(2) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if let [name, fast, fell] = fields[..] {
-            if let (Ok(fast), Ok(fell)) = (fast.parse(), fell.parse()) {
-                table.insert(name.to_string(), (fast, fell));
-            }
-        }
-    }
-    table
-}
 
 /// Succeeded, and the fast path served at least `min` of each of `calls` (by their system
 /// call names, as `--stats` prints them).

@@ -2,6 +2,8 @@
 //! and never leave a mount or a daemon behind, even when a test panics.
 #![allow(dead_code)] // every test file uses a different subset
 
+pub mod both_ways;
+
 use std::ffi::OsStr;
 use std::fs::{self, File, Permissions};
 use std::io::{Read, Seek};
