@@ -255,7 +255,11 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
         }
         WorkerMessage::Compact(keyspace) => {
             // NOTE: Let one worker prioritize flushing if there are pending flushes
-            if ctx.pool_size > 1 && ctx.worker_id == 0 {
+            //
+            // shoal: only while a flush is queued. Handing the message back
+            // unconditionally made worker 0 receive and resend it in a busy loop for as
+            // long as the other workers were compacting (a CPU's worth of spinning).
+            if ctx.pool_size > 1 && ctx.worker_id == 0 && ctx.supervisor.flush_manager.len() > 0 {
                 ctx.sender.try_send(WorkerMessage::Compact(keyspace)).ok();
                 return Ok(false);
             }
