@@ -2362,3 +2362,96 @@ fn relative_paths_from_above_the_mount_go_the_fast_way() {
     fs::remove_dir(&outside).unwrap();
     m.finish();
 }
+
+const UNMAPPED_PATHS_C: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+static void try_stat(const char *what, const char *path) {
+    struct stat st;
+    int rc = stat(path, &st);
+    printf("%s: %d %s\n", what, rc, rc ? strerror(errno) : "ok");
+}
+/* Copies argv[1] so that it ends `tail` bytes into the page after `pages[0]`. */
+static char *place(char *pages, const char *path, size_t tail) {
+    size_t len = strlen(path) + 1;
+    char *at = pages + 4096 + tail - len;
+    memcpy(at, path, len);
+    return at;
+}
+int main(int argc, char **argv) {
+    const size_t page = 4096;
+    char *pages = mmap(0, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *path = place(pages, argv[1], 0);
+    try_stat("on one page", path);
+    try_stat("again", path);
+    munmap(pages, page);
+    try_stat("after munmap", path);
+    pages = mmap(pages, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    path = place(pages, argv[1], 0);
+    try_stat("mapped again", path);
+    mprotect(pages, page, PROT_NONE);
+    try_stat("after PROT_NONE", path);
+    mprotect(pages, page, PROT_READ | PROT_WRITE);
+    try_stat("readable again", path);
+    path = place(pages, argv[1], 3);
+    try_stat("across two pages", path);
+    munmap(pages + page, page);
+    try_stat("second page unmapped", path);
+    pages = mmap(pages + page, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) - page;
+    path = place(pages, argv[1], 0);
+    try_stat("before a guard", path);
+    if (madvise(pages, page, MADV_GUARD_INSTALL) == 0)
+        try_stat("after a guard", path);
+    else
+        printf("after a guard: kernel without guard regions\n");
+    try_stat("null", NULL);
+    try_stat("wild", (const char *)8);
+    return 0;
+}
+"#;
+
+/// A path on memory the program unmapped or made unreadable is EFAULT, as through the
+/// kernel, although the library reads paths on pages it has already read without a system
+/// call (`readable_pages`): every mapping change forgets them.
+#[test]
+fn a_path_on_memory_taken_away_is_efault_as_through_the_kernel() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "unmapped", UNMAPPED_PATHS_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    fs::write(m.path("file"), b"x").unwrap();
+    let file = m.path("file");
+    let args = [binary.as_os_str(), file.as_os_str()];
+    let through_kernel = kernel(&m.mnt, &args);
+    let on_fast_path = fast(&m.mnt, &args);
+    assert!(through_kernel.success(), "{}", through_kernel.describe());
+    assert_served(&on_fast_path, 6, "stats of paths on remapped pages");
+    assert_eq!(
+        on_fast_path.stdout,
+        through_kernel.stdout,
+        "{}",
+        on_fast_path.describe()
+    );
+    for line in [
+        "again: 0 ok",
+        "after munmap: -1 Bad address",
+        "after PROT_NONE: -1 Bad address",
+        "readable again: 0 ok",
+        "across two pages: 0 ok",
+        "second page unmapped: -1 Bad address",
+        "null: -1 Bad address",
+    ] {
+        assert!(
+            on_fast_path.stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{}",
+            on_fast_path.stdout
+        );
+    }
+    m.finish();
+}

@@ -19,6 +19,7 @@ mod internal_fds;
 mod listings;
 mod mounts;
 mod process_state;
+mod readable_pages;
 mod resolve;
 mod spawn;
 mod stats;

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use shoal_fastpath::{At, PATH_MAX_BYTES};
 
-use crate::{fds, mounts, process_state, sys};
+use crate::{fds, mounts, process_state, readable_pages, sys};
 
 const ROOT_INO: u64 = 1;
 
@@ -19,7 +19,8 @@ pub enum Route {
 
 /// The bytes of a C path argument, or the errno the kernel gives for it (EFAULT for memory
 /// the process cannot read, as the kernel checks it: a page at a time, through
-/// process_vm_readv, so a bad pointer is an error, not a crash).
+/// process_vm_readv, so a bad pointer is an error, not a crash; a page already read so
+/// since the last mapping change is read directly, see `readable_pages`).
 pub fn c_path(ptr: i64) -> Result<CPath, i32> {
     if ptr == 0 {
         return Err(libc::EFAULT);
@@ -33,6 +34,22 @@ pub fn c_path(ptr: i64) -> Result<CPath, i32> {
         let to_page_end = PAGE_BYTES - address % PAGE_BYTES;
         let want = to_page_end.min(PATH_MAX_BYTES - path.len);
         let start = path.len;
+        if readable_pages::known_readable(address) {
+            // SAFETY: the page holding `address..address + want` (`want` stops at its end)
+            // was read by process_vm_readv since the last mapping change the library saw.
+            let source = unsafe { std::slice::from_raw_parts(address as *const u8, want) };
+            let nul = source.iter().position(|&b| b == 0);
+            let taken = nul.unwrap_or(want);
+            path.bytes[start..start + taken].copy_from_slice(&source[..taken]);
+            if nul.is_some() {
+                path.len = start + taken;
+                return Ok(path);
+            }
+            path.len += want;
+            address += want;
+            continue;
+        }
+        let generation = readable_pages::generation();
         let local = libc::iovec {
             iov_base: path.bytes[start..].as_mut_ptr().cast(),
             iov_len: want,
@@ -55,6 +72,7 @@ pub fn c_path(ptr: i64) -> Result<CPath, i32> {
         if n != want as i64 {
             return Err(libc::EFAULT);
         }
+        readable_pages::remember(address, generation);
         if let Some(nul) = path.bytes[start..start + want].iter().position(|&b| b == 0) {
             path.len = start + nul;
             return Ok(path);

@@ -15,6 +15,7 @@ use shoal_fastpath::{Reply, Request, Status};
 
 use crate::channel::{self, ChannelError};
 use crate::fds;
+use crate::readable_pages;
 use crate::stats::{self, Way};
 
 /// Every call the library intercepts.
@@ -28,6 +29,14 @@ pub const NUMBERS: &[i64] = &[
     libc::SYS_lstat,
     libc::SYS_lseek,
     libc::SYS_mmap,
+    libc::SYS_mprotect,
+    libc::SYS_munmap,
+    libc::SYS_brk,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_shmat,
+    libc::SYS_shmdt,
+    libc::SYS_pkey_mprotect,
     libc::SYS_ioctl,
     libc::SYS_pread64,
     libc::SYS_pwrite64,
@@ -246,9 +255,54 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_fadvise64 => io::fadvise(args),
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
+        _ if may_take_memory_away(nr, args) => Some(readable_pages::around_mapping_change(|| {
+            kernel(nr, args, descriptor_arguments(nr))
+        })),
         _ => None,
     };
     served.unwrap_or_else(|| kernel(nr, args, descriptor_arguments(nr)))
+}
+
+/// Whether a call can unmap memory or take read access away, which forgets the pages
+/// known readable (`readable_pages`). madvise only with advice that does (guard regions,
+/// poisoning, or one this list does not know); freeing or paging out keeps pages readable,
+/// and malloc's frequent MADV_DONTNEED must not forget them.
+fn may_take_memory_away(nr: i64, args: [i64; 6]) -> bool {
+    const READABLE_AFTER: &[i32] = &[
+        libc::MADV_NORMAL,
+        libc::MADV_RANDOM,
+        libc::MADV_SEQUENTIAL,
+        libc::MADV_WILLNEED,
+        libc::MADV_DONTNEED,
+        libc::MADV_FREE,
+        libc::MADV_REMOVE,
+        libc::MADV_DONTFORK,
+        libc::MADV_DOFORK,
+        libc::MADV_MERGEABLE,
+        libc::MADV_UNMERGEABLE,
+        libc::MADV_HUGEPAGE,
+        libc::MADV_NOHUGEPAGE,
+        libc::MADV_DONTDUMP,
+        libc::MADV_DODUMP,
+        libc::MADV_WIPEONFORK,
+        libc::MADV_KEEPONFORK,
+        libc::MADV_COLD,
+        libc::MADV_PAGEOUT,
+        libc::MADV_POPULATE_READ,
+        libc::MADV_POPULATE_WRITE,
+    ];
+    match nr {
+        libc::SYS_mmap => args[3] & i64::from(libc::MAP_FIXED) != 0,
+        libc::SYS_madvise => !READABLE_AFTER.contains(&(args[2] as i32)),
+        libc::SYS_mprotect
+        | libc::SYS_munmap
+        | libc::SYS_brk
+        | libc::SYS_mremap
+        | libc::SYS_shmat
+        | libc::SYS_shmdt
+        | libc::SYS_pkey_mprotect => true,
+        _ => false,
+    }
 }
 
 /// The call made in the kernel as the program made it, after the fast descriptors at
