@@ -70,6 +70,7 @@ the [history](#history) at the end, one line each with the commit measured.
 - [against the FUSE ceiling](#fuse-ceiling): how to measure shoal against `shoal mount --memory`
   and the minimal fuser filesystem
 - [history](#history): earlier headline measurements, one line each, with the commit
+- before and after a change, both orders: [docs/bench/engine-layers-ab.md](docs/bench/engine-layers-ab.md) (issue 31, `scripts/bench-ab`)
 
 EOF
 section fastpath docs/bench/fastpath.md
