@@ -16,6 +16,9 @@ pub const MEMTABLE_BYTES: u64 = 96 << 20;
 pub const WORKER_THREADS: usize = 2;
 /// Journal size at which fjall flushes memtables so old journals can go (`journal=`).
 pub const JOURNAL_BYTES: u64 = 512 << 20;
+/// Directory listings kept while nothing changes (`engine/listing_cache.rs`): about 65k
+/// entries with their attributes, a 30k-entry source tree's whole `du -s`.
+pub const LISTING_CACHE_BYTES: usize = 16 << 20;
 /// Staged key and value bytes at which a write first checkpoints (`checkpoint=`).
 pub const CHECKPOINT_BYTES: u64 = 4 << 20;
 /// Changes one batch holds at most where the engine or a tool splits large work into

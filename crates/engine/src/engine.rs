@@ -1,6 +1,7 @@
 //! The engine: opening a store, the state the write transaction (`txn`) works on, usage
 //! counters, inode allocation and group commit.
 
+pub(crate) mod listing_cache;
 mod open_files;
 mod purge;
 pub(crate) mod quota;
@@ -33,6 +34,7 @@ use crate::store_dir::identity::{self, StoreIdentity};
 use crate::store_dir::open::OpenError;
 use crate::store_dir::space_reserve::SpaceReserve;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
+use listing_cache::ListingCache;
 pub use open_files::ReferenceProbe;
 use open_files::{OpenFiles, Unlinked};
 use quota::QuotaState;
@@ -137,6 +139,8 @@ pub struct Engine {
     /// The background deletion of detached trees (see `reclaim`).
     reclaim: Arc<ReclaimSignal>,
     change_observer: OnceLock<Arc<dyn ChangeObserver>>,
+    /// Directory listings kept while nothing changes (see `listing_cache`).
+    listings: ListingCache,
     /// Set when the commit or reclaimer thread panics; the store checks it before every
     /// operation (see `poison`).
     poison: Arc<Poison>,
@@ -320,6 +324,7 @@ impl Engine {
             space,
             reclaim: Arc::default(),
             change_observer: OnceLock::new(),
+            listings: ListingCache::new(crate::defaults::LISTING_CACHE_BYTES),
             poison,
             _lock: lock,
         });
@@ -358,9 +363,10 @@ impl Engine {
         (self.stats.snapshot(), self.store.metrics())
     }
 
-    /// Memory the store holds whatever the kernel does (see `Store::memory_bytes`).
+    /// Memory the store and the engine's caches hold whatever the kernel does (see
+    /// `Store::memory_bytes`, `listing_cache`).
     pub fn store_memory_bytes(&self) -> u64 {
-        self.store.memory_bytes()
+        self.store.memory_bytes() + self.listings.bytes()
     }
 
     /// Makes everything durable, then compacts the store (see `Store::compact`); for
@@ -509,6 +515,10 @@ impl Engine {
         self.stats.record_commit(started.elapsed());
         *synced = upto;
         Ok(())
+    }
+
+    pub(crate) fn listings(&self) -> &ListingCache {
+        &self.listings
     }
 
     /// How many changes (written batches) the engine has made since it was opened: any

@@ -13,7 +13,9 @@ pub(crate) mod tmpfile;
 pub(crate) mod xattr;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use crate::engine::listing_cache::{Page, PageKey};
 use crate::engine::tree_usage::TreeDelta;
 use crate::engine::{check_name, Caller, Engine, Txn};
 use crate::error::{FsError, FsResult};
@@ -30,6 +32,24 @@ use crate::records::inode::S_ISGID;
 /// numbers per entry (plus one allocation block): else the scan would read mostly others'.
 const SCAN_SPAN_PER_ENTRY: u64 = 4;
 const SCAN_MIN_ENTRIES: usize = 4;
+
+fn page_key(dir: u64, after: Option<&[u8]>, limit: usize, with_inodes: bool) -> PageKey {
+    PageKey {
+        dir,
+        after: after.map(Box::from),
+        limit,
+        with_inodes,
+    }
+}
+
+/// `inode` as a listing returns it: attributes only (a symlink's target and a small
+/// file's data stay in the store, not in every listing kept).
+fn without_content(mut inode: Inode) -> Inode {
+    if let Content::Inline(data) = &mut inode.content {
+        *data = Vec::new();
+    }
+    inode
+}
 
 /// The range of inode numbers to scan for `entries`, if they are close enough together.
 fn dense_inode_span(entries: &[DirEntry]) -> Option<(u64, u64)> {
@@ -100,6 +120,25 @@ impl Engine {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let key = page_key(dir, after, limit, false);
+        let read_at = self.changes();
+        if let Some(Page::Names(entries)) = self.listings().get(&key, read_at) {
+            return Ok(entries.as_ref().clone());
+        }
+        let entries = self.scan_entries(dir, after, limit)?;
+        let page = Arc::new(entries.clone());
+        self.listings()
+            .put(key, Page::Names(page), read_at, self.changes());
+        Ok(entries)
+    }
+
+    /// `readdir` from the store, past the listing cache.
+    fn scan_entries(
+        &self,
+        dir: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntry>> {
         let (start, end) = match after {
             Some(name) => keys::entry_range_after(dir, name),
             None => keys::entry_range(dir),
@@ -143,15 +182,39 @@ impl Engine {
         Ok(entries)
     }
 
-    /// `readdir` with each entry's inode. Sibling inodes were allocated next to each other,
-    /// so these reads hit the same store blocks.
+    /// `readdir` with each entry's inode, without its inline content (a listing's callers
+    /// want attributes; `read` returns data). Sibling inodes were allocated next to each
+    /// other, so these reads hit the same store blocks.
     pub fn readdir_plus(
         &self,
         dir: u64,
         after: Option<&[u8]>,
         limit: usize,
     ) -> FsResult<Vec<(DirEntry, Inode)>> {
-        let entries = self.readdir(dir, after, limit)?;
+        self.stats().count(Op::Readdir);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = page_key(dir, after, limit, true);
+        let read_at = self.changes();
+        if let Some(Page::WithInodes(entries)) = self.listings().get(&key, read_at) {
+            return Ok(entries.as_ref().clone());
+        }
+        let entries = self.scan_entries_with_inodes(dir, after, limit)?;
+        let page = Arc::new(entries.clone());
+        self.listings()
+            .put(key, Page::WithInodes(page), read_at, self.changes());
+        Ok(entries)
+    }
+
+    /// `readdir_plus` from the store, past the listing cache.
+    fn scan_entries_with_inodes(
+        &self,
+        dir: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<(DirEntry, Inode)>> {
+        let entries = self.scan_entries(dir, after, limit)?;
         let mut inodes = match dense_inode_span(&entries) {
             Some((first, last)) => self.scan_inodes(first, last)?,
             None => HashMap::new(),
@@ -163,7 +226,7 @@ impl Engine {
                 None => self.read_inode(entry.ino),
             };
             match inode {
-                Ok(inode) => with_inodes.push((entry, inode)),
+                Ok(inode) => with_inodes.push((entry, without_content(inode))),
                 // Unlinked between the two reads: skip it, as if read a moment later.
                 Err(FsError::NotFound) => continue,
                 Err(error) => return Err(error),

@@ -10,6 +10,43 @@ use common::*;
 const MISSING_INO: u64 = 987_654_321;
 
 both_backends! {
+    fn listings_follow_every_change_although_they_are_kept(fs) {
+        // Pages are kept between calls (`listing_cache`); each change must show in the
+        // next listing, names and attributes alike.
+        let dir = mkdir(fs, ROOT_INO, b"kept");
+        let names = |fs: &Engine| -> Vec<Vec<u8>> {
+            fs.readdir(dir.ino, None, 100).unwrap().into_iter().map(|e| e.name).collect()
+        };
+        let sizes = |fs: &Engine| -> Vec<(Vec<u8>, u64, u16)> {
+            fs.readdir_plus(dir.ino, None, 100)
+                .unwrap()
+                .into_iter()
+                .map(|(e, inode)| (e.name, inode.size, inode.perm))
+                .collect()
+        };
+        assert!(names(fs).is_empty());
+        assert!(sizes(fs).is_empty());
+        let a = mkfile(fs, dir.ino, b"a");
+        assert_eq!(names(fs), vec![b"a".to_vec()]);
+        assert_eq!(names(fs), vec![b"a".to_vec()], "served again, unchanged");
+        assert_eq!(sizes(fs), vec![(b"a".to_vec(), 0, a.perm)]);
+        fs.write(a.ino, 0, b"12345").unwrap();
+        assert_eq!(sizes(fs), vec![(b"a".to_vec(), 5, a.perm)]);
+        fs.setattr(a.ino, &SetAttr { perm: Some(0o600), ..sattr() }).unwrap();
+        assert_eq!(sizes(fs), vec![(b"a".to_vec(), 5, 0o600)]);
+        let (_, inode) = &fs.readdir_plus(dir.ino, None, 100).unwrap()[0];
+        assert_eq!(inode.content, Content::Inline(Vec::new()), "attributes only");
+        fs.rename(dir.ino, b"a", dir.ino, b"b", RenameMode::NoReplace).unwrap();
+        assert_eq!(names(fs), vec![b"b".to_vec()]);
+        mkfile(fs, ROOT_INO, b"elsewhere");
+        fs.link(a.ino, dir.ino, b"c").unwrap();
+        assert_eq!(names(fs), vec![b"b".to_vec(), b"c".to_vec()]);
+        fs.unlink(dir.ino, b"b").unwrap();
+        fs.unlink(dir.ino, b"c").unwrap();
+        assert!(names(fs).is_empty());
+        assert!(sizes(fs).is_empty());
+    }
+
     fn readdir_plus_pairs_every_entry_with_its_own_inode_near_or_far(fs) {
         // Children created in turn in two directories share allocation blocks unevenly;
         // a hard link and renamed-in files bring inode numbers from far away.
