@@ -30,14 +30,19 @@ struct Listing {
     who: channel::Who,
     attrs: HashMap<Box<[u8]>, Attr>,
     /// Stats it answered: a listing of a new directory whose predecessor answered none
-    /// turns attributes off (`want_attrs`).
+    /// although it had subdirectories turns attributes off (`want_attrs`).
     hits: usize,
+    /// Subdirectories among its entries: a tool that walks a tree stats those (fts
+    /// checks each directory before it enters), and only those in a leaf directory.
+    subdirs: usize,
 }
 
 /// Whether listings ask for attributes, as the kernel's READDIRPLUS_AUTO decides: yes until
-/// a listing's attributes go unused (`find` and `rm -rf` read names and types only, and the
-/// daemon's inode reads for them cost a cold `find` 1.7x), then no until a stat by name in
-/// a directory listed without them (`du`, `ls -l`, `cp -a`) asks again.
+/// a listing with subdirectories answers no stat (`rm -rf` reads names and types only, and
+/// the daemon's inode reads for it cost a cold walk 1.7x), then no until a stat by name in
+/// a directory listed without them (`du`, `ls -l`, `cp -a`) asks again. A leaf directory's
+/// listing does not count: `find` stats only the subdirectories it enters, and turning
+/// attributes off at every leaf sent those stats to the daemon at every other directory.
 static WANT_ATTRS: AtomicBool = AtomicBool::new(true);
 
 pub fn want_attrs() -> bool {
@@ -103,7 +108,7 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
             if listings
                 .recent
                 .back()
-                .is_some_and(|previous| previous.hits == 0)
+                .is_some_and(|previous| previous.hits == 0 && previous.subdirs > 0)
             {
                 WANT_ATTRS.store(false, Ordering::Relaxed);
             }
@@ -114,6 +119,7 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
                 who,
                 attrs: HashMap::new(),
                 hits: 0,
+                subdirs: 0,
             });
             listings.recent.len() - 1
         }
@@ -122,6 +128,9 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
     let listing = &mut listings.recent[index];
     for entry in page {
         if let Some(attr) = entry.attr {
+            if attr.mode & libc::S_IFMT == libc::S_IFDIR {
+                listing.subdirs += 1;
+            }
             if listing
                 .attrs
                 .insert(entry.name.clone().into_boxed_slice(), attr)
