@@ -7,7 +7,7 @@
 //! A connection names its socket by a slot, whose descriptor number may change (a `dup2`
 //! onto it moves it first).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::sys;
 
@@ -92,4 +92,30 @@ pub fn in_range(first: u32, last: u32) -> Vec<u32> {
         .collect();
     inside.sort_unstable();
     inside
+}
+
+/// A new placeholder for a fast descriptor (`sys::placeholder`'s kind: `/` opened O_PATH,
+/// EBADF under any call that reaches the kernel unconverted), at the lowest free number as
+/// the kernel's own open would take. A copy of one kept here: F_DUPFD costs a third of an
+/// openat of `/` (0.33 against 1.06 µs with its close, on the 2-core VM), once per open on
+/// the fast path. Placeholders then share one open file description, which nothing reads:
+/// the library keeps each fast descriptor's flags and offset itself.
+pub fn placeholder(cloexec: bool) -> i64 {
+    static BASE: OnceLock<Option<usize>> = OnceLock::new();
+    let base = BASE.get_or_init(|| {
+        let fd = sys::placeholder(true);
+        (fd >= 0).then(|| hide(fd as i32))
+    });
+    if let Some(slot) = *base {
+        let command = if cloexec {
+            libc::F_DUPFD_CLOEXEC
+        } else {
+            libc::F_DUPFD
+        };
+        let copy = sys::fcntl(fd(slot), command, 0);
+        if copy >= 0 {
+            return copy;
+        }
+    }
+    sys::placeholder(cloexec)
 }

@@ -9,7 +9,7 @@ use shoal_fastpath::{Reply, Request};
 use super::{ask, fail, kernel, Answer};
 use crate::fds::{self, DirCursor, OpenFile};
 use crate::resolve::{self, Route};
-use crate::{process_state, sys};
+use crate::{internal_fds, process_state};
 
 /// Flags the kernel alone serves: path-only descriptors, unnamed files, direct I/O
 /// (its alignment rules), signal-driven I/O.
@@ -97,7 +97,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             .filter(|&before| crate::listings::changes_now(mount) == Some(before))
             .map(|before| (before, opened.attr)),
     });
-    let fd = sys::placeholder(flags & libc::O_CLOEXEC != 0);
+    let fd = internal_fds::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {
         // No number for it: the daemon's file is closed again.
         let _ = crate::channel::call(
