@@ -2455,3 +2455,81 @@ fn a_path_on_memory_taken_away_is_efault_as_through_the_kernel() {
     }
     m.finish();
 }
+
+const OPENDIR_THEN_CHANGE_C: &str = r#"
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int by_name(const void *a, const void *b) { return strcmp(*(char **)a, *(char **)b); }
+static void list(const char *what, DIR *d) {
+    char *names[64]; int n = 0; struct dirent *e;
+    while ((e = readdir(d)) && n < 64) names[n++] = strdup(e->d_name);
+    qsort(names, n, sizeof *names, by_name);
+    printf("%s:", what);
+    for (int i = 0; i < n; i++) printf(" %s", names[i]);
+    printf("\n");
+}
+int main(int argc, char **argv) {
+    char path[4096];
+    DIR *d = opendir(argv[1]);
+    snprintf(path, sizeof path, "%s/added", argv[1]);
+    close(open(path, O_CREAT | O_WRONLY, 0644));
+    snprintf(path, sizeof path, "%s/b", argv[1]);
+    unlink(path);
+    list("changed after opendir", d);
+    closedir(d);
+    d = opendir(argv[1]);
+    list("unchanged", d);
+    rewinddir(d);
+    list("rewound", d);
+    closedir(d);
+    return 0;
+}
+"#;
+
+/// `opendir` on the fast path brings the first page of entries with it; a `readdir` after
+/// a change since (here the process's own create and unlink) must list the directory as
+/// it is then, as through the kernel.
+#[test]
+fn a_listing_sent_with_opendir_is_not_served_after_a_change() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "opendir", OPENDIR_THEN_CHANGE_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let mut outputs = Vec::new();
+    for (door, dir) in [("kernel", m.path("k")), ("fast", m.path("f"))] {
+        fs::create_dir(&dir).unwrap();
+        for name in ["a", "b", "c"] {
+            fs::write(dir.join(name), b"x").unwrap();
+        }
+        let args = [binary.as_os_str(), dir.as_os_str()];
+        let out = if door == "kernel" {
+            kernel(&m.mnt, &args)
+        } else {
+            fast(&m.mnt, &args)
+        };
+        assert!(out.success(), "{}", out.describe());
+        outputs.push(out);
+    }
+    assert_served(&outputs[1], 5, "opendir, readdir, create, unlink");
+    assert_eq!(
+        outputs[1].stdout,
+        outputs[0].stdout,
+        "{}",
+        outputs[1].describe()
+    );
+    for line in [
+        "changed after opendir: . .. a added c",
+        "unchanged: . .. a added c",
+        "rewound: . .. a added c",
+    ] {
+        assert!(
+            outputs[1].stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{}",
+            outputs[1].stdout
+        );
+    }
+    m.finish();
+}

@@ -7,7 +7,7 @@ use shoal_engine::{
 };
 use shoal_fastpath::{
     At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, ENTRIES_HEADER_BYTES,
-    MAX_MESSAGE_BYTES, READDIR_BATCH_ENTRIES,
+    MAX_MESSAGE_BYTES, OPENED_DIR_EXTRA_BYTES, READDIR_BATCH_ENTRIES,
 };
 
 use crate::credentials::Credentials;
@@ -302,6 +302,45 @@ impl Server {
         Ok(Reply::Empty)
     }
 
+    /// `opendir`: an O_DIRECTORY open answered with the directory's first page of entries
+    /// (the client serves the first `getdents` from it while the mount's change count
+    /// stays, as a listing read then would be the same). A page that cannot be read leaves
+    /// the open as it is: the `getdents` asks again and gets the error.
+    pub fn open_dir(
+        &self,
+        s: &Session,
+        at: &At,
+        flags: i32,
+        max: u32,
+        asked_attrs: bool,
+    ) -> Served<Reply> {
+        require(flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0)?;
+        let Reply::Opened(opened) = self.open(s, at, flags, 0, 0)? else {
+            return Err(Refusal::Errno(libc::EPROTO));
+        };
+        let page = self.read_dir_within(
+            s,
+            opened.handle,
+            None,
+            max,
+            asked_attrs,
+            MAX_MESSAGE_BYTES - OPENED_DIR_EXTRA_BYTES,
+        );
+        Ok(match page {
+            Ok(Reply::Entries {
+                entries,
+                done,
+                changes,
+            }) => Reply::OpenedDir {
+                opened,
+                entries,
+                done,
+                changes,
+            },
+            _ => Reply::Opened(opened),
+        })
+    }
+
     /// A page of a directory's entries. When the caller may look entries up (search
     /// permission), each carries its attributes, which the client keeps to answer the
     /// `stat` that tools make of every entry they list, while the mount's change count
@@ -313,6 +352,19 @@ impl Server {
         after: Option<&[u8]>,
         max: u32,
         asked_attrs: bool,
+    ) -> Served<Reply> {
+        self.read_dir_within(s, id, after, max, asked_attrs, MAX_MESSAGE_BYTES)
+    }
+
+    /// `read_dir` in a reply of at most `message_bytes`.
+    fn read_dir_within(
+        &self,
+        s: &Session,
+        id: u64,
+        after: Option<&[u8]>,
+        max: u32,
+        asked_attrs: bool,
+        message_bytes: usize,
     ) -> Served<Reply> {
         let changes = self.engine.changes();
         let handle = s.handle(id)?;
@@ -354,7 +406,7 @@ impl Server {
             ENTRIES_HEADER_BYTES + entries.iter().map(DirEntryWire::encoded_len).sum::<usize>();
         for entry in page {
             bytes += entry.encoded_len();
-            if bytes > MAX_MESSAGE_BYTES {
+            if bytes > message_bytes {
                 done = false;
                 break;
             }

@@ -371,6 +371,12 @@ impl Server {
                 mode,
                 umask,
             } => self.open(s, at, *flags, *mode, *umask),
+            Request::OpenDir {
+                at,
+                flags,
+                max,
+                with_attrs,
+            } => self.open_dir(s, at, *flags, *max, *with_attrs),
             Request::Close { handle } => self.close(s, *handle),
             Request::Read {
                 handle,

@@ -8,7 +8,7 @@ use shoal_fastpath::{Reply, Request};
 use crate::refusal::{Refusal, Served, Why};
 
 /// Request kinds, in the order `snapshot` lists them.
-pub const REQUEST_KINDS: [&str; 24] = [
+pub const REQUEST_KINDS: [&str; 25] = [
     "hello",
     "stat",
     "access",
@@ -33,6 +33,7 @@ pub const REQUEST_KINDS: [&str; 24] = [
     "copy_range",
     "set_acl_mode",
     "removexattr",
+    "open_dir",
 ];
 
 fn kind_index(request: &Request) -> usize {
@@ -61,6 +62,7 @@ fn kind_index(request: &Request) -> usize {
         Request::CopyRange { .. } => 21,
         Request::SetAccessAclMode { .. } => 22,
         Request::RemoveXattr { .. } => 23,
+        Request::OpenDir { .. } => 24,
     }
 }
 

@@ -86,6 +86,15 @@ pub enum Request {
     Fsync {
         handle: u64,
     },
+    /// open(2) with O_DIRECTORY (not O_CREAT), answered with the directory's first page
+    /// of entries too (`Reply::OpenedDir`): `opendir` then the first `getdents` in one
+    /// round trip.
+    OpenDir {
+        at: At,
+        flags: i32,
+        max: u32,
+        with_attrs: bool,
+    },
     ReadDir {
         handle: u64,
         after: Cookie,
@@ -196,6 +205,8 @@ const ATTR_BYTES: usize = 8 + 4 * 5 + 8 * 2 + 4 + 3 * (8 + 4);
 const ENTRY_FIXED_BYTES: usize = 8 + 1 + 4 + 1;
 /// An `Entries` reply without its entries: status, tag, count, changes, done.
 pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 1;
+/// What an `OpenedDir` reply carries beyond an `Entries` one: handle, attributes, created.
+pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -236,6 +247,14 @@ pub enum Reply {
         done: bool,
         /// The mount's change count read before the listing (`state::MountState`): the
         /// attributes hold while it stays the same.
+        changes: u64,
+    },
+    /// A directory opened by `Request::OpenDir`, with its first page of entries, as an
+    /// `Entries` reply would give it (see there).
+    OpenedDir {
+        opened: Opened,
+        entries: Vec<DirEntryWire>,
+        done: bool,
         changes: u64,
     },
     /// A setattr's result. `kernel_holds`: the kernel mount has the inode cached; its
@@ -369,6 +388,7 @@ impl Request {
             Request::CopyRange { .. } => 22,
             Request::SetAccessAclMode { .. } => 23,
             Request::RemoveXattr { .. } => 24,
+            Request::OpenDir { .. } => 25,
         }
     }
 
@@ -399,6 +419,15 @@ impl Request {
             } => {
                 at.encode(&mut e);
                 e.i32(*flags).u32(*mode).u32(*umask);
+            }
+            Request::OpenDir {
+                at,
+                flags,
+                max,
+                with_attrs,
+            } => {
+                at.encode(&mut e);
+                e.i32(*flags).u32(*max).bool(*with_attrs);
             }
             Request::Close { handle } | Request::Fstat { handle } | Request::Fsync { handle } => {
                 e.u64(*handle);
@@ -503,6 +532,12 @@ impl Request {
                 flags: d.i32()?,
                 mode: d.u32()?,
                 umask: d.u32()?,
+            },
+            25 => Request::OpenDir {
+                at: At::decode(&mut d)?,
+                flags: d.i32()?,
+                max: d.u32()?,
+                with_attrs: d.bool()?,
             },
             5 => Request::Close { handle: d.u64()? },
             6 => Request::Read {
@@ -660,17 +695,17 @@ impl Reply {
                 entries,
                 done,
                 changes,
+            } => encode_entries(e.u8(6), entries, *done, *changes),
+            Reply::OpenedDir {
+                opened,
+                entries,
+                done,
+                changes,
             } => {
-                let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
-                e.u8(6).u32(count).u64(*changes);
-                for entry in entries {
-                    e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
-                    match &entry.attr {
-                        Some(attr) => attr.encode(e.u8(1)),
-                        None => void(e.u8(0)),
-                    }
-                }
-                e.bool(*done);
+                e.u8(8).u64(opened.handle);
+                opened.attr.encode(&mut e);
+                e.bool(opened.created);
+                encode_entries(&mut e, entries, *done, *changes);
             }
         }
     }
@@ -704,7 +739,28 @@ impl Reply {
                 written: d.u64()?,
                 end: d.u64()?,
             },
-            6 => decode_entries(&mut d)?,
+            6 => {
+                let (entries, done, changes) = decode_entries(&mut d)?;
+                Reply::Entries {
+                    entries,
+                    done,
+                    changes,
+                }
+            }
+            8 => {
+                let opened = Opened {
+                    handle: d.u64()?,
+                    attr: Attr::decode(&mut d)?,
+                    created: d.bool()?,
+                };
+                let (entries, done, changes) = decode_entries(&mut d)?;
+                Reply::OpenedDir {
+                    opened,
+                    entries,
+                    done,
+                    changes,
+                }
+            }
             7 => Reply::Changed {
                 attr: Attr::decode(&mut d)?,
                 kernel_holds: d.bool()?,
@@ -716,7 +772,21 @@ impl Reply {
     }
 }
 
-fn decode_entries(d: &mut Decoder) -> Result<Reply, WireError> {
+/// A page of entries: count, the change count, each entry (attributes tagged), done.
+fn encode_entries(e: &mut Encoder, entries: &[DirEntryWire], done: bool, changes: u64) {
+    let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
+    e.u32(count).u64(changes);
+    for entry in entries {
+        e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
+        match &entry.attr {
+            Some(attr) => attr.encode(e.u8(1)),
+            None => void(e.u8(0)),
+        }
+    }
+    e.bool(done);
+}
+
+fn decode_entries(d: &mut Decoder) -> Result<(Vec<DirEntryWire>, bool, u64), WireError> {
     let count = d.u32()?;
     if count > ENTRIES_MAX {
         return Err(WireError::TooLong);
@@ -735,11 +805,7 @@ fn decode_entries(d: &mut Decoder) -> Result<Reply, WireError> {
             },
         });
     }
-    Ok(Reply::Entries {
-        entries,
-        done: d.bool()?,
-        changes,
-    })
+    Ok((entries, d.bool()?, changes))
 }
 
 fn void(_: &mut Encoder) {}
@@ -807,6 +873,12 @@ mod tests {
                 after: None,
                 max: 64,
                 with_attrs: false,
+            },
+            Request::OpenDir {
+                at: at(b"dir"),
+                flags: libc::O_RDONLY | libc::O_DIRECTORY,
+                max: 64,
+                with_attrs: true,
             },
             Request::Mkdir {
                 at: at(b"d"),
@@ -883,16 +955,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn replies_round_trip() {
-        let attr = Attr {
-            ino: 9,
-            mode: 0o100644,
-            nlink: 1,
-            size: 5,
-            ..Attr::default()
-        };
-        let replies = [
+    /// One reply of each kind (two of the listings), around `attr`.
+    fn every_reply(attr: Attr) -> Vec<Reply> {
+        vec![
             Reply::Empty,
             Reply::Hello(Hello {
                 version: 1,
@@ -931,17 +996,46 @@ mod tests {
                 done: false,
                 changes: 77,
             },
-        ];
+            Reply::OpenedDir {
+                opened: Opened {
+                    handle: 5,
+                    attr,
+                    created: false,
+                },
+                entries: vec![DirEntryWire {
+                    ino: 6,
+                    kind: 8,
+                    name: b"g".to_vec(),
+                    attr: Some(attr),
+                }],
+                done: true,
+                changes: 78,
+            },
+        ]
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let attr = Attr {
+            ino: 9,
+            mode: 0o100644,
+            nlink: 1,
+            size: 5,
+            ..Attr::default()
+        };
         let mut buf = Vec::new();
-        for reply in replies {
+        for reply in every_reply(attr) {
             Reply::encode(Status::Ok, &reply, &mut buf);
-            if let Reply::Entries { entries, .. } = &reply {
+            let budgeted = match &reply {
+                Reply::Entries { entries, .. } => Some((entries, ENTRIES_HEADER_BYTES)),
+                Reply::OpenedDir { entries, .. } => {
+                    Some((entries, ENTRIES_HEADER_BYTES + OPENED_DIR_EXTRA_BYTES))
+                }
+                _ => None,
+            };
+            if let Some((entries, header)) = budgeted {
                 let listed: usize = entries.iter().map(DirEntryWire::encoded_len).sum();
-                assert_eq!(
-                    buf.len(),
-                    ENTRIES_HEADER_BYTES + listed,
-                    "sizes the server budgets by"
-                );
+                assert_eq!(buf.len(), header + listed, "sizes the server budgets by");
             }
             assert_eq!(Reply::decode(&buf), Ok((Status::Ok, reply)));
         }

@@ -27,6 +27,15 @@ pub struct DirCursor {
     /// The name of the last entry returned: where a kernel descriptor of the directory
     /// continues the listing (`to_kernel`).
     pub last_name: Option<Vec<u8>>,
+    /// The first page, sent with the open (`Request::OpenDir`): the first `getdents`
+    /// serves it if the mount's change count is still `changes`, else asks again.
+    pub prefetched: Option<Prefetched>,
+}
+
+pub struct Prefetched {
+    pub entries: Vec<DirEntryWire>,
+    pub done: bool,
+    pub changes: u64,
 }
 
 pub struct OpenFile {

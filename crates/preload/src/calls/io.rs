@@ -1,10 +1,10 @@
 //! Reads, writes, seeks, directory listings and syncs on fast descriptors.
 
-use shoal_fastpath::{Reply, Request, MAX_IO_BYTES, READDIR_BATCH_ENTRIES};
+use shoal_fastpath::{DirEntryWire, Reply, Request, MAX_IO_BYTES, READDIR_BATCH_ENTRIES};
 
 use super::{ask, copy_out, fail, kernel, Answer};
 use crate::fds::{self, OpenFile};
-use crate::mounts;
+use crate::{mounts, stats};
 
 /// A read or write the daemon left to the kernel: made there once the offset lock is
 /// released (the conversion to a kernel descriptor reads the offset).
@@ -308,6 +308,14 @@ fn skip_entries(file: &OpenFile, count: u64) {
 }
 
 fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64> {
+    if let Some(page) = cursor.prefetched.take() {
+        // Sent with the open: what a listing now would be while nothing has changed.
+        if !cursor.started && crate::listings::changes_now(file.mount) == Some(page.changes) {
+            stats::note(libc::SYS_getdents64, stats::Way::Fast);
+            take_page(cursor, page.entries, page.done);
+            return Ok(());
+        }
+    }
     let request = Request::ReadDir {
         handle: file.handle,
         after: if cursor.started {
@@ -325,22 +333,27 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             changes,
         }) => {
             crate::listings::remember(file.mount, file.ino, changes, &entries);
-            cursor.started = true;
-            if let Some(last) = entries
-                .iter()
-                .rev()
-                .find(|e| e.name != b"." && e.name != b"..")
-            {
-                cursor.after = Some(last.name.clone());
-            }
-            cursor.done = done;
-            cursor.buffered.extend(entries);
+            take_page(cursor, entries, done);
             Ok(())
         }
         Answer::Done(_) => Err(fail(libc::EPROTO)),
         Answer::Errno(errno) => Err(fail(errno)),
         Answer::Kernel => Err(fail(libc::EIO)),
     }
+}
+
+/// A page of entries from the daemon into the listing in progress.
+fn take_page(cursor: &mut crate::fds::DirCursor, entries: Vec<DirEntryWire>, done: bool) {
+    cursor.started = true;
+    if let Some(last) = entries
+        .iter()
+        .rev()
+        .find(|e| e.name != b"." && e.name != b"..")
+    {
+        cursor.after = Some(last.name.clone());
+    }
+    cursor.done = done;
+    cursor.buffered.extend(entries);
 }
 
 /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.

@@ -4,10 +4,10 @@
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
-use shoal_fastpath::{Reply, Request};
+use shoal_fastpath::{Reply, Request, READDIR_BATCH_ENTRIES};
 
 use super::{ask, fail, kernel, Answer};
-use crate::fds::{self, DirCursor, OpenFile};
+use crate::fds::{self, DirCursor, OpenFile, Prefetched};
 use crate::resolve::{self, Route};
 use crate::{internal_fds, process_state};
 
@@ -62,15 +62,38 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         Route::Fail(errno) => return Some(fail(errno)),
         Route::Fast { mount, at } => (mount, at),
     };
-    let request = Request::Open {
-        at,
-        flags,
-        mode,
-        umask: process_state::umask(),
+    let request = if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
+        Request::OpenDir {
+            at,
+            flags,
+            max: READDIR_BATCH_ENTRIES,
+            with_attrs: crate::listings::want_attrs(),
+        }
+    } else {
+        Request::Open {
+            at,
+            flags,
+            mode,
+            umask: process_state::umask(),
+        }
     };
     let changes_before = crate::listings::changes_now(mount);
-    let opened = match ask(nr, mount, &request) {
-        Answer::Done(Reply::Opened(opened)) => opened,
+    let (opened, prefetched) = match ask(nr, mount, &request) {
+        Answer::Done(Reply::Opened(opened)) => (opened, None),
+        Answer::Done(Reply::OpenedDir {
+            opened,
+            entries,
+            done,
+            changes,
+        }) => {
+            crate::listings::remember(mount, opened.attr.ino, changes, &entries);
+            let page = Prefetched {
+                entries,
+                done,
+                changes,
+            };
+            (opened, Some(page))
+        }
         Answer::Done(_) => return Some(fail(libc::EPROTO)),
         Answer::Errno(errno) => return Some(fail(errno)),
         Answer::Kernel => return Some(kernel(nr, args, dirfd_position)),
@@ -89,7 +112,10 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
                     | libc::O_CLOEXEC),
         ),
         offset: Mutex::new(0),
-        cursor: Mutex::new(DirCursor::default()),
+        cursor: Mutex::new(DirCursor {
+            prefetched,
+            ..DirCursor::default()
+        }),
         path: resolve::absolute(dirfd, &path),
         // Nothing changed on the mount while the open was answered (a create or truncate
         // would have moved the count): its attributes hold as long as the count stays.
