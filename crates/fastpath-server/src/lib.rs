@@ -6,6 +6,7 @@
 //! Layers: `walk` resolves paths, `permission` checks access, `ops` holds one function per
 //! request, `handles` the open files of each process, `server` the socket and threads.
 
+mod activity;
 mod credentials;
 mod handles;
 mod ops;

@@ -14,6 +14,7 @@ use shoal_fastpath::shared::SharedChannel;
 use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
+use crate::activity::Activity;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
 use crate::ops::Session;
@@ -53,6 +54,10 @@ pub struct Server {
     processes: Processes,
     append_locks: Vec<Mutex<()>>,
     connections: AtomicU64,
+    /// Numbers connections for `activity`.
+    connection_ids: AtomicU64,
+    /// Which connections are busy: nobody spins while they need more CPUs than there are.
+    activity: Activity,
     /// Connection threads spinning for their next request now (see `spin_slot`).
     spinners: AtomicUsize,
     /// At most this many spin at once: the CPUs but one (read once: std reads cgroup
@@ -144,6 +149,7 @@ pub fn start(
             "fast path: the engine already has a change observer; listings carry no attributes"
         );
     }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let server = Arc::new(Server {
         engine,
         kernel,
@@ -152,9 +158,10 @@ pub fn start(
         processes: Processes::default(),
         append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
         connections: AtomicU64::new(0),
+        connection_ids: AtomicU64::new(0),
+        activity: Activity::new(cpus),
         spinners: AtomicUsize::new(0),
-        spin_budget: std::thread::available_parallelism()
-            .map_or(1, |n| n.get().saturating_sub(1).max(1)),
+        spin_budget: cpus.saturating_sub(1).max(1),
         stopped: AtomicBool::new(false),
         stats: Arc::default(),
         state_fd,
@@ -313,10 +320,15 @@ impl Server {
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
         let mut pace = Pace::new(SERVER_SPIN);
+        let id = self.connection_ids.fetch_add(1, Ordering::Relaxed);
         loop {
             let waiting_since = Instant::now();
             // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
-            let spin = pace.spin();
+            let spin = if self.activity.spinning_pays(waiting_since) {
+                pace.spin()
+            } else {
+                Duration::ZERO
+            };
             let slot = (!spin.is_zero()).then(|| self.spin_slot());
             let polled = match &slot {
                 Some(slot) if slot.granted => channel.poll_request(seq, &mut request_buf, spin),
@@ -327,9 +339,11 @@ impl Server {
                 Some(next) => Ok(next),
                 None => channel.next_request(seq, &mut request_buf, Duration::ZERO, &alive),
             };
-            pace.observe(waiting_since.elapsed());
+            let arrived = Instant::now();
+            pace.observe(arrived.saturating_duration_since(waiting_since));
             let Ok(next) = next else { break };
             seq = next;
+            self.activity.served(id, arrived);
             let (status, reply) = match Request::decode(&request_buf) {
                 Ok(request) => self.serve(caller, process, &request),
                 Err(error) => {
@@ -338,6 +352,7 @@ impl Server {
                 }
             };
             Reply::encode(status, &reply, &mut reply_buf);
+            channel.let_client_spin(self.activity.spinning_pays(arrived));
             channel.reply(seq, &reply_buf);
         }
     }

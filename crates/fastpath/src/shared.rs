@@ -25,13 +25,16 @@ const SERVER_SLEEPING: usize = 8;
 const CLIENT_SLEEPING: usize = 12;
 const REQUEST_LEN: usize = 16;
 const REPLY_LEN: usize = 20;
+/// Set by the server: 1 while spinning does not pay (more busy connections than CPUs for
+/// them, see the server's `activity`); the client then waits on the futex at once.
+const CLIENT_NO_SPIN: usize = 24;
 const HEADER_BYTES: usize = 4096;
 const REQUEST_AREA: usize = HEADER_BYTES;
 const REPLY_AREA: usize = REQUEST_AREA + MAX_MESSAGE_BYTES;
 /// The memfd's exact size; the daemon refuses any other.
 pub const CHANNEL_BYTES: usize = REPLY_AREA + MAX_MESSAGE_BYTES;
 
-const _: () = assert!(REPLY_LEN + 4 <= HEADER_BYTES);
+const _: () = assert!(CLIENT_NO_SPIN + 4 <= HEADER_BYTES);
 // The reply area starts 8-byte aligned, so its words could be read in place too.
 const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
 
@@ -139,7 +142,12 @@ impl SharedChannel {
     ) -> Result<(), Gone> {
         let seq = self.send(request);
         let sent = Instant::now();
-        let answered = self.wait_reply(seq, reply, pace.spin(), alive);
+        let spin = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
+            pace.spin()
+        } else {
+            Duration::ZERO
+        };
+        let answered = self.wait_reply(seq, reply, spin, alive);
         pace.observe(sent.elapsed());
         answered
     }
@@ -221,6 +229,12 @@ impl SharedChannel {
     }
 
     /// Daemon: publishes the reply to request `seq`.
+    /// Tells the client whether to spin for its next answers (server side).
+    pub fn let_client_spin(&self, spin: bool) {
+        self.word(CLIENT_NO_SPIN)
+            .store(u32::from(!spin), Ordering::Relaxed);
+    }
+
     pub fn reply(&self, seq: u32, reply: &[u8]) {
         self.copy_in(REPLY_AREA, reply);
         self.word(REPLY_LEN)
