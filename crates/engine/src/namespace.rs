@@ -120,16 +120,15 @@ impl Engine {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let key = page_key(dir, after, limit, false);
-        let read_at = self.changes();
-        if let Some(Page::Names(entries)) = self.listings().get(&key, read_at) {
-            return Ok(entries.as_ref().clone());
-        }
-        let entries = self.scan_entries(dir, after, limit)?;
-        let page = Arc::new(entries.clone());
-        self.listings()
-            .put(key, Page::Names(page), read_at, self.changes());
-        Ok(entries)
+        self.kept_page(
+            page_key(dir, after, limit, false),
+            Page::Names,
+            |page| match page {
+                Page::Names(entries) => Some(entries),
+                Page::WithInodes(_) => None,
+            },
+            || self.scan_entries(dir, after, limit),
+        )
     }
 
     /// `readdir` from the store, past the listing cache.
@@ -195,15 +194,33 @@ impl Engine {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let key = page_key(dir, after, limit, true);
+        self.kept_page(
+            page_key(dir, after, limit, true),
+            Page::WithInodes,
+            |page| match page {
+                Page::WithInodes(entries) => Some(entries),
+                Page::Names(_) => None,
+            },
+            || self.scan_entries_with_inodes(dir, after, limit),
+        )
+    }
+
+    /// A page from the listing cache while it holds, else from `scan`, kept for next time
+    /// (see `listing_cache`: the change count is read before the scan).
+    fn kept_page<T: Clone>(
+        &self,
+        key: PageKey,
+        wrap: fn(Arc<Vec<T>>) -> Page,
+        unwrap: fn(Page) -> Option<Arc<Vec<T>>>,
+        scan: impl FnOnce() -> FsResult<Vec<T>>,
+    ) -> FsResult<Vec<T>> {
         let read_at = self.changes();
-        if let Some(Page::WithInodes(entries)) = self.listings().get(&key, read_at) {
+        if let Some(entries) = self.listings().get(&key, read_at).and_then(unwrap) {
             return Ok(entries.as_ref().clone());
         }
-        let entries = self.scan_entries_with_inodes(dir, after, limit)?;
-        let page = Arc::new(entries.clone());
-        self.listings()
-            .put(key, Page::WithInodes(page), read_at, self.changes());
+        let entries = scan()?;
+        let page = wrap(Arc::new(entries.clone()));
+        self.listings().put(key, page, read_at, self.changes());
         Ok(entries)
     }
 
