@@ -321,10 +321,12 @@ impl Server {
         let mut seq = 0;
         let mut pace = Pace::new(SERVER_SPIN);
         let id = self.connection_ids.fetch_add(1, Ordering::Relaxed);
+        // Decided once per request, at its arrival, for both sides' next wait.
+        let mut spinning_pays = true;
         loop {
             let waiting_since = Instant::now();
             // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
-            let spin = if self.activity.spinning_pays(waiting_since) {
+            let spin = if spinning_pays {
                 pace.spin()
             } else {
                 Duration::ZERO
@@ -344,6 +346,7 @@ impl Server {
             let Ok(next) = next else { break };
             seq = next;
             self.activity.served(id, arrived);
+            spinning_pays = self.activity.spinning_pays(arrived);
             let (status, reply) = match Request::decode(&request_buf) {
                 Ok(request) => self.serve(caller, process, &request),
                 Err(error) => {
@@ -352,7 +355,7 @@ impl Server {
                 }
             };
             Reply::encode(status, &reply, &mut reply_buf);
-            channel.let_client_spin(self.activity.spinning_pays(arrived));
+            channel.let_client_spin(spinning_pays);
             channel.reply(seq, &reply_buf);
         }
     }
