@@ -69,3 +69,30 @@ fn tree_usage_survives_reopen_and_fsck_verifies_it() {
         report.summary()
     );
 }
+
+/// A chmod, chown or utimes changes only the newest ctime of the directories above: in the
+/// clock tick of the create before it nothing (the walk up stops at the first directory
+/// already that new), in a later tick every directory up to the root.
+#[test]
+fn a_setattr_carries_its_ctime_up_to_the_root_only_when_it_is_newer() {
+    let fs = disk_with(no_thread());
+    let a = mkdir(&fs, ROOT_INO, b"a");
+    let b = mkdir(&fs, a.ino, b"b");
+    let f = mkfile(&fs, b.ino, b"f");
+    let chmod = |perm| SetAttr {
+        perm: Some(perm),
+        ..sattr()
+    };
+    fs.setattr(f.ino, &chmod(0o600)).unwrap();
+    assert_consistent(&fs, &[]);
+    // The coarse clock ticks every 1-10 ms.
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    let changed = fs.setattr(f.ino, &chmod(0o640)).unwrap();
+    assert!(changed.ctime > f.ctime, "the clock did not move");
+    for (dir, entries) in [(b.ino, 1), (a.ino, 2), (ROOT_INO, 3)] {
+        let usage = fs.tree_usage(dir).unwrap();
+        assert_eq!(usage.rctime, changed.ctime, "rctime of directory {dir}");
+        assert_eq!(counts(usage), (entries, 1, 0), "counts of directory {dir}");
+    }
+    assert_consistent(&fs, &[]);
+}

@@ -60,6 +60,12 @@ impl TreeDelta {
         }
     }
 
+    /// Whether applying this delta would leave `usage` as it is: no counts, and a ctime
+    /// no newer than the subtree's newest (timestamps are the coarse clock's ticks).
+    fn changes_nothing_in(&self, usage: &TreeUsage) -> bool {
+        self.entries == 0 && self.files == 0 && self.bytes == 0 && self.rctime <= usage.rctime
+    }
+
     fn apply(&self, usage: &mut TreeUsage, dir: u64) {
         usage.entries = add_signed(usage.entries, self.entries, dir, "entries");
         usage.files = add_signed(usage.files, self.files, dir, "files");
@@ -207,14 +213,17 @@ impl Txn<'_> {
             let mut current = dir;
             let mut depth = 0;
             loop {
-                let cached = match staged.get_mut(&current) {
-                    Some(cached) => cached,
-                    None => {
-                        let loaded = self.load_dir(current)?;
-                        staged.entry(current).or_insert(loaded)
-                    }
+                let mut cached = match staged.get(&current) {
+                    Some(cached) => *cached,
+                    None => self.load_dir(current)?,
                 };
+                if delta.changes_nothing_in(&cached.usage) {
+                    // A directory's rctime is at least every descendant's: nothing above
+                    // changes either. (A chmod in the tick of the last create stops here.)
+                    break;
+                }
                 delta.apply(&mut cached.usage, current);
+                staged.insert(current, cached);
                 // A detached tree (see `reclaim`) has parent 0: nothing above it counts it.
                 if current == ROOT_INO || cached.parent == 0 {
                     break;
