@@ -19,8 +19,9 @@ pub const JOURNAL_BYTES: u64 = 512 << 20;
 /// Directory listings kept while nothing changes (`engine/listing_cache.rs`): about 65k
 /// entries with their attributes, a 30k-entry source tree's whole `du -s`.
 pub const LISTING_CACHE_BYTES: usize = 16 << 20;
-/// Staged key and value bytes at which a write first checkpoints (`checkpoint=`).
-pub const CHECKPOINT_BYTES: u64 = 4 << 20;
+/// Staged key and value bytes at which a write first checkpoints (`checkpoint=`;
+/// docs/tuning.md says why 32 MiB: fewer checkpoint threads taking a CPU from callers).
+pub const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// Changes one batch holds at most where the engine or a tool splits large work into
 /// several batches (purging a large file, `shoal import`, fsck repairs): the writer lock
 /// is held for one batch at a time, and the batch is built in memory.
