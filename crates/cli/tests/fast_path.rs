@@ -2533,3 +2533,82 @@ fn a_listing_sent_with_opendir_is_not_served_after_a_change() {
     }
     m.finish();
 }
+
+/// Opens argv[2], reads its size, xattr names and end of file (copy_file_range into
+/// argv[3]), has `argv[1]` (a shell command) change it, then reads them all again.
+const KNOWN_THEN_CHANGED_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+static void look(const char *when, int fd, int dst) {
+    struct stat st;
+    char names[256];
+    fstat(fd, &st);
+    ssize_t listed = flistxattr(fd, names, sizeof names);
+    off_t at = st.st_size > 3 ? 3 : st.st_size;
+    off_t end = lseek(fd, 0, SEEK_END);
+    ssize_t copied = copy_file_range(fd, &at, dst, NULL, 1 << 20, 0);
+    printf("%s: size %lld mode %o names %zd end %lld copied %zd\n", when,
+           (long long)st.st_size, st.st_mode & 07777, listed, (long long)end, copied);
+    /* At its end now: the next copy copies nothing, the next fstat is the same. */
+    copied = copy_file_range(fd, NULL, dst, NULL, 1 << 20, 0);
+    fstat(fd, &st);
+    printf("%s, again: size %lld copied %zd\n", when, (long long)st.st_size, copied);
+}
+int main(int argc, char **argv) {
+    int fd = open(argv[2], O_RDONLY);
+    int dst = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || dst < 0) { perror("open"); return 1; }
+    look("before", fd, dst);
+    if (system(argv[1]) != 0) return 2;
+    look("after", fd, dst);
+    return 0;
+}
+"#;
+
+/// What the fast path keeps of an open file (its attributes, that it has no xattrs, where
+/// it ends) follows every change to it, by another process through either door: fstat,
+/// flistxattr, lseek(SEEK_END) and copy_file_range answer as through the kernel.
+#[test]
+fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "known", KNOWN_THEN_CHANGED_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let change = "printf 12345678 >> \"$F\"; chmod 600 \"$F\"; setfattr -n user.k -v v \"$F\"";
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let file = m.path(format!("{door}-{changer}"));
+        fs::write(&file, b"abcde").unwrap();
+        let copy = m.path(format!("{door}-{changer}.copy"));
+        let command = format!(
+            "F='{}'; SHOAL_RUN={changer}; export SHOAL_RUN; {change}",
+            file.display()
+        );
+        let args = [
+            binary.as_os_str(),
+            OsStr::new(&command),
+            file.as_os_str(),
+            copy.as_os_str(),
+        ];
+        let out = if door == "kernel" {
+            kernel(&m.mnt, &args)
+        } else {
+            fast(&m.mnt, &args)
+        };
+        assert!(out.success(), "{}", out.describe());
+        outputs.push(out);
+    }
+    let expected = "before: size 5 mode 644 names 0 end 5 copied 2\n\
+                    before, again: size 5 copied 0\n\
+                    after: size 13 mode 600 names 7 end 13 copied 10\n\
+                    after, again: size 13 copied 0\n";
+    for out in &outputs {
+        assert_eq!(out.stdout, expected, "{}", out.describe());
+    }
+    assert_served(&outputs[1], 10, "open, fstat, flistxattr, copy_file_range");
+    m.finish();
+}

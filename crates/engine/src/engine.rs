@@ -114,7 +114,9 @@ struct Committer {
 /// Told the engine's change count after every change, once readers can see the change
 /// (the fast path publishes it to its clients, whose caches hold while it stays put).
 pub trait ChangeObserver: Send + Sync {
-    fn changed(&self, changes: u64);
+    /// A batch is readable: `changes` batches are now written, and this one wrote the
+    /// attributes or extended attributes of `inodes` (each once, ascending).
+    fn changed(&self, changes: u64, inodes: &[u64]);
 }
 
 pub struct Engine {
@@ -534,15 +536,20 @@ impl Engine {
     }
 
     /// A batch is in the store and readable: the change count moves on.
-    pub(crate) fn count_change(&self) {
+    pub(crate) fn count_change(&self, inodes: &[u64]) {
         let changes = self
             .committer
             .written_batches
             .fetch_add(1, Ordering::AcqRel)
             + 1;
         if let Some(observer) = self.change_observer.get() {
-            observer.changed(changes);
+            observer.changed(changes, inodes);
         }
+    }
+
+    /// Whether an observer wants the inodes of each batch (`count_change`).
+    pub(crate) fn observes_changes(&self) -> bool {
+        self.change_observer.get().is_some()
     }
 
     /// Batches (operations) written since the last successful sync.

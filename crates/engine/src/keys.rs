@@ -193,6 +193,20 @@ pub fn all_inodes_range() -> (Vec<u8>, Vec<u8>) {
     tag_range(INODE)
 }
 
+/// The metadata key ranges that hold an inode's attributes and its extended attributes:
+/// a batch writing into them changed what a stat or listxattr of the inode returns.
+pub fn attribute_ranges() -> [(Vec<u8>, Vec<u8>); 2] {
+    [tag_range(INODE), tag_range(XATTR)]
+}
+
+/// The inode of a key in `attribute_ranges`.
+pub fn attribute_key_ino(key: &[u8]) -> Option<u64> {
+    match key.first() {
+        Some(&INODE | &XATTR) => read_u64(key, 1),
+        _ => None,
+    }
+}
+
 pub fn decode_inode_key(key: &[u8]) -> Result<u64, FsError> {
     match (key.first(), read_u64(key, 1), key.len()) {
         (Some(&INODE), Some(ino), 9) => Ok(ino),

@@ -137,7 +137,10 @@ impl Server {
             release(&self.engine, &handle);
             return Err(Refusal::Errno(libc::EMFILE));
         };
-        let inode = if created || flags & libc::O_TRUNC == 0 {
+        // The version first, then the attributes it vouches for (read again: a change
+        // after the walk or the create may already have moved it).
+        let version = self.version_of(inode.ino);
+        let inode = if directory && version.is_none() {
             inode
         } else {
             self.engine.getattr(inode.ino)?
@@ -146,6 +149,8 @@ impl Server {
             handle: id,
             attr: attr(&inode),
             created,
+            version,
+            no_xattrs: !inode.may_have_xattrs,
         }))
     }
 
@@ -288,7 +293,19 @@ impl Server {
 
     pub fn fstat(&self, s: &Session, id: u64) -> Served<Reply> {
         let handle = s.handle(id)?;
-        Ok(Reply::Attr(attr(&self.engine.getattr(handle.ino)?)))
+        let version = self.version_of(handle.ino);
+        let inode = self.engine.getattr(handle.ino)?;
+        Ok(Reply::AttrAt {
+            attr: attr(&inode),
+            version,
+            no_xattrs: !inode.may_have_xattrs,
+        })
+    }
+
+    /// The version of `ino`'s slot, to be read before its attributes (`Opened::version`);
+    /// `None` while the state does not follow the engine.
+    fn version_of(&self, ino: u64) -> Option<u32> {
+        self.state_follows_engine.then(|| self.state.0.version(ino))
     }
 
     pub fn fsync(&self, s: &Session, id: u64) -> Served<Reply> {

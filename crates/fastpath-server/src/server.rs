@@ -71,13 +71,19 @@ pub struct Server {
     /// Whether the page follows the engine: only then may listings carry attributes for
     /// clients to keep.
     pub(crate) state_follows_engine: bool,
+    /// The state as the engine's observer writes it: replies read inode versions here.
+    pub(crate) state: Arc<StatePublisher>,
 }
 
-/// Publishes the engine's change count on the state page.
-struct StatePublisher(MountState);
+/// Publishes the engine's change count and per-inode versions in the mount's state.
+pub(crate) struct StatePublisher(pub(crate) MountState);
 
 impl ChangeObserver for StatePublisher {
-    fn changed(&self, changes: u64) {
+    fn changed(&self, changes: u64, inodes: &[u64]) {
+        // Versions first: a client that sees the new count must see them moved too.
+        for &ino in inodes {
+            self.0.bump(ino);
+        }
         self.0.publish(changes);
     }
 }
@@ -166,6 +172,7 @@ pub fn start(
         stats: Arc::default(),
         state_fd,
         state_follows_engine,
+        state: publisher,
     });
     let accepting = server.clone();
     let accept_fd = listener.clone();

@@ -219,6 +219,11 @@ pub struct Opened {
     pub handle: u64,
     pub attr: Attr,
     pub created: bool,
+    /// The version of the inode's slot read before `attr` (`state::MountState::version`):
+    /// `attr` holds while it stays. `None` where the daemon keeps no versions.
+    pub version: Option<u32>,
+    /// The inode has no extended attributes (as of `version`): its listxattr is empty.
+    pub no_xattrs: bool,
 }
 
 /// How a request ended: done, failed with an errno as the kernel would give it, or not
@@ -257,6 +262,13 @@ pub enum Reply {
         done: bool,
         changes: u64,
     },
+    /// A fast descriptor's attributes, with the version of its inode's slot read before
+    /// them (see `Opened::version`).
+    AttrAt {
+        attr: Attr,
+        version: Option<u32>,
+        no_xattrs: bool,
+    },
     /// A setattr's result. `kernel_holds`: the kernel mount has the inode cached; its
     /// owner and mode checks at setattr do not revalidate, so the client refreshes them
     /// (a stat through the kernel) before it returns.
@@ -276,6 +288,26 @@ impl At {
             base: d.u64()?,
             path: d.bytes(PATH_MAX_BYTES)?.to_vec(),
             follow: d.bool()?,
+        })
+    }
+}
+
+impl Opened {
+    fn encode(&self, e: &mut Encoder) {
+        e.u64(self.handle);
+        self.attr.encode(e);
+        e.bool(self.created);
+        encode_option_u32(e, self.version);
+        e.bool(self.no_xattrs);
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Opened, WireError> {
+        Ok(Opened {
+            handle: d.u64()?,
+            attr: Attr::decode(d)?,
+            created: d.bool()?,
+            version: decode_option_u32(d)?,
+            no_xattrs: d.bool()?,
         })
     }
 }
@@ -675,10 +707,15 @@ impl Reply {
                 e.u8(2);
                 attr.encode(&mut e);
             }
-            Reply::Opened(opened) => {
-                e.u8(3).u64(opened.handle);
-                opened.attr.encode(&mut e);
-                e.bool(opened.created);
+            Reply::Opened(opened) => opened.encode(e.u8(3)),
+            Reply::AttrAt {
+                attr,
+                version,
+                no_xattrs,
+            } => {
+                attr.encode(e.u8(9));
+                encode_option_u32(&mut e, *version);
+                e.bool(*no_xattrs);
             }
             Reply::Data(data) => {
                 e.u8(4).bytes(data);
@@ -702,9 +739,7 @@ impl Reply {
                 done,
                 changes,
             } => {
-                e.u8(8).u64(opened.handle);
-                opened.attr.encode(&mut e);
-                e.bool(opened.created);
+                opened.encode(e.u8(8));
                 encode_entries(&mut e, entries, *done, *changes);
             }
         }
@@ -729,11 +764,12 @@ impl Reply {
                 root: d.u64()?,
             }),
             2 => Reply::Attr(Attr::decode(&mut d)?),
-            3 => Reply::Opened(Opened {
-                handle: d.u64()?,
+            3 => Reply::Opened(Opened::decode(&mut d)?),
+            9 => Reply::AttrAt {
                 attr: Attr::decode(&mut d)?,
-                created: d.bool()?,
-            }),
+                version: decode_option_u32(&mut d)?,
+                no_xattrs: d.bool()?,
+            },
             4 => Reply::Data(d.bytes(MAX_IO_BYTES.max(XATTR_MAX_BYTES))?.to_vec()),
             5 => Reply::Written {
                 written: d.u64()?,
@@ -748,11 +784,7 @@ impl Reply {
                 }
             }
             8 => {
-                let opened = Opened {
-                    handle: d.u64()?,
-                    attr: Attr::decode(&mut d)?,
-                    created: d.bool()?,
-                };
+                let opened = Opened::decode(&mut d)?;
                 let (entries, done, changes) = decode_entries(&mut d)?;
                 Reply::OpenedDir {
                     opened,
@@ -968,7 +1000,14 @@ mod tests {
                 handle: 2,
                 attr,
                 created: true,
+                version: Some(7),
+                no_xattrs: true,
             }),
+            Reply::AttrAt {
+                attr,
+                version: None,
+                no_xattrs: false,
+            },
             Reply::Data(b"bytes".to_vec()),
             Reply::Written {
                 written: 5,
@@ -1001,6 +1040,8 @@ mod tests {
                     handle: 5,
                     attr,
                     created: false,
+                    version: None,
+                    no_xattrs: false,
                 },
                 entries: vec![DirEntryWire {
                     ino: 6,

@@ -49,9 +49,29 @@ pub struct OpenFile {
     pub cursor: Mutex<DirCursor>,
     /// The absolute path it was opened by, NUL-terminated: how `to_kernel` reopens it.
     pub path: Vec<u8>,
-    /// The attributes the open returned, with the mount's change count they hold for
-    /// (`listings`): the `fstat` that follows most opens needs no round trip.
-    pub attr_at_open: Option<(u64, Attr)>,
+    /// The attributes the daemon last gave for this file (at open, at an fstat) and what
+    /// they hold for (`listings::known_attr`): the `fstat` that follows most opens, and
+    /// the `fstat`s and end-of-file checks of a file another one is copied from, need no
+    /// round trip.
+    pub known: Mutex<Option<Known>>,
+}
+
+/// What the daemon last said of an open file, and what it holds for.
+#[derive(Clone, Copy, Debug)]
+pub struct Known {
+    pub holds: Holds,
+    pub attr: Attr,
+    /// It has no extended attributes (its listxattr is empty).
+    pub no_xattrs: bool,
+}
+
+/// What attributes the daemon gave hold for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// While the version of the inode's slot stays this (`state::MountState::version`).
+    WhileVersion(u32),
+    /// While the mount's change count stays this (a daemon that keeps no versions).
+    WhileChanges(u64),
 }
 
 impl OpenFile {

@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use shoal_fastpath::{Attr, DirEntryWire};
 
-use crate::fds::OpenFile;
+use crate::fds::{Holds, Known, OpenFile};
 use crate::{channel, mounts};
 
 /// Listings kept at most, and entries over all of them: a tool lists one directory and
@@ -75,10 +75,31 @@ pub fn changes_now(mount: usize) -> Option<u64> {
     Some(mounts::all().get(mount)?.state.get()?.changes())
 }
 
-/// The attributes `file`'s open returned, while nothing has changed on the mount since.
-pub fn opened(file: &OpenFile) -> Option<Attr> {
-    let (changes, attr) = file.attr_at_open?;
-    (changes_now(file.mount) == Some(changes)).then_some(attr)
+/// What the daemon last said of `file`, while it still holds.
+pub fn known(file: &OpenFile) -> Option<Known> {
+    let known = (*file.known.lock().ok()?)?;
+    let state = mounts::all().get(file.mount)?.state.get()?;
+    let still = match known.holds {
+        Holds::WhileVersion(version) => state.version(file.ino) == version,
+        Holds::WhileChanges(changes) => state.changes() == changes,
+    };
+    still.then_some(known)
+}
+
+/// The attributes the daemon last gave for `file`, while they still hold.
+pub fn known_attr(file: &OpenFile) -> Option<Attr> {
+    known(file).map(|known| known.attr)
+}
+
+/// Keeps what the daemon read of `file` after the version `version` of its inode slot.
+pub fn remember_known(file: &OpenFile, version: Option<u32>, attr: Attr, no_xattrs: bool) {
+    if let (Some(version), Ok(mut known)) = (version, file.known.lock()) {
+        *known = Some(Known {
+            holds: Holds::WhileVersion(version),
+            attr,
+            no_xattrs,
+        });
+    }
 }
 
 /// Keeps the attributes of a page of directory `dir`'s entries, listed when the mount's

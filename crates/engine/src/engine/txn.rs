@@ -3,6 +3,7 @@
 //! operation as one atomic store write.
 
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -321,6 +322,7 @@ impl<'a> Txn<'a> {
             self.state.ino_runs.clear();
             return Err(FsError::NoSpace);
         }
+        let inodes = self.attributes_written();
         let started = Instant::now();
         self.write_batch()?;
         let store_write = started.elapsed();
@@ -330,8 +332,24 @@ impl<'a> Txn<'a> {
         self.state.tree_cache.absorb(tree_staged);
         self.apply_removals();
         self.state.purges_due.append(&mut self.purges_due);
-        self.record_write(batch_bytes, started.elapsed(), store_write);
+        self.record_write(batch_bytes, started.elapsed(), store_write, &inodes);
         Ok(())
+    }
+
+    /// The inodes whose attributes or extended attributes this batch writes, for the
+    /// change observer (the fast path's per-inode versions); none without one.
+    fn attributes_written(&self) -> Vec<u64> {
+        if !self.engine.observes_changes() {
+            return Vec::new();
+        }
+        let mut inodes = Vec::new();
+        for (start, end) in keys::attribute_ranges() {
+            let written = self.batch.range(Space::Meta, Bound::Included(&start), &end);
+            inodes.extend(written.filter_map(|(key, _)| keys::attribute_key_ino(key)));
+        }
+        inodes.sort_unstable();
+        inodes.dedup();
+        inodes
     }
 
     /// Checks this transaction's usage moves against the limits, and puts the quota
@@ -422,8 +440,14 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn record_write(&self, batch_bytes: u64, write_time: Duration, store_write: Duration) {
-        self.engine.count_change();
+    fn record_write(
+        &self,
+        batch_bytes: u64,
+        write_time: Duration,
+        store_write: Duration,
+        inodes: &[u64],
+    ) {
+        self.engine.count_change(inodes);
         if write_time >= SLOW_WRITE_REPORT {
             tracing::warn!(
                 total_ms = write_time.as_millis() as u64,

@@ -254,16 +254,10 @@ pub fn lseek(args: [i64; 6]) -> Option<i64> {
     let base = match whence {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => *file.lock_offset() as i64,
-        libc::SEEK_END => match ask(
-            libc::SYS_lseek,
-            file.mount,
-            &Request::Fstat {
-                handle: file.handle,
-            },
-        ) {
-            Answer::Done(Reply::Attr(attr)) => attr.size as i64,
-            Answer::Errno(errno) => return Some(fail(errno)),
-            _ => return Some(kernel(libc::SYS_lseek, args, &[0])),
+        libc::SEEK_END => match super::stat::descriptor_attributes(libc::SYS_lseek, &file) {
+            Ok(Some((_, attr))) => attr.size as i64,
+            Ok(None) => return Some(kernel(libc::SYS_lseek, args, &[0])),
+            Err(errno) => return Some(fail(errno)),
         },
         // SEEK_DATA, SEEK_HOLE: the kernel knows the rules.
         _ => return Some(kernel(libc::SYS_lseek, args, &[0])),
@@ -483,6 +477,11 @@ pub fn copy_file_range(args: [i64; 6]) -> Option<i64> {
         (Ok(from), Ok(to)) => (from, to),
         (Err(errno), _) | (_, Err(errno)) => return Some(fail(errno)),
     };
+    if at_known_end(&from, &to, from_offset) {
+        // What the daemon would answer: nothing to copy past the end of the source.
+        crate::stats::note(libc::SYS_copy_file_range, crate::stats::Way::Fast);
+        return Some(0);
+    }
     let request = Request::CopyRange {
         from: from.handle,
         from_offset,
@@ -499,6 +498,18 @@ pub fn copy_file_range(args: [i64; 6]) -> Option<i64> {
     advance_offset(args[1], &from, copied);
     advance_offset(args[3], &to, copied);
     Some(copied as i64)
+}
+
+/// Whether a copy from `from_offset` of `from` into `to` is known to copy nothing, as the
+/// kernel answers it without asking the filesystem: two files (fast descriptors are
+/// regular files or directories) open for it, and the offset at or past the source's
+/// size while the daemon's last word on it holds (cp's last call of every file, after
+/// one that copied it whole).
+fn at_known_end(from: &OpenFile, to: &OpenFile, from_offset: u64) -> bool {
+    if from.directory || to.directory || !from.readable() || !to.writable() || from.ino == to.ino {
+        return false;
+    }
+    crate::listings::known_attr(from).is_some_and(|attr| from_offset >= attr.size)
 }
 
 /// The offset a copy starts at: the one the program passed, or the file's own.

@@ -4,10 +4,10 @@
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
-use shoal_fastpath::{Reply, Request, READDIR_BATCH_ENTRIES};
+use shoal_fastpath::{Opened, Reply, Request, READDIR_BATCH_ENTRIES};
 
 use super::{ask, fail, kernel, Answer};
-use crate::fds::{self, DirCursor, OpenFile, Prefetched};
+use crate::fds::{self, DirCursor, Holds, Known, OpenFile, Prefetched};
 use crate::resolve::{self, Route};
 use crate::{internal_fds, process_state};
 
@@ -117,11 +117,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             ..DirCursor::default()
         }),
         path: resolve::absolute(dirfd, &path),
-        // Nothing changed on the mount while the open was answered (a create or truncate
-        // would have moved the count): its attributes hold as long as the count stays.
-        attr_at_open: changes_before
-            .filter(|&before| crate::listings::changes_now(mount) == Some(before))
-            .map(|before| (before, opened.attr)),
+        known: Mutex::new(holds_at_open(mount, &opened, changes_before)),
     });
     let fd = internal_fds::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {
@@ -136,4 +132,21 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     }
     fds::insert(fd as i32, file);
     Some(fd)
+}
+
+/// What the attributes an open returned hold for: the inode's version where the daemon
+/// gives one; else, if nothing changed on the mount while the open was answered (a create
+/// or truncate would have moved the count), the count.
+fn holds_at_open(mount: usize, opened: &Opened, changes_before: Option<u64>) -> Option<Known> {
+    let holds = match opened.version {
+        Some(version) => Holds::WhileVersion(version),
+        None => Holds::WhileChanges(
+            changes_before.filter(|&before| crate::listings::changes_now(mount) == Some(before))?,
+        ),
+    };
+    Some(Known {
+        holds,
+        attr: opened.attr,
+        no_xattrs: opened.no_xattrs,
+    })
 }

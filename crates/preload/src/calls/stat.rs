@@ -1,18 +1,19 @@
 //! stat, lstat, fstat, newfstatat, statx, access, readlink.
 
+use std::sync::Arc;
+
 use shoal_fastpath::{At, Attr, Reply, Request};
 
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
-use crate::fds;
+use crate::fds::{self, OpenFile};
 use crate::mounts;
 use crate::resolve::{self, Route};
 use crate::stats;
 
 /// What a stat-like call names: a fast descriptor, a path for the daemon, or the kernel's.
 pub enum Named {
-    /// A fast descriptor: its mount, its daemon handle, and its attributes when they are
-    /// known to hold (`listings::opened`).
-    Handle(usize, u64, Option<Attr>),
+    /// A fast descriptor.
+    Handle(Arc<OpenFile>),
     Path(usize, At),
     Kernel,
     Fail(i32),
@@ -27,7 +28,7 @@ pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
     };
     if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         return match fds::get(dirfd) {
-            Some(file) => Named::Handle(file.mount, file.handle, crate::listings::opened(&file)),
+            Some(file) => Named::Handle(file),
             None => Named::Kernel,
         };
     }
@@ -42,11 +43,7 @@ pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
 /// The daemon's attributes for what `named` names; `None` for the kernel.
 fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
     let (mount, request) = match target {
-        Named::Handle(mount, _, Some(attr)) => {
-            stats::note(nr, stats::Way::Fast);
-            return Ok(Some((mount, attr)));
-        }
-        Named::Handle(mount, handle, None) => (mount, Request::Fstat { handle }),
+        Named::Handle(file) => return descriptor_attributes(nr, &file),
         Named::Path(mount, at) => {
             if let Some(attr) = listed(mount, &at) {
                 stats::note(nr, stats::Way::Fast);
@@ -66,6 +63,31 @@ fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
     }
 }
 
+/// A fast descriptor's attributes: those the daemon last gave while they hold, else asked;
+/// `None` for the kernel.
+pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, Attr)>, i32> {
+    if let Some(attr) = crate::listings::known_attr(file) {
+        stats::note(nr, stats::Way::Fast);
+        return Ok(Some((file.mount, attr)));
+    }
+    let request = Request::Fstat {
+        handle: file.handle,
+    };
+    match ask(nr, file.mount, &request) {
+        Answer::Done(Reply::AttrAt {
+            attr,
+            version,
+            no_xattrs,
+        }) => {
+            crate::listings::remember_known(file, version, attr, no_xattrs);
+            Ok(Some((file.mount, attr)))
+        }
+        Answer::Done(_) => Err(libc::EPROTO),
+        Answer::Errno(errno) => Err(errno),
+        Answer::Kernel => Ok(None),
+    }
+}
+
 /// An entry of a directory by its name alone, from a listing that still holds.
 fn listed(mount: usize, at: &At) -> Option<Attr> {
     let name = at.path.as_slice();
@@ -77,11 +99,7 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
 
 pub fn stat(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (target, out, positions): (Named, i64, &[usize]) = match nr {
-        libc::SYS_fstat => {
-            let file = fds::get(args[0])?;
-            let attr = crate::listings::opened(&file);
-            (Named::Handle(file.mount, file.handle, attr), args[1], &[0])
-        }
+        libc::SYS_fstat => (Named::Handle(fds::get(args[0])?), args[1], &[0]),
         libc::SYS_stat => (named(i64::from(libc::AT_FDCWD), args[0], 0), args[1], &[]),
         libc::SYS_lstat => (
             named(
