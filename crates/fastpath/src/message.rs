@@ -205,8 +205,9 @@ const ATTR_BYTES: usize = 8 + 4 * 5 + 8 * 2 + 4 + 3 * (8 + 4);
 const ENTRY_FIXED_BYTES: usize = 8 + 1 + 4 + 1;
 /// An `Entries` reply without its entries: status, tag, count, changes, done.
 pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 1;
-/// What an `OpenedDir` reply carries beyond an `Entries` one: handle, attributes, created.
-pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1;
+/// What an `OpenedDir` reply carries beyond an `Entries` one: handle, attributes, created,
+/// version (tag and value), no_xattrs.
+pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1 + 5 + 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
