@@ -95,4 +95,12 @@ fn a_setattr_carries_its_ctime_up_to_the_root_only_when_it_is_newer() {
         assert_eq!(counts(usage), (entries, 1, 0), "counts of directory {dir}");
     }
     assert_consistent(&fs, &[]);
+    // A directory with nothing below it has no record: its rctime is its own ctime, new
+    // already when the walk starts, and must still reach the root.
+    let c = mkdir(&fs, a.ino, b"c");
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    let changed = fs.setattr(c.ino, &chmod(0o700)).unwrap();
+    assert!(changed.ctime > c.ctime, "the clock did not move");
+    assert_eq!(fs.tree_usage(ROOT_INO).unwrap().rctime, changed.ctime);
+    assert_consistent(&fs, &[]);
 }

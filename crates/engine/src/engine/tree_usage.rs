@@ -213,13 +213,15 @@ impl Txn<'_> {
             let mut current = dir;
             let mut depth = 0;
             loop {
-                let mut cached = match staged.get(&current) {
-                    Some(cached) => *cached,
-                    None => self.load_dir(current)?,
+                let (mut cached, recorded) = match staged.get(&current) {
+                    Some(cached) => (*cached, true),
+                    None => self.load_dir_recorded(current)?,
                 };
-                if delta.changes_nothing_in(&cached.usage) {
-                    // A directory's rctime is at least every descendant's: nothing above
-                    // changes either. (A chmod in the tick of the last create stops here.)
+                if recorded && delta.changes_nothing_in(&cached.usage) {
+                    // A directory's recorded rctime is at least every descendant's: nothing
+                    // above changes either. (A chmod in the tick of the last create stops
+                    // here.) One without a record has its ctime as rctime, read through
+                    // this batch: maybe the very change being carried up.
                     break;
                 }
                 delta.apply(&mut cached.usage, current);
@@ -250,19 +252,26 @@ impl Txn<'_> {
 
     /// A directory's parent and usage: cached, else read through this batch.
     fn load_dir(&self, dir: u64) -> FsResult<CachedDir> {
+        Ok(self.load_dir_recorded(dir)?.0)
+    }
+
+    /// `load_dir`, and whether the usage is as committed (cached, or a stored record)
+    /// rather than made up from the directory's inode as this batch has it.
+    fn load_dir_recorded(&self, dir: u64) -> FsResult<(CachedDir, bool)> {
         if let Some(cached) = self.tree_cache_ref().dirs.get(&dir) {
-            return Ok(*cached);
+            return Ok((*cached, true));
         }
         let inode = self.directory(dir)?;
         let key = keys::tree_usage_key(dir);
-        let usage = match self.get(Space::Meta, &key)? {
-            Some(value) => keys::decode_tree_usage(&key, &value)?,
-            None => empty_usage(&inode),
+        let (usage, recorded) = match self.get(Space::Meta, &key)? {
+            Some(value) => (keys::decode_tree_usage(&key, &value)?, true),
+            None => (empty_usage(&inode), false),
         };
-        Ok(CachedDir {
+        let cached = CachedDir {
             parent: inode.parent,
             usage,
-        })
+        };
+        Ok((cached, recorded))
     }
 
     // ---- link parents ----
