@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::both_ways::{fast, kernel, stats_of};
+use common::both_ways::{fast, kernel, stats_of, through};
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -2504,12 +2504,7 @@ fn a_listing_sent_with_opendir_is_not_served_after_a_change() {
         for name in ["a", "b", "c"] {
             fs::write(dir.join(name), b"x").unwrap();
         }
-        let args = [binary.as_os_str(), dir.as_os_str()];
-        let out = if door == "kernel" {
-            kernel(&m.mnt, &args)
-        } else {
-            fast(&m.mnt, &args)
-        };
+        let out = through(door, &m.mnt, &[binary.as_os_str(), dir.as_os_str()]);
         assert!(out.success(), "{}", out.describe());
         outputs.push(out);
     }
@@ -2594,11 +2589,7 @@ fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
             file.as_os_str(),
             copy.as_os_str(),
         ];
-        let out = if door == "kernel" {
-            kernel(&m.mnt, &args)
-        } else {
-            fast(&m.mnt, &args)
-        };
+        let out = through(door, &m.mnt, &args);
         assert!(out.success(), "{}", out.describe());
         outputs.push(out);
     }

@@ -33,6 +33,15 @@ pub fn kernel<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> CmdOutput {
     )
 }
 
+/// `fast` or `kernel` by the door's name ("kernel" or anything else for the fast path).
+pub fn through<S: AsRef<OsStr>>(door: &str, cwd: &Path, args: &[S]) -> CmdOutput {
+    if door == "kernel" {
+        kernel(cwd, args)
+    } else {
+        fast(cwd, args)
+    }
+}
+
 /// `shoal run --stats`'s table: per call, (fast, fell back).
 pub fn stats_of(out: &CmdOutput) -> BTreeMap<String, (u64, u64)> {
     let mut table = BTreeMap::new();
