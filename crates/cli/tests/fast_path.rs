@@ -2603,3 +2603,82 @@ fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
     assert_served(&outputs[1], 10, "open, fstat, flistxattr, copy_file_range");
     m.finish();
 }
+
+/// Stats files by paths of several components (as `git status` does in index order),
+/// lets `argv[1]` (a shell command) change some, and stats them again.
+const STATS_BY_PATH_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+static void look(const char *when) {
+    const char *dirs[] = {"d/sub", "d/link"};
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < 10; i++) {
+            char path[64];
+            struct stat st;
+            snprintf(path, sizeof path, "%s/f%d", dirs[d], i);
+            if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); continue; }
+            printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777,
+                   (long long)st.st_size);
+        }
+    }
+}
+int main(int argc, char **argv) {
+    look("before");
+    if (system(argv[1]) != 0) return 2;
+    look("after");
+    return 0;
+}
+"#;
+
+/// A program that stats a directory's files one by one by path, without listing it, gets
+/// them from one listing the library asks for at the second miss there (through a
+/// symlinked directory too), and every later change, by another process through either
+/// door, is seen by the next stat, as through the kernel.
+#[test]
+fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "bypath", STATS_BY_PATH_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let change = "chmod 600 d/sub/f5; rm d/sub/f6; printf 0123456789abcdef > d/sub/f7; \
+                  touch d/sub/f9";
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let top = m.path(format!("{door}-{changer}"));
+        fs::create_dir_all(top.join("d/sub")).unwrap();
+        std::os::unix::fs::symlink("sub", top.join("d/link")).unwrap();
+        for i in 0..9 {
+            let file = top.join(format!("d/sub/f{i}"));
+            fs::write(&file, "0123456789").unwrap();
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let command = format!("SHOAL_RUN={changer}; export SHOAL_RUN; {change}");
+        let out = through(door, &top, &[binary.as_os_str(), OsStr::new(&command)]);
+        assert!(out.success(), "{}", out.describe());
+        outputs.push(out);
+    }
+    for out in &outputs[1..] {
+        assert_eq!(out.stdout, outputs[0].stdout, "{}", out.describe());
+    }
+    assert!(outputs[0]
+        .stdout
+        .contains("after d/link/f7: mode 644 size 16"));
+    assert!(outputs[0]
+        .stdout
+        .contains("after d/sub/f9: mode 644 size 0"));
+    for out in &outputs[1..] {
+        let listed = out
+            .stderr
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("stats answered from directory listings (no round trip): ")
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        assert!(
+            listed.is_some_and(|n| n >= 20),
+            "the stats after each second miss came from a listing: {}",
+            out.describe()
+        );
+    }
+    m.finish();
+}

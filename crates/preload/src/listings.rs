@@ -52,12 +52,97 @@ pub fn want_attrs() -> bool {
 struct Listings {
     recent: VecDeque<Listing>,
     entries: usize,
+    /// Directories a prefetch reached by path, newest last.
+    reached: VecDeque<Reached>,
 }
+
+/// A directory that `path` from directory `base` named when the change count was
+/// `changes`: it names the same one while the count stays (a rename anywhere moves it).
+struct Reached {
+    mount: usize,
+    base: u64,
+    path: Box<[u8]>,
+    dir: u64,
+    changes: u64,
+    who: channel::Who,
+}
+
+#[derive(PartialEq, Eq)]
+struct Miss {
+    mount: usize,
+    base: u64,
+    path: Box<[u8]>,
+    changes: Option<u64>,
+}
+
+/// Directories reached by path kept at most.
+const MAX_REACHED: usize = 16;
 
 static LISTINGS: Mutex<Listings> = Mutex::new(Listings {
     recent: VecDeque::new(),
     entries: 0,
+    reached: VecDeque::new(),
 });
+
+thread_local! {
+    /// The directory (as base inode and path) of this thread's last `stat` that no listing
+    /// answered, and the change count then (per thread: `git status` stats from two).
+    static LAST_MISS: std::cell::RefCell<Option<Miss>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The directory `path` from directory `base` names, as a prefetch found it, while
+/// nothing has changed on the mount since.
+pub fn reached(mount: usize, base: u64, path: &[u8]) -> Option<u64> {
+    let listings = listings()?;
+    let found = listings
+        .reached
+        .iter()
+        .rev()
+        .find(|r| r.mount == mount && r.base == base && *r.path == *path)?;
+    (changes_now(mount) == Some(found.changes) && found.who == channel::who()).then_some(found.dir)
+}
+
+/// Keeps that `path` from `base` named directory `dir` when the count was `changes`.
+pub fn remember_reached(mount: usize, base: u64, path: &[u8], dir: u64, changes: u64) {
+    let who = channel::who();
+    let Some(mut listings) = listings() else {
+        return;
+    };
+    listings.reached.push_back(Reached {
+        mount,
+        base,
+        path: path.into(),
+        dir,
+        changes,
+        who,
+    });
+    if listings.reached.len() > MAX_REACHED {
+        listings.reached.pop_front();
+    }
+}
+
+/// A `stat` in directory (`base`, `path`) that no listing answered: whether the one
+/// before it missed in the same directory with nothing changed since, the sign of a
+/// program going through a directory's entries by name (`git status`, in index order)
+/// that a listing of it would answer.
+pub fn second_miss_in(mount: usize, base: u64, path: &[u8]) -> bool {
+    let miss = Miss {
+        mount,
+        base,
+        path: path.into(),
+        changes: changes_now(mount),
+    };
+    LAST_MISS
+        .try_with(|last| {
+            let Ok(mut last) = last.try_borrow_mut() else {
+                return false;
+            };
+            let again = miss.changes.is_some() && last.as_ref() == Some(&miss);
+            *last = Some(miss);
+            again
+        })
+        .unwrap_or(false)
+}
 
 /// The kept listings, unless another thread is using them: then the caller does without
 /// (a miss, or nothing kept). Never waiting also means a fork child whose parent had

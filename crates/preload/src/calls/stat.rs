@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use shoal_fastpath::{At, Attr, Reply, Request};
+use shoal_fastpath::{At, Attr, Reply, Request, Status};
 
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
 use crate::fds::{self, OpenFile};
@@ -88,13 +88,73 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
     }
 }
 
-/// An entry of a directory by its name alone, from a listing that still holds.
+/// An entry of a directory, from a listing that still holds: of the base directory, or of
+/// the directory a path reached (listed by `prefetch` at the second miss in a row there).
 fn listed(mount: usize, at: &At) -> Option<Attr> {
-    let name = at.path.as_slice();
-    if name.contains(&b'/') || name == b"." || name == b".." {
+    let (parent, name) = match at.path.iter().rposition(|&byte| byte == b'/') {
+        Some(slash) => (&at.path[..slash], &at.path[slash + 1..]),
+        None => (&at.path[..0], at.path.as_slice()),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
         return None;
     }
-    crate::listings::lookup(mount, at.base, name, at.follow)
+    let dir = if parent.is_empty() {
+        Some(at.base)
+    } else {
+        crate::listings::reached(mount, at.base, parent)
+    };
+    if let Some(attr) = dir.and_then(|dir| crate::listings::lookup(mount, dir, name, at.follow)) {
+        return Some(attr);
+    }
+    if !crate::listings::second_miss_in(mount, at.base, parent) {
+        return None;
+    }
+    let dir = prefetch(mount, at.base, parent)?;
+    crate::listings::lookup(mount, dir, name, at.follow)
+}
+
+/// Entries a prefetch lists at most: a directory's first page, enough for most.
+const PREFETCH_ENTRIES: u32 = 128;
+
+/// Lists directory `parent` (a path from `base`, the base itself when empty) with its
+/// entries' attributes and keeps them (`listings`); its inode. Any failure (no read
+/// permission, a path that leaves the mount) only means no listing: the `stat` asks.
+fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
+    let path = if parent.is_empty() {
+        b".".to_vec()
+    } else {
+        parent.to_vec()
+    };
+    let request = Request::OpenDir {
+        at: At {
+            base,
+            path,
+            follow: true,
+        },
+        flags: libc::O_RDONLY | libc::O_DIRECTORY,
+        max: PREFETCH_ENTRIES,
+        with_attrs: true,
+    };
+    let (handle, listed) = match crate::channel::call(mount, &request) {
+        Ok((
+            Status::Ok,
+            Reply::OpenedDir {
+                opened,
+                entries,
+                changes,
+                ..
+            },
+        )) => (opened.handle, Some((opened.attr.ino, entries, changes))),
+        Ok((Status::Ok, Reply::Opened(opened))) => (opened.handle, None),
+        _ => return None,
+    };
+    crate::channel::send_only(mount, &Request::Close { handle });
+    let (dir, entries, changes) = listed?;
+    crate::listings::remember(mount, dir, changes, &entries);
+    if !parent.is_empty() {
+        crate::listings::remember_reached(mount, base, parent, dir, changes);
+    }
+    Some(dir)
 }
 
 pub fn stat(nr: i64, args: [i64; 6]) -> Option<i64> {
