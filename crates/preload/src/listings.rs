@@ -250,6 +250,19 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
     listings.trim();
 }
 
+/// Whether a listing of directory `dir` that still holds is kept (a name it lacks is not
+/// in its first page, or not there at all: listing it again would not help).
+pub fn holds(mount: usize, dir: u64) -> bool {
+    let who = channel::who();
+    let now = changes_now(mount);
+    listings().is_some_and(|listings| {
+        listings
+            .recent
+            .iter()
+            .any(|l| l.mount == mount && l.dir == dir && Some(l.changes) == now && l.who == who)
+    })
+}
+
 /// The attributes of `name` in directory `dir`, if a listing that still holds has them.
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
 pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Option<Attr> {

@@ -103,8 +103,14 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
     } else {
         crate::listings::reached(mount, at.base, parent)
     };
-    if let Some(attr) = dir.and_then(|dir| crate::listings::lookup(mount, dir, name, at.follow)) {
-        return Some(attr);
+    if let Some(dir) = dir {
+        if let Some(attr) = crate::listings::lookup(mount, dir, name, at.follow) {
+            return Some(attr);
+        }
+        if crate::listings::holds(mount, dir) {
+            // Listed already (a name probed in vain, a symlink followed): ask.
+            return None;
+        }
     }
     if !crate::listings::second_miss_in(mount, at.base, parent) {
         return None;
