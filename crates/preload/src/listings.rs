@@ -160,9 +160,10 @@ pub fn changes_now(mount: usize) -> Option<u64> {
     Some(mounts::all().get(mount)?.state.get()?.changes())
 }
 
-/// What the daemon last said of `file`, while it still holds.
+/// What the daemon last said of `file`, while it still holds. (`try_lock`, as for the
+/// listings: a fork child whose parent had another thread inside must not hang here.)
 pub fn known(file: &OpenFile) -> Option<Known> {
-    let known = (*file.known.lock().ok()?)?;
+    let known = (*file.known.try_lock().ok()?)?;
     let state = mounts::all().get(file.mount)?.state.get()?;
     let still = match known.holds {
         Holds::WhileVersion(version) => state.version(file.ino) == version,
@@ -178,7 +179,7 @@ pub fn known_attr(file: &OpenFile) -> Option<Attr> {
 
 /// Keeps what the daemon read of `file` after the version `version` of its inode slot.
 pub fn remember_known(file: &OpenFile, version: Option<u32>, attr: Attr, no_xattrs: bool) {
-    if let (Some(version), Ok(mut known)) = (version, file.known.lock()) {
+    if let (Some(version), Ok(mut known)) = (version, file.known.try_lock()) {
         *known = Some(Known {
             holds: Holds::WhileVersion(version),
             attr,
