@@ -140,7 +140,7 @@ impl Server {
         // The version first, then the attributes it vouches for (read again: a change
         // after the walk or the create may already have moved it).
         let version = self.version_of(inode.ino);
-        let inode = if directory && version.is_none() {
+        let inode = if version.is_none() && (created || flags & libc::O_TRUNC == 0) {
             inode
         } else {
             self.engine.getattr(inode.ino)?

@@ -251,23 +251,23 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
     listings.trim();
 }
 
-/// Whether a listing of directory `dir` that still holds is kept (a name it lacks is not
-/// in its first page, or not there at all: listing it again would not help).
-pub fn holds(mount: usize, dir: u64) -> bool {
-    let who = channel::who();
-    let now = changes_now(mount);
-    listings().is_some_and(|listings| {
-        listings
-            .recent
-            .iter()
-            .any(|l| l.mount == mount && l.dir == dir && Some(l.changes) == now && l.who == who)
-    })
+/// What the kept listings say of `name` in directory `dir`.
+pub enum Looked {
+    Found(Attr),
+    /// A listing of `dir` holds, but cannot answer: the name is not in it (not in its
+    /// first page, or not there at all), or it is a symlink the caller follows. Listing
+    /// the directory again would not help.
+    Unanswered,
+    /// No listing of `dir` holds.
+    Unlisted,
 }
 
 /// The attributes of `name` in directory `dir`, if a listing that still holds has them.
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
-pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Option<Attr> {
-    let mut listings = listings()?;
+pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
+    let Some(mut listings) = listings() else {
+        return Looked::Unlisted;
+    };
     let Some(index) = listings
         .recent
         .iter()
@@ -275,22 +275,23 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Option<Attr>
     else {
         // A stat by name in a directory listed without attributes: ask for them again.
         WANT_ATTRS.store(true, Ordering::Relaxed);
-        return None;
+        return Looked::Unlisted;
     };
     let listing = &mut listings.recent[index];
     if changes_now(mount) != Some(listing.changes) {
         listings.drop_at(index);
-        return None;
+        return Looked::Unlisted;
     }
     if listing.who != channel::who() {
-        return None;
+        return Looked::Unlisted;
     }
-    let attr = *listing.attrs.get(name)?;
-    if follow && attr.mode & libc::S_IFMT == libc::S_IFLNK {
-        return None;
+    match listing.attrs.get(name) {
+        Some(attr) if !(follow && attr.mode & libc::S_IFMT == libc::S_IFLNK) => {
+            listing.hits += 1;
+            Looked::Found(*attr)
+        }
+        _ => Looked::Unanswered,
     }
-    listing.hits += 1;
-    Some(attr)
 }
 
 impl Listings {

@@ -6,6 +6,7 @@ use shoal_fastpath::{At, Attr, Reply, Request, Status};
 
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
 use crate::fds::{self, OpenFile};
+use crate::listings::Looked;
 use crate::mounts;
 use crate::resolve::{self, Route};
 use crate::stats;
@@ -104,19 +105,21 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
         crate::listings::reached(mount, at.base, parent)
     };
     if let Some(dir) = dir {
-        if let Some(attr) = crate::listings::lookup(mount, dir, name, at.follow) {
-            return Some(attr);
-        }
-        if crate::listings::holds(mount, dir) {
+        match crate::listings::lookup(mount, dir, name, at.follow) {
+            Looked::Found(attr) => return Some(attr),
             // Listed already (a name probed in vain, a symlink followed): ask.
-            return None;
+            Looked::Unanswered => return None,
+            Looked::Unlisted => {}
         }
     }
     if !crate::listings::second_miss_in(mount, at.base, parent) {
         return None;
     }
     let dir = prefetch(mount, at.base, parent)?;
-    crate::listings::lookup(mount, dir, name, at.follow)
+    match crate::listings::lookup(mount, dir, name, at.follow) {
+        Looked::Found(attr) => Some(attr),
+        Looked::Unanswered | Looked::Unlisted => None,
+    }
 }
 
 /// Entries a prefetch lists at most: a directory's first page, enough for most.
