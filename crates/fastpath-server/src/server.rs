@@ -321,8 +321,13 @@ impl Server {
         caller: &Credentials,
         process: &Process,
     ) {
-        // A connection ends with its client, or with the mount.
-        let alive = || !self.stopped.load(Ordering::Acquire) && peer_alive(socket);
+        // A connection ends with its client, or with the mount. Each time the thread wakes
+        // from its sleep it takes the closes the client deferred meanwhile (bounding how
+        // long an unlinked file's space outlives its last close to `LIVENESS_CHECK`).
+        let alive = || {
+            self.close_deferred(channel, caller, process);
+            !self.stopped.load(Ordering::Acquire) && peer_alive(socket)
+        };
         let mut request_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut reply_buf = Vec::with_capacity(MAX_MESSAGE_BYTES);
         let mut seq = 0;
@@ -352,6 +357,7 @@ impl Server {
             pace.observe(arrived.saturating_duration_since(waiting_since));
             let Ok(next) = next else { break };
             seq = next;
+            self.close_deferred(channel, caller, process);
             self.activity.served(id, arrived);
             spinning_pays = self.activity.spinning_pays(arrived);
             let (status, reply) = match Request::decode(&request_buf) {
@@ -364,6 +370,19 @@ impl Server {
             Reply::encode(status, &reply, &mut reply_buf);
             channel.let_client_spin(spinning_pays);
             channel.reply(seq, &reply_buf);
+        }
+        // Closes deferred just before the client went.
+        self.close_deferred(channel, caller, process);
+    }
+
+    /// Closes the handles the client left in its channel's ring (`defer_close`), in order,
+    /// each counted as a `Close` request.
+    fn close_deferred(&self, channel: &SharedChannel, caller: &Credentials, process: &Process) {
+        let mut handles = Vec::new();
+        channel.take_deferred_closes(&mut handles);
+        for handle in handles {
+            let close = Request::Close { handle };
+            self.serve(caller, process, &close);
         }
     }
 

@@ -28,13 +28,20 @@ const REPLY_LEN: usize = 20;
 /// Set by the server: 1 while spinning does not pay (more busy connections than CPUs for
 /// them, see the server's `activity`); the client then waits on the futex at once.
 const CLIENT_NO_SPIN: usize = 24;
+/// The ring of closes the client deferred (see `defer_close`): how many it has written
+/// (client), how many the daemon has taken (daemon), then the handles, two words each.
+const CLOSES_WRITTEN: usize = 28;
+const CLOSES_TAKEN: usize = 32;
+const CLOSES_RING: usize = 64;
+/// Closes a client may leave waiting in the ring; a full ring sends its close as a message.
+pub const DEFERRED_CLOSES: u32 = 32;
 const HEADER_BYTES: usize = 4096;
 const REQUEST_AREA: usize = HEADER_BYTES;
 const REPLY_AREA: usize = REQUEST_AREA + MAX_MESSAGE_BYTES;
 /// The memfd's exact size; the daemon refuses any other.
 pub const CHANNEL_BYTES: usize = REPLY_AREA + MAX_MESSAGE_BYTES;
 
-const _: () = assert!(CLIENT_NO_SPIN + 4 <= HEADER_BYTES);
+const _: () = assert!(CLOSES_RING + 8 * DEFERRED_CLOSES as usize <= HEADER_BYTES);
 // The reply area starts 8-byte aligned, so its words could be read in place too.
 const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
 
@@ -246,6 +253,49 @@ impl SharedChannel {
     }
 }
 
+impl SharedChannel {
+    /// Client: leaves the close of `handle` in the ring for the daemon to take before its
+    /// next request, or within `LIVENESS_CHECK` of it going to sleep: `close(2)` reports
+    /// nothing the daemon could fail with, so no message and no wake-up is spent on it (on
+    /// a machine whose CPUs are all busy, the wake-up an asynchronous close cost halved
+    /// the rate of two threads creating files). False when the ring is full.
+    pub fn defer_close(&self, handle: u64) -> bool {
+        let written = self.word(CLOSES_WRITTEN).load(Ordering::Relaxed);
+        let taken = self.word(CLOSES_TAKEN).load(Ordering::Acquire);
+        if written.wrapping_sub(taken) >= DEFERRED_CLOSES {
+            return false;
+        }
+        let slot = CLOSES_RING + 8 * (written % DEFERRED_CLOSES) as usize;
+        self.word(slot).store(handle as u32, Ordering::Relaxed);
+        self.word(slot + 4)
+            .store((handle >> 32) as u32, Ordering::Relaxed);
+        self.word(CLOSES_WRITTEN)
+            .store(written.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Daemon: appends the closes deferred since the last call to `out`. A ring the client
+    /// left inconsistent (more than it may hold) is skipped whole: what it named stays open
+    /// until the process ends, which harms only that process.
+    pub fn take_deferred_closes(&self, out: &mut Vec<u64>) {
+        let written = self.word(CLOSES_WRITTEN).load(Ordering::Acquire);
+        let taken = self.word(CLOSES_TAKEN).load(Ordering::Relaxed);
+        let count = written.wrapping_sub(taken);
+        if count == 0 {
+            return;
+        }
+        if count <= DEFERRED_CLOSES {
+            out.extend((0..count).map(|i| {
+                let slot = CLOSES_RING + 8 * (taken.wrapping_add(i) % DEFERRED_CLOSES) as usize;
+                let low = self.word(slot).load(Ordering::Relaxed);
+                let high = self.word(slot + 4).load(Ordering::Relaxed);
+                u64::from(low) | (u64::from(high) << 32)
+            }));
+        }
+        self.word(CLOSES_TAKEN).store(written, Ordering::Release);
+    }
+}
+
 fn map(fd: &OwnedFd) -> io::Result<SharedChannel> {
     // SAFETY: a shared mapping of CHANNEL_BYTES of a memfd that size (checked by callers).
     let base = unsafe {
@@ -384,6 +434,41 @@ mod tests {
             assert_eq!(reply, expected);
         }
         serving.join().expect("server thread");
+    }
+
+    #[test]
+    fn deferred_closes_reach_the_daemon_in_order_and_a_full_ring_says_so() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let mut taken = Vec::new();
+        server.take_deferred_closes(&mut taken);
+        assert!(taken.is_empty());
+        let handles: Vec<u64> = (0..u64::from(DEFERRED_CLOSES))
+            .map(|i| (i << 32) | 7)
+            .collect();
+        for &handle in &handles {
+            assert!(client.defer_close(handle));
+        }
+        assert!(!client.defer_close(99), "a full ring must refuse");
+        server.take_deferred_closes(&mut taken);
+        assert_eq!(taken, handles);
+        // Round the ring again: positions wrap, the order holds.
+        taken.clear();
+        for handle in [1, u64::MAX, 3] {
+            assert!(client.defer_close(handle));
+        }
+        server.take_deferred_closes(&mut taken);
+        assert_eq!(taken, [1, u64::MAX, 3]);
+        // A client that claims more than the ring holds is skipped, not believed.
+        client
+            .word(CLOSES_WRITTEN)
+            .store(1_000_000, Ordering::Release);
+        taken.clear();
+        server.take_deferred_closes(&mut taken);
+        assert!(taken.is_empty());
+        assert!(client.defer_close(5));
+        server.take_deferred_closes(&mut taken);
+        assert_eq!(taken, [5]);
     }
 
     #[test]

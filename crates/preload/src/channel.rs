@@ -114,6 +114,28 @@ fn call_with(index: usize, request: &Request, mode: Wait) -> Result<(Status, Rep
         .unwrap_or(Err(ChannelError::Unreachable))
 }
 
+/// Closes the daemon's handle `handle` of mount `index`: through this thread's connection
+/// to the mount, without a message or a wake-up (`SharedChannel::defer_close`), or, with
+/// no connection or its ring full, as a request the caller does not wait for.
+pub fn close(index: usize, handle: u64) {
+    let deferred = CHANNELS
+        .try_with(|channels| {
+            let Ok(channels) = channels.try_borrow() else {
+                return false;
+            };
+            channels
+                .connections
+                .get(index)
+                .and_then(Option::as_ref)
+                .and_then(|connection| connection.shared.as_ref())
+                .is_some_and(|shared| shared.defer_close(handle))
+        })
+        .unwrap_or(false);
+    if !deferred {
+        send_only(index, &Request::Close { handle });
+    }
+}
+
 /// Drops this thread's connections (a fork child must not share its parent's).
 pub fn forget_inherited() {
     let _ = CHANNELS.try_with(|channels| {

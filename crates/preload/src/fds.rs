@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use shoal_fastpath::{Attr, DirEntryWire, Request};
+use shoal_fastpath::{Attr, DirEntryWire};
 
 use crate::{channel, sys};
 
@@ -181,12 +181,7 @@ fn release(file: Arc<OpenFile>) {
     if let Some(file) = Arc::into_inner(file) {
         // close(2) of a regular file or directory reports nothing the daemon could fail
         // with (every write was answered already): the caller does not wait for it.
-        channel::send_only(
-            file.mount,
-            &Request::Close {
-                handle: file.handle,
-            },
-        );
+        channel::close(file.mount, file.handle);
     }
 }
 

@@ -157,7 +157,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         Ok((Status::Ok, Reply::Opened(opened))) => (opened.handle, None),
         _ => return None,
     };
-    crate::channel::send_only(mount, &Request::Close { handle });
+    crate::channel::close(mount, handle);
     let (dir, entries, changes) = listed?;
     crate::listings::remember(mount, dir, changes, &entries);
     if !parent.is_empty() {

@@ -5,7 +5,7 @@
 //! immediate of the nearest `mov $imm32,%eax` before it on the straight-line path; the
 //! instructions between the two must be ones a trampoline can run from anywhere.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
@@ -62,42 +62,55 @@ pub(crate) struct ScanResult {
 }
 
 /// Scans `text` (mapped at `text_start`) for every real `syscall` instruction.
+///
+/// Every process that loads the library pays for this before `main`, so it does the least
+/// that proves a site: a vectorised search for the two bytes, then each function holding
+/// one decoded from its start only as far as its last candidate, keeping just the few
+/// instructions before each `syscall` that `classify` looks back at.
 pub(crate) fn scan(text: &[u8], text_start: u64, functions: &FunctionTable) -> ScanResult {
-    let mut by_function: BTreeMap<u64, u64> = BTreeMap::new();
+    // Function start -> (end, address of its last `0f 05`).
+    let mut by_function: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut result = ScanResult::default();
-    for offset in text
-        .windows(2)
-        .enumerate()
-        .filter(|(_, w)| *w == [0x0f, 0x05])
-        .map(|(i, _)| i)
-    {
-        match functions.function_at(text_start + offset as u64) {
+    for offset in memchr::memmem::find_iter(text, &SYSCALL_BYTES) {
+        let addr = text_start + offset as u64;
+        match functions.function_at(addr) {
             Some((start, end)) => {
-                by_function.insert(start, end);
+                let last = by_function.entry(start).or_insert((end, addr));
+                last.1 = last.1.max(addr);
             }
             None => result.outside_functions += 1,
         }
     }
-    for (start, end) in by_function {
-        scan_function(text, text_start, start, end, &mut result);
+    for (start, (end, last_candidate)) in by_function {
+        // Nothing past the last candidate's two bytes can change what is found.
+        let until = end.min(last_candidate + SYSCALL_BYTES.len() as u64);
+        scan_function(text, text_start, start, until, &mut result);
     }
     result
 }
 
-/// Decodes one function `[start, end)` and classifies each `syscall` in it.
-fn scan_function(text: &[u8], text_start: u64, start: u64, end: u64, out: &mut ScanResult) {
-    let (Some(from), Some(to)) = (start.checked_sub(text_start), end.checked_sub(text_start))
+/// `syscall`: 0f 05.
+const SYSCALL_BYTES: [u8; 2] = [0x0f, 0x05];
+
+/// Decodes `[start, until)` of one function from its start and classifies each `syscall`
+/// in it, keeping only the last `MAX_LOOKBACK` instructions before it.
+fn scan_function(text: &[u8], text_start: u64, start: u64, until: u64, out: &mut ScanResult) {
+    let (Some(from), Some(to)) = (start.checked_sub(text_start), until.checked_sub(text_start))
     else {
         return;
     };
     let Some(bytes) = text.get(from as usize..(to as usize).min(text.len())) else {
         return;
     };
-    let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
-    let code: Vec<Instruction> = decoder.iter().collect();
-    for (j, ins) in code.iter().enumerate() {
+    let mut window: VecDeque<Instruction> = VecDeque::with_capacity(MAX_LOOKBACK + 1);
+    for ins in Decoder::with_ip(64, bytes, start, DecoderOptions::NONE).iter() {
+        if window.len() > MAX_LOOKBACK {
+            window.pop_front();
+        }
+        window.push_back(ins);
         if ins.code() == Code::Syscall {
-            classify(&code, j, bytes, start, out);
+            let code = window.make_contiguous();
+            classify(code, code.len() - 1, bytes, start, out);
         }
     }
 }
@@ -267,6 +280,68 @@ mod tests {
             let syscall = unsafe { std::slice::from_raw_parts(s.syscall_addr as *const u8, 2) };
             assert_eq!(syscall, [0x0f, 0x05]);
         }
+    }
+
+    /// The scan as first written: every `0f 05` by a plain byte walk, each function holding
+    /// one decoded whole. The shortcuts of `scan` must find exactly what this finds.
+    fn scan_by_full_decode(text: &[u8], text_start: u64, table: &FunctionTable) -> ScanResult {
+        let mut by_function = BTreeMap::new();
+        let mut result = ScanResult::default();
+        for (offset, _) in text
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| *w == SYSCALL_BYTES)
+        {
+            match table.function_at(text_start + offset as u64) {
+                Some((start, end)) => {
+                    by_function.insert(start, end);
+                }
+                None => result.outside_functions += 1,
+            }
+        }
+        for (start, end) in by_function {
+            let bytes = &text[(start - text_start) as usize..(end - text_start) as usize];
+            let code: Vec<Instruction> = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE)
+                .iter()
+                .collect();
+            for (j, ins) in code.iter().enumerate() {
+                if ins.code() == Code::Syscall {
+                    classify(&code, j, bytes, start, &mut result);
+                }
+            }
+        }
+        result
+    }
+
+    #[test]
+    fn finds_in_libc_what_a_full_decode_finds() {
+        let libc_image = image::find_libc().unwrap();
+        let table = FunctionTable::new(
+            libc_image.unwind_segment(),
+            libc_image.unwind_start,
+            libc_image.eh_frame_hdr,
+        )
+        .unwrap();
+        let (text, start) = (libc_image.text(), libc_image.text_start);
+        let fast = scan(text, start, &table);
+        let full = scan_by_full_decode(text, start, &table);
+        let sites = |r: &ScanResult| -> Vec<_> {
+            r.sites
+                .iter()
+                .map(|s| (s.nr, s.mov_addr, s.moved.clone(), s.syscall_addr))
+                .collect()
+        };
+        let skipped = |r: &ScanResult| -> Vec<_> {
+            r.skipped
+                .iter()
+                .map(|s| (s.nr, s.syscall_addr, s.function, s.reason))
+                .collect()
+        };
+        assert!(!full.sites.is_empty());
+        assert_eq!(sites(&fast), sites(&full));
+        assert_eq!(skipped(&fast), skipped(&full));
+        assert_eq!(fast.dynamic, full.dynamic);
+        assert_eq!(fast.outside_functions, full.outside_functions);
     }
 
     #[test]
