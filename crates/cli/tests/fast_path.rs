@@ -2682,3 +2682,115 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
     }
     m.finish();
 }
+
+/// Makes `d/sub` three times after each shell command in `argv` (run in turn, changing
+/// what the walk to it reads) and prints what each mkdir gave.
+const MKDIR_AGAIN_C: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+static void probe(const char *when) {
+    for (int i = 0; i < 3; i++) {
+        int rc = mkdir("d/sub", 0755);
+        printf("%s: %s\n", when, rc == 0 ? "made" : strerror(errno));
+    }
+}
+int main(int argc, char **argv) {
+    probe("start");
+    for (int i = 2; i < argc; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[i]);
+        if (system(command) != 0) return 2;
+        probe(argv[i]);
+    }
+    return 0;
+}
+"#;
+
+/// The daemon's count of fast-path requests of `kind` (served, failed, or fallen back).
+fn daemon_requests(mnt: &Path, kind: &str) -> u64 {
+    let stats = common::stats_json(mnt);
+    let counts = stats["fastpath"]
+        .as_array()
+        .and_then(|kinds| kinds.iter().find(|k| k["kind"] == kind))
+        .unwrap_or_else(|| panic!("no fast-path kind {kind} in {stats}"));
+    ["served", "failed", "fell_back"]
+        .iter()
+        .map(|outcome| counts[outcome].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// A mkdir of a directory that exists is answered by the library itself while what the
+/// daemon's walk read stays (`mkdir -p`, fs_mark): every change on the way (the directory
+/// removed or renamed, the parent's search permission taken away or given back, an ancestor
+/// renamed), by another process through either door, is seen by the next mkdir, which
+/// gives what the kernel gives. Run as an unprivileged user, whom permissions bind.
+#[test]
+fn mkdir_of_an_existing_directory_is_answered_locally_until_its_path_changes() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "mkdir_again", MKDIR_AGAIN_C, &[]);
+    let m = mount_with_fast_path(&["allow_other"]);
+    let changes = [
+        "rmdir d/sub",
+        "chmod 0 d",
+        "chmod 755 d",
+        "mv d e",
+        "mv e d",
+        "mv d/sub d/sub2",
+    ];
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let dir = m.path(format!("{door}-{changer}"));
+        fs::create_dir_all(dir.join("d")).unwrap();
+        run_ok(
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{USER}:{USER}"))
+                .arg(&dir),
+            TOOL_TIMEOUT,
+        );
+        let mut args: Vec<&OsStr> = Vec::new();
+        if door == "fast" {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--stats")]);
+            args.push(OsStr::new("--"));
+        }
+        args.extend([binary.as_os_str(), OsStr::new(changer)]);
+        args.extend(changes.iter().map(OsStr::new));
+        let before = daemon_requests(&m.mnt, "mkdir");
+        let out = run(as_user_command(&args).current_dir(&dir), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        let asked = daemon_requests(&m.mnt, "mkdir") - before;
+        outputs.push((door, changer, out, asked));
+    }
+    let probes = |when: &str, results: [&str; 3]| -> String {
+        results.iter().map(|r| format!("{when}: {r}\n")).collect()
+    };
+    let exists = "File exists";
+    let expected = [
+        probes("start", ["made", exists, exists]),
+        probes("rmdir d/sub", ["made", exists, exists]),
+        probes("chmod 0 d", ["Permission denied"; 3]),
+        probes("chmod 755 d", [exists; 3]),
+        probes("mv d e", ["No such file or directory"; 3]),
+        probes("mv e d", [exists; 3]),
+        probes("mv d/sub d/sub2", ["made", exists, exists]),
+    ]
+    .concat();
+    for (door, changer, out, asked) in &outputs {
+        assert_eq!(
+            out.stdout,
+            expected,
+            "{door} door, changes {changer}: {}",
+            out.describe()
+        );
+        if *door == "fast" {
+            // 21 mkdirs; the daemon is asked after each change, at each mkdir that made a
+            // directory or failed otherwise than EEXIST: 14, the library answers the rest.
+            assert_served(out, 21, "mkdir");
+            assert_eq!(*asked, 14, "mkdirs the daemon was asked, changes {changer}");
+        }
+    }
+    m.finish();
+}

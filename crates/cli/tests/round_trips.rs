@@ -7,18 +7,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 
-use common::{shoal_ok, Mounted};
+use common::{stats_json, Mounted};
 use serde_json::Value;
-
-fn stats_json(mnt: &Path) -> Value {
-    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.describe()))
-}
 
 fn count(stats: &Value, name: &str) -> u64 {
     stats["ops"]

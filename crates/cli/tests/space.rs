@@ -12,16 +12,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{incompressible, shoal_ok, Mounted};
-use serde_json::Value;
+use common::{incompressible, shoal_ok, stats_json, Mounted};
 
 const FILES: u64 = 24;
 const FILE_BYTES: u64 = 1 << 20;
-
-fn stats_json(mnt: &Path) -> Value {
-    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.describe()))
-}
 
 /// `df -B1 --output=used,iused`.
 fn df_used(mnt: &Path) -> (u64, u64) {

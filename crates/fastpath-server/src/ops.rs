@@ -15,7 +15,7 @@ use crate::handles::{release, Handle, Process};
 use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
-use crate::walk::{walk, Walked};
+use crate::walk::{walk, walk_witnessed, Walked, Witness};
 
 /// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
 /// kernel's `mode_strip_sgid` rules).
@@ -437,9 +437,17 @@ impl Server {
     }
 
     pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let version_of = |ino| self.version_of(ino);
+        let mut witness = Witness::new(&version_of);
+        let walked = walk_witnessed(&self.engine, s.caller, at, Some(&mut witness))?;
         require(!walked.is_dots())?;
-        ensure(walked.found.is_none(), libc::EEXIST)?;
+        if walked.found.is_some() {
+            // `mkdir -p` and fs_mark ask again and again for directories that exist.
+            return match witness.into_versions() {
+                Some(witness) => Ok(Reply::Exists { witness }),
+                None => Err(Refusal::Errno(libc::EEXIST)),
+            };
+        }
         self.may_create_in(s, &walked.dir)?;
         let inode = self.engine.mkdir_masked(
             walked.dir.ino,

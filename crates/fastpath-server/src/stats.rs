@@ -98,6 +98,8 @@ impl FastPathStats {
     pub(crate) fn record(&self, request: &Request, result: &Served<Reply>) {
         let counts = &self.kinds[kind_index(request)];
         let counter = match result {
+            // An errno with what the client needs to give it itself next time.
+            Ok(Reply::Exists { .. }) => &counts.failed,
             Ok(_) => &counts.served,
             Err(Refusal::Errno(_)) => &counts.failed,
             Err(Refusal::Fallback(why)) => {

@@ -4,7 +4,7 @@
 //! above the root) falls back: the kernel knows what lies outside.
 
 use shoal_engine::{Engine, FileKind, FsError, Inode, ROOT_INO};
-use shoal_fastpath::At;
+use shoal_fastpath::{At, WITNESS_MAX};
 
 use crate::credentials::Credentials;
 use crate::permission::{check, MAY_EXEC};
@@ -37,20 +37,72 @@ impl Walked {
     }
 }
 
+/// The inodes a walk read, each with the version of its slot (`state::MountState`) taken
+/// before the walk read it: while every version stays, a walk of the same path by the same
+/// caller reads the same entries and permission bits and goes the same way (a directory's
+/// record is rewritten whenever its entries change). See `Reply::Exists`.
+pub struct Witness<'a> {
+    version_of: &'a dyn Fn(u64) -> Option<u32>,
+    seen: Option<Vec<(u64, u32)>>,
+}
+
+impl<'a> Witness<'a> {
+    pub fn new(version_of: &'a dyn Fn(u64) -> Option<u32>) -> Witness<'a> {
+        Witness {
+            version_of,
+            seen: Some(Vec::new()),
+        }
+    }
+
+    /// Notes `ino`'s version; what the walk uses of the inode must be read after this.
+    fn note(&mut self, ino: u64) {
+        let version = (self.version_of)(ino);
+        self.seen = match (self.seen.take(), version) {
+            (Some(mut seen), Some(version)) if seen.len() < WITNESS_MAX => {
+                seen.push((ino, version));
+                Some(seen)
+            }
+            _ => None,
+        };
+    }
+
+    fn recording(&self) -> bool {
+        self.seen.is_some()
+    }
+
+    /// The versions noted, if the walk could note them all.
+    pub fn into_versions(self) -> Option<Vec<(u64, u32)>> {
+        self.seen
+    }
+}
+
 pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
+    walk_witnessed(engine, caller, at, None)
+}
+
+/// `walk`, noting in `witness` what it read.
+pub fn walk_witnessed(
+    engine: &Engine,
+    caller: &Credentials,
+    at: &At,
+    mut witness: Option<&mut Witness>,
+) -> Served<Walked> {
     ensure(!at.path.is_empty(), libc::ENOENT)?;
     if at.path.first() == Some(&b'/') {
         return Err(Refusal::Fallback(Why::LeavesMount));
     }
     let mut trailing_slash = at.path.last() == Some(&b'/');
     let mut pending = components_reversed(&at.path);
+    if let Some(witness) = witness.as_deref_mut() {
+        witness.note(at.base);
+    }
     let mut dir = engine.getattr(at.base)?;
     ensure(dir.kind == FileKind::Directory, libc::ENOTDIR)?;
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let last = pending.is_empty();
         check(engine, caller, &dir, MAY_EXEC)?;
-        let child = match lookup(engine, &dir, &name)? {
+        let mut child = match lookup(engine, &dir, &name)? {
             Some(child) => child,
             None if last => {
                 return Ok(Walked {
@@ -62,6 +114,12 @@ pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
             }
             None => return Err(Refusal::Errno(libc::ENOENT)),
         };
+        let goes_on = !last || (child.kind == FileKind::Symlink && (at.follow || trailing_slash));
+        if let Some(witness) = witness.as_deref_mut().filter(|w| goes_on && w.recording()) {
+            // The lookup read the child before its version was noted: read it again.
+            witness.note(child.ino);
+            child = engine.getattr(child.ino)?;
+        }
         if child.kind == FileKind::Symlink && (!last || at.follow || trailing_slash) {
             links += 1;
             ensure(links <= MAX_SYMLINKS, libc::ELOOP)?;

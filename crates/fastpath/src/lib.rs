@@ -34,7 +34,7 @@ pub use message::{
 
 /// Bumped on any change of the messages; a client and a daemon that differ fall back to the
 /// kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;
@@ -47,6 +47,9 @@ pub const MAX_IO_BYTES: usize = 128 * 1024;
 
 /// Longest path a request carries (PATH_MAX, terminating NUL included).
 pub const PATH_MAX_BYTES: usize = 4096;
+
+/// Inodes one walk's witness names at most (`Reply::Exists`); a longer walk gives none.
+pub const WITNESS_MAX: usize = 16;
 
 /// Directory entries one `ReadDir` reply carries at most.
 pub const READDIR_BATCH_ENTRIES: u32 = 512;

@@ -3,7 +3,7 @@
 //! the daemon gave out at open.
 
 use crate::codec::{Decoder, Encoder, WireError};
-use crate::{MAX_IO_BYTES, PATH_MAX_BYTES};
+use crate::{MAX_IO_BYTES, PATH_MAX_BYTES, WITNESS_MAX};
 
 /// Longest xattr name or value carried (the kernel's XATTR_SIZE_MAX is 64 KiB).
 const XATTR_MAX_BYTES: usize = 64 * 1024;
@@ -269,6 +269,14 @@ pub enum Reply {
         attr: Attr,
         version: Option<u32>,
         no_xattrs: bool,
+    },
+    /// What a call that must not find its last component found there (mkdir: EEXIST, as
+    /// the client returns it), with the walk's witness: each inode the walk read (the
+    /// starting directory, each directory it went through, each symlink it followed) and
+    /// the version of its slot read before it. While every version holds, the path leads to
+    /// the same entry for the same caller, and the client answers the same call itself.
+    Exists {
+        witness: Vec<(u64, u32)>,
     },
     /// A setattr's result. `kernel_holds`: the kernel mount has the inode cached; its
     /// owner and mode checks at setattr do not revalidate, so the client refreshes them
@@ -729,6 +737,13 @@ impl Reply {
                 attr.encode(&mut e);
                 e.bool(*kernel_holds);
             }
+            Reply::Exists { witness } => {
+                let count = u32::try_from(witness.len()).expect("bounded by WITNESS_MAX");
+                e.u8(10).u32(count);
+                for &(ino, version) in witness {
+                    e.u64(ino).u32(version);
+                }
+            }
             Reply::Entries {
                 entries,
                 done,
@@ -798,6 +813,16 @@ impl Reply {
                 attr: Attr::decode(&mut d)?,
                 kernel_holds: d.bool()?,
             },
+            10 => {
+                let count = d.u32()? as usize;
+                if count > WITNESS_MAX {
+                    return Err(WireError::TooLong);
+                }
+                let witness = (0..count)
+                    .map(|_| Ok((d.u64()?, d.u32()?)))
+                    .collect::<Result<_, WireError>>()?;
+                Reply::Exists { witness }
+            }
             tag => return Err(WireError::UnknownTag(u32::from(tag))),
         };
         d.finish()?;
@@ -1017,6 +1042,9 @@ mod tests {
             Reply::Changed {
                 attr,
                 kernel_holds: true,
+            },
+            Reply::Exists {
+                witness: vec![(1, 0), (u64::MAX, u32::MAX)],
             },
             Reply::Entries {
                 entries: vec![

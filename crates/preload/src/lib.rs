@@ -24,6 +24,7 @@ mod resolve;
 mod spawn;
 mod stats;
 mod sys;
+mod witnessed;
 
 /// Loaded as LD_PRELOAD: set up and install the interception before main.
 extern "C" fn load() {

@@ -108,6 +108,12 @@ pub fn shoal_ok<S: AsRef<OsStr>>(args: &[S]) -> CmdOutput {
     run_ok(Command::new(SHOAL).args(args), SHOAL_TIMEOUT)
 }
 
+/// `shoal stats --json` of the mount at `mnt`.
+pub fn stats_json(mnt: &Path) -> serde_json::Value {
+    let out = shoal_ok(&[OsStr::new("stats"), OsStr::new("--json"), mnt.as_os_str()]);
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.describe()))
+}
+
 /// `shoal gen-tree DIR --files FILES`: a generated source-like tree.
 pub fn gen_tree(dir: &Path, files: u32) {
     shoal_ok(&[

@@ -1,10 +1,11 @@
 //! mkdir, unlink, rmdir, rename, link, symlink: calls that add or remove names.
 
-use shoal_fastpath::{At, Request};
+use shoal_fastpath::{At, Reply, Request};
 
 use super::{ask, fail, kernel, Answer};
 use crate::process_state;
 use crate::resolve::{self, Route};
+use crate::stats;
 
 /// A path argument routed; `Err` carries the call's result when it is not the daemon's.
 fn path_at(dirfd: i64, path_ptr: i64, follow: bool) -> Result<(usize, At), Option<i64>> {
@@ -64,12 +65,26 @@ pub fn mkdir(nr: i64, args: [i64; 6]) -> Option<i64> {
         Ok(found) => found,
         Err(result) => return result,
     };
+    if crate::witnessed::exists(mount, &at) {
+        stats::note(nr, stats::Way::Fast);
+        return Some(fail(libc::EEXIST));
+    }
     let request = Request::Mkdir {
         at,
         mode,
         umask: process_state::umask(),
     };
-    Some(zero_or(nr, mount, &request, args, positions))
+    Some(match ask(nr, mount, &request) {
+        Answer::Done(Reply::Exists { witness }) => {
+            if let Request::Mkdir { at, .. } = &request {
+                crate::witnessed::remember_exists(mount, at, witness);
+            }
+            fail(libc::EEXIST)
+        }
+        Answer::Done(_) => 0,
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, positions),
+    })
 }
 
 pub fn unlink(nr: i64, args: [i64; 6]) -> Option<i64> {
