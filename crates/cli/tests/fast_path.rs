@@ -2794,3 +2794,83 @@ fn mkdir_of_an_existing_directory_is_answered_locally_until_its_path_changes() {
     }
     m.finish();
 }
+
+/// Chowns a file to the owner it has, as `tar x` run by root does after each file it
+/// makes: once, a hundred times in a row, again a tick later, then with the setuid bit set.
+const CHOWN_SAME_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static struct stat st;
+static void look(int fd) { fstat(fd, &st); }
+static const char *moved(struct timespec before) {
+    return before.tv_sec == st.st_ctim.tv_sec && before.tv_nsec == st.st_ctim.tv_nsec ? "same" : "moved";
+}
+static void report(const char *what, int rc) {
+    printf("%s: %s", what, rc == 0 ? "ok" : strerror(errno));
+}
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_WRONLY);
+    if (fd < 0) { perror("open"); return 2; }
+    look(fd);
+    uid_t uid = st.st_uid; gid_t gid = st.st_gid;
+    struct timespec before = st.st_ctim;
+    usleep(50000);
+    report("first", fchown(fd, uid, gid)); look(fd); printf(", ctime %s\n", moved(before));
+    int failed = 0;
+    for (int i = 0; i < 100; i++) failed += fchown(fd, uid, gid) != 0;
+    printf("again: %d failed\n", failed);
+    look(fd); before = st.st_ctim;
+    usleep(50000);
+    report("later", fchown(fd, uid, gid)); look(fd); printf(", ctime %s\n", moved(before));
+    report("setuid", fchmod(fd, 04755));
+    report(", chown", fchown(fd, uid, gid)); look(fd); printf(", mode %o\n", st.st_mode & 07777);
+    return 0;
+}
+"#;
+
+/// A chown to the owner and group a file has changes nothing but its ctime; within the tick
+/// the ctime already has, nothing at all, and the library answers it itself (`tar x` as
+/// root). Everything else is as through the kernel: the ctime a tick later, the setuid bit
+/// cleared, EPERM for a caller who does not own the file.
+#[test]
+fn a_chown_to_the_present_owner_changes_what_the_kernel_changes() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "chown_same", CHOWN_SAME_C, &[]);
+    let m = mount_with_fast_path(&["allow_other"]);
+    let root_expected = "first: ok, ctime moved\nagain: 0 failed\nlater: ok, ctime moved\n\
+                         setuid: ok, chown: ok, mode 755\n";
+    for door in ["kernel", "fast"] {
+        let file = m.path(format!("root-{door}"));
+        fs::write(&file, b"x").unwrap();
+        let before = daemon_requests(&m.mnt, "setattr");
+        let out = through(door, &m.mnt, &[binary.as_os_str(), file.as_os_str()]);
+        assert_eq!(out.stdout, root_expected, "{door} door: {}", out.describe());
+        if door == "fast" {
+            // 104 calls, of which the 100 in a row fall (but for a tick or two) in the tick
+            // of the first one's ctime: asked locally.
+            let asked = daemon_requests(&m.mnt, "setattr") - before;
+            assert!(asked < 50, "the daemon was asked {asked} times");
+        }
+    }
+    // Another user's chown of root's file to root: EPERM, changing nothing.
+    let user_expected = "first: Operation not permitted, ctime same\nagain: 100 failed\n\
+                         later: Operation not permitted, ctime same\n\
+                         setuid: Operation not permitted, chown: Operation not permitted, mode 666\n";
+    for door in ["kernel", "fast"] {
+        let file = m.path(format!("user-{door}"));
+        fs::write(&file, b"x").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
+        let mut args: Vec<&OsStr> = Vec::new();
+        if door == "fast" {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--")]);
+        }
+        args.extend([binary.as_os_str(), file.as_os_str()]);
+        let out = run(as_user_command(&args).current_dir("/"), TOOL_TIMEOUT);
+        assert_eq!(out.stdout, user_expected, "{door} door: {}", out.describe());
+    }
+    m.finish();
+}

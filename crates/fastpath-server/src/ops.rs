@@ -590,9 +590,22 @@ impl Server {
         engine_change.mtime = set_time(change.mtime);
         let updated = self.engine.setattr(inode.ino, &engine_change)?;
         self.kernel.inode_changed(inode.ino, change.size.is_some());
+        self.changed(updated)
+    }
+
+    /// A setattr's reply, with what the caller may keep of the inode: its version, then its
+    /// attributes read again after it (a change by another caller may have come between).
+    fn changed(&self, updated: Inode) -> Served<Reply> {
+        let version = self.version_of(updated.ino);
+        let current = match version {
+            Some(_) => self.engine.getattr(updated.ino)?,
+            None => updated,
+        };
         Ok(Reply::Changed {
-            attr: attr(&updated),
-            kernel_holds: self.kernel.holds(inode.ino),
+            attr: attr(&current),
+            kernel_holds: self.kernel.holds(current.ino),
+            version,
+            no_xattrs: !current.may_have_xattrs,
         })
     }
 
@@ -659,10 +672,7 @@ impl Server {
         };
         let updated = self.engine.setattr(inode.ino, &change)?;
         self.kernel.inode_changed(inode.ino, false);
-        Ok(Reply::Changed {
-            attr: attr(&updated),
-            kernel_holds: self.kernel.holds(inode.ino),
-        })
+        self.changed(updated)
     }
 
     pub fn get_xattr(&self, s: &Session, target: &Target, name: &[u8]) -> Served<Reply> {

@@ -284,6 +284,9 @@ pub enum Reply {
     Changed {
         attr: Attr,
         kernel_holds: bool,
+        /// As `Opened::version`: the attributes were read after it, and hold while it stays.
+        version: Option<u32>,
+        no_xattrs: bool,
     },
 }
 
@@ -732,10 +735,17 @@ impl Reply {
             Reply::Written { written, end } => {
                 e.u8(5).u64(*written).u64(*end);
             }
-            Reply::Changed { attr, kernel_holds } => {
+            Reply::Changed {
+                attr,
+                kernel_holds,
+                version,
+                no_xattrs,
+            } => {
                 e.u8(7);
                 attr.encode(&mut e);
                 e.bool(*kernel_holds);
+                encode_option_u32(&mut e, *version);
+                e.bool(*no_xattrs);
             }
             Reply::Exists { witness } => {
                 let count = u32::try_from(witness.len()).expect("bounded by WITNESS_MAX");
@@ -812,6 +822,8 @@ impl Reply {
             7 => Reply::Changed {
                 attr: Attr::decode(&mut d)?,
                 kernel_holds: d.bool()?,
+                version: decode_option_u32(&mut d)?,
+                no_xattrs: d.bool()?,
             },
             10 => {
                 let count = d.u32()? as usize;
@@ -1042,6 +1054,8 @@ mod tests {
             Reply::Changed {
                 attr,
                 kernel_holds: true,
+                version: Some(3),
+                no_xattrs: true,
             },
             Reply::Exists {
                 witness: vec![(1, 0), (u64::MAX, u32::MAX)],
