@@ -94,6 +94,19 @@ impl Server {
     }
 
     pub fn open(&self, s: &Session, at: &At, flags: i32, mode: u32, umask: u32) -> Served<Reply> {
+        self.open_witnessed(s, at, flags, mode, umask, None)
+    }
+
+    /// `open`, noting its walk in `witness`.
+    fn open_witnessed(
+        &self,
+        s: &Session,
+        at: &At,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+        witness: Option<&mut Witness>,
+    ) -> Served<Reply> {
         // O_TMPFILE includes O_DIRECTORY's bit: tested whole, or every opendir falls back.
         require(flags & (libc::O_PATH | libc::O_NOATIME) == 0)?;
         require(flags & libc::O_TMPFILE != libc::O_TMPFILE)?;
@@ -101,7 +114,7 @@ impl Server {
         require(accmode != libc::O_ACCMODE)?;
         let creating = flags & libc::O_CREAT != 0;
         require(!(creating && flags & libc::O_DIRECTORY != 0))?;
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = walk_witnessed(&self.engine, s.caller, at, witness)?;
         let (inode, created) = match &walked.found {
             Some(inode) => {
                 ensure(!(creating && flags & libc::O_EXCL != 0), libc::EEXIST)?;
@@ -332,7 +345,10 @@ impl Server {
         asked_attrs: bool,
     ) -> Served<Reply> {
         require(flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0)?;
-        let Reply::Opened(opened) = self.open(s, at, flags, 0, 0)? else {
+        let version_of = |ino| self.version_of(ino);
+        let mut witness = Witness::new(&version_of);
+        let Reply::Opened(opened) = self.open_witnessed(s, at, flags, 0, 0, Some(&mut witness))?
+        else {
             return Err(Refusal::Errno(libc::EPROTO));
         };
         let page = self.read_dir_within(
@@ -348,11 +364,14 @@ impl Server {
                 entries,
                 done,
                 changes,
+                dir_version,
             }) => Reply::OpenedDir {
                 opened,
                 entries,
                 done,
                 changes,
+                dir_version,
+                witness: witness.into_versions(),
             },
             _ => Reply::Opened(opened),
         })
@@ -404,6 +423,8 @@ impl Server {
                     kind: d_type(entry.kind),
                     name: entry.name,
                     attr: Some(attr(&inode)),
+                    // Counted in the page's bytes; read after it (`listing_versions`).
+                    version: Some(0),
                 })
                 .collect()
         } else {
@@ -414,6 +435,7 @@ impl Server {
                     kind: d_type(entry.kind),
                     name: entry.name,
                     attr: None,
+                    version: None,
                 })
                 .collect()
         };
@@ -429,11 +451,38 @@ impl Server {
             }
             entries.push(entry);
         }
+        let dir_version = self.listing_versions(dir.ino, &mut entries, changes);
         Ok(Reply::Entries {
             entries,
             done,
             changes,
+            dir_version,
         })
+    }
+
+    /// The versions of a listing's directory and of its entries with attributes, read
+    /// after the listing: they vouch for it as if read before, when the engine's change
+    /// count read before the listing (`changes`) has not moved by the time they are read.
+    /// A batch the listing missed reaches the store before the engine counts it, and the
+    /// count moves before the batch's versions are bumped (`Engine::count_change`): a
+    /// version that moved for it comes with a count that moved too. Else none.
+    fn listing_versions(
+        &self,
+        dir: u64,
+        entries: &mut [DirEntryWire],
+        changes: u64,
+    ) -> Option<u32> {
+        let dir_version = self.version_of(dir);
+        for entry in entries.iter_mut().filter(|entry| entry.attr.is_some()) {
+            entry.version = self.version_of(entry.ino);
+        }
+        if dir_version.is_some() && self.engine.changes() == changes {
+            return dir_version;
+        }
+        for entry in entries.iter_mut() {
+            entry.version = None;
+        }
+        None
     }
 
     pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
@@ -756,6 +805,7 @@ fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
         kind: libc::DT_DIR,
         name: name.to_vec(),
         attr: None,
+        version: None,
     }
 }
 

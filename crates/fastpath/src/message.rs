@@ -190,12 +190,21 @@ pub struct DirEntryWire {
     /// The entry's attributes, when the caller may look entries up in the directory
     /// (search permission): what its next `stat` of the entry would return.
     pub attr: Option<Attr>,
+    /// With `attr`: the version of the entry's slot, as good as one read before `attr`
+    /// (see the daemon's `read_dir_within`): `attr` holds while it stays, whatever else
+    /// changes on the mount.
+    pub version: Option<u32>,
 }
 
 impl DirEntryWire {
     /// Bytes this entry takes in an encoded `Entries` reply.
     pub fn encoded_len(&self) -> usize {
-        ENTRY_FIXED_BYTES + self.name.len() + self.attr.map_or(0, |_| ATTR_BYTES)
+        let attr = match (self.attr, self.version) {
+            (None, _) => 0,
+            (Some(_), None) => ATTR_BYTES,
+            (Some(_), Some(_)) => ATTR_BYTES + 4,
+        };
+        ENTRY_FIXED_BYTES + self.name.len() + attr
     }
 }
 
@@ -203,11 +212,12 @@ impl DirEntryWire {
 const ATTR_BYTES: usize = 8 + 4 * 5 + 8 * 2 + 4 + 3 * (8 + 4);
 /// An encoded entry without its name and attributes: ino, kind, name length, attr tag.
 const ENTRY_FIXED_BYTES: usize = 8 + 1 + 4 + 1;
-/// An `Entries` reply without its entries: status, tag, count, changes, done.
-pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 1;
-/// What an `OpenedDir` reply carries beyond an `Entries` one: handle, attributes, created,
-/// version (tag and value), no_xattrs.
-pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1 + 5 + 1;
+/// An `Entries` reply without its entries: status, tag, count, changes, the directory's
+/// version (tag and value), done.
+pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 5 + 1;
+/// What an `OpenedDir` reply carries beyond an `Entries` one at most: handle, attributes,
+/// created, version (tag and value), no_xattrs, the walk's witness (tag, count, entries).
+pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1 + 5 + 1 + 1 + 4 + WITNESS_MAX * 12;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -254,14 +264,20 @@ pub enum Reply {
         /// The mount's change count read before the listing (`state::MountState`): the
         /// attributes hold while it stays the same.
         changes: u64,
+        /// The directory's version, as good as one read before the listing: its names hold
+        /// while it stays (each entry's attributes while the entry's `version` stays too).
+        dir_version: Option<u32>,
     },
     /// A directory opened by `Request::OpenDir`, with its first page of entries, as an
-    /// `Entries` reply would give it (see there).
+    /// `Entries` reply would give it (see there), and the witness of the walk that found
+    /// it (see `Reply::Exists`): the same path leads to it while that holds.
     OpenedDir {
         opened: Opened,
         entries: Vec<DirEntryWire>,
         done: bool,
         changes: u64,
+        dir_version: Option<u32>,
+        witness: Option<Vec<(u64, u32)>>,
     },
     /// A fast descriptor's attributes, with the version of its inode's slot read before
     /// them (see `Opened::version`).
@@ -747,26 +763,27 @@ impl Reply {
                 encode_option_u32(&mut e, *version);
                 e.bool(*no_xattrs);
             }
-            Reply::Exists { witness } => {
-                let count = u32::try_from(witness.len()).expect("bounded by WITNESS_MAX");
-                e.u8(10).u32(count);
-                for &(ino, version) in witness {
-                    e.u64(ino).u32(version);
-                }
-            }
+            Reply::Exists { witness } => encode_witness(e.u8(10), witness),
             Reply::Entries {
                 entries,
                 done,
                 changes,
-            } => encode_entries(e.u8(6), entries, *done, *changes),
+                dir_version,
+            } => encode_entries(e.u8(6), entries, *done, *changes, *dir_version),
             Reply::OpenedDir {
                 opened,
                 entries,
                 done,
                 changes,
+                dir_version,
+                witness,
             } => {
                 opened.encode(e.u8(8));
-                encode_entries(&mut e, entries, *done, *changes);
+                match witness {
+                    Some(witness) => encode_witness(e.u8(1), witness),
+                    None => void(e.u8(0)),
+                }
+                encode_entries(&mut e, entries, *done, *changes, *dir_version);
             }
         }
     }
@@ -802,21 +819,29 @@ impl Reply {
                 end: d.u64()?,
             },
             6 => {
-                let (entries, done, changes) = decode_entries(&mut d)?;
+                let (entries, done, changes, dir_version) = decode_entries(&mut d)?;
                 Reply::Entries {
                     entries,
                     done,
                     changes,
+                    dir_version,
                 }
             }
             8 => {
                 let opened = Opened::decode(&mut d)?;
-                let (entries, done, changes) = decode_entries(&mut d)?;
+                let witness = match d.u8()? {
+                    0 => None,
+                    1 => Some(decode_witness(&mut d)?),
+                    tag => return Err(WireError::UnknownTag(u32::from(tag))),
+                };
+                let (entries, done, changes, dir_version) = decode_entries(&mut d)?;
                 Reply::OpenedDir {
                     opened,
                     entries,
                     done,
                     changes,
+                    dir_version,
+                    witness,
                 }
             }
             7 => Reply::Changed {
@@ -825,16 +850,9 @@ impl Reply {
                 version: decode_option_u32(&mut d)?,
                 no_xattrs: d.bool()?,
             },
-            10 => {
-                let count = d.u32()? as usize;
-                if count > WITNESS_MAX {
-                    return Err(WireError::TooLong);
-                }
-                let witness = (0..count)
-                    .map(|_| Ok((d.u64()?, d.u32()?)))
-                    .collect::<Result<_, WireError>>()?;
-                Reply::Exists { witness }
-            }
+            10 => Reply::Exists {
+                witness: decode_witness(&mut d)?,
+            },
             tag => return Err(WireError::UnknownTag(u32::from(tag))),
         };
         d.finish()?;
@@ -842,40 +860,76 @@ impl Reply {
     }
 }
 
-/// A page of entries: count, the change count, each entry (attributes tagged), done.
-fn encode_entries(e: &mut Encoder, entries: &[DirEntryWire], done: bool, changes: u64) {
+/// A page of entries: count, the change count, the directory's version, each entry
+/// (attributes and version tagged), done.
+fn encode_entries(
+    e: &mut Encoder,
+    entries: &[DirEntryWire],
+    done: bool,
+    changes: u64,
+    dir_version: Option<u32>,
+) {
     let count = u32::try_from(entries.len()).expect("bounded by READDIR_BATCH_ENTRIES");
     e.u32(count).u64(changes);
+    encode_option_u32(e, dir_version);
     for entry in entries {
         e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
-        match &entry.attr {
-            Some(attr) => attr.encode(e.u8(1)),
-            None => void(e.u8(0)),
+        match (&entry.attr, entry.version) {
+            (None, _) => void(e.u8(0)),
+            (Some(attr), None) => attr.encode(e.u8(1)),
+            (Some(attr), Some(version)) => {
+                attr.encode(e.u8(2));
+                e.u32(version);
+            }
         }
     }
     e.bool(done);
 }
 
-fn decode_entries(d: &mut Decoder) -> Result<(Vec<DirEntryWire>, bool, u64), WireError> {
+type Page = (Vec<DirEntryWire>, bool, u64, Option<u32>);
+
+fn decode_entries(d: &mut Decoder) -> Result<Page, WireError> {
     let count = d.u32()?;
     if count > ENTRIES_MAX {
         return Err(WireError::TooLong);
     }
     let changes = d.u64()?;
+    let dir_version = decode_option_u32(d)?;
     let mut entries = Vec::with_capacity(count as usize);
     for _ in 0..count {
+        let (ino, kind, name) = (d.u64()?, d.u8()?, d.bytes(PATH_MAX_BYTES)?.to_vec());
+        let (attr, version) = match d.u8()? {
+            0 => (None, None),
+            1 => (Some(Attr::decode(d)?), None),
+            2 => (Some(Attr::decode(d)?), Some(d.u32()?)),
+            tag => return Err(WireError::UnknownTag(u32::from(tag))),
+        };
         entries.push(DirEntryWire {
-            ino: d.u64()?,
-            kind: d.u8()?,
-            name: d.bytes(PATH_MAX_BYTES)?.to_vec(),
-            attr: match d.u8()? {
-                0 => None,
-                1 => Some(Attr::decode(d)?),
-                tag => return Err(WireError::UnknownTag(u32::from(tag))),
-            },
+            ino,
+            kind,
+            name,
+            attr,
+            version,
         });
     }
-    Ok((entries, d.bool()?, changes))
+    Ok((entries, d.bool()?, changes, dir_version))
+}
+
+/// A walk's witness: count, then (inode, version) pairs.
+fn encode_witness(e: &mut Encoder, witness: &[(u64, u32)]) {
+    let count = u32::try_from(witness.len()).expect("bounded by WITNESS_MAX");
+    e.u32(count);
+    for &(ino, version) in witness {
+        e.u64(ino).u32(version);
+    }
+}
+
+fn decode_witness(d: &mut Decoder) -> Result<Vec<(u64, u32)>, WireError> {
+    let count = d.u32()? as usize;
+    if count > WITNESS_MAX {
+        return Err(WireError::TooLong);
+    }
+    (0..count).map(|_| Ok((d.u64()?, d.u32()?))).collect()
 }
 
 fn void(_: &mut Encoder) {}
@@ -1026,6 +1080,10 @@ mod tests {
     }
 
     /// One reply of each kind (two of the listings), around `attr`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one value of every reply kind, for the round-trip tests"
+    )]
     fn every_reply(attr: Attr) -> Vec<Reply> {
         vec![
             Reply::Empty,
@@ -1067,16 +1125,26 @@ mod tests {
                         kind: 4,
                         name: b"d".to_vec(),
                         attr: None,
+                        version: None,
                     },
                     DirEntryWire {
                         ino: 4,
                         kind: 8,
                         name: b"f".to_vec(),
                         attr: Some(attr),
+                        version: None,
+                    },
+                    DirEntryWire {
+                        ino: 5,
+                        kind: 8,
+                        name: b"v".to_vec(),
+                        attr: Some(attr),
+                        version: Some(u32::MAX),
                     },
                 ],
                 done: false,
                 changes: 77,
+                dir_version: Some(4),
             },
             Reply::OpenedDir {
                 opened: Opened {
@@ -1091,9 +1159,12 @@ mod tests {
                     kind: 8,
                     name: b"g".to_vec(),
                     attr: Some(attr),
+                    version: Some(2),
                 }],
                 done: true,
                 changes: 78,
+                dir_version: None,
+                witness: Some((0..WITNESS_MAX as u64).map(|i| (i, 7)).collect()),
             },
         ]
     }

@@ -88,6 +88,7 @@ extern "C" fn after_fork_parent() {}
 
 extern "C" fn after_fork_child() {
     process_state::forked();
+    stats::forget_inherited();
     channel::forget_inherited();
 }
 

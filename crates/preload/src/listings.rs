@@ -2,17 +2,20 @@
 //! make of each entry right after listing it (`du`, `find -ls`, `ls -l`, `cp -a`,
 //! `tar c`) without a round trip: the kernel door answers those from its attribute cache.
 //!
-//! A listing holds while the mount's change count (the daemon's state page) is the one
-//! read before the daemon read the listing: any change through either door, by any
-//! process, makes every kept listing of the mount stale, and a stale one is dropped at its
-//! next use. The daemon sends attributes only to a caller who may search the directory
-//! (what `fstatat` of an entry requires), and a listing kept under other credentials than
-//! the caller's now is not used.
+//! A listing holds wholly while the mount's change count (the daemon's state page) is the
+//! one read before the daemon read the listing. When the count has moved (any change
+//! through either door, by any process: `cp -a` moves it with every file it makes), its
+//! names still hold while the directory's version stays, and an entry's attributes while
+//! the entry's version stays too (`DirEntryWire::version`); else it is dropped at its next
+//! use. The daemon sends attributes only to a caller who may search the directory (what
+//! `fstatat` of an entry requires), and a listing kept under other credentials than the
+//! caller's now is not used.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
+use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Attr, DirEntryWire};
 
 use crate::fds::{Holds, Known, OpenFile};
@@ -27,8 +30,11 @@ struct Listing {
     mount: usize,
     dir: u64,
     changes: u64,
+    /// The directory's version the daemon vouched for with the listing.
+    dir_version: Option<u32>,
     who: channel::Who,
-    attrs: HashMap<Box<[u8]>, Attr>,
+    /// Each entry's attributes and the version they hold for.
+    attrs: HashMap<Box<[u8]>, (Attr, Option<u32>)>,
     /// Stats it answered: a listing of a new directory whose predecessor answered none
     /// although it had subdirectories turns attributes off (`want_attrs`).
     hits: usize,
@@ -57,13 +63,15 @@ struct Listings {
 }
 
 /// A directory that `path` from directory `base` named when the change count was
-/// `changes`: it names the same one while the count stays (a rename anywhere moves it).
+/// `changes`: it names the same one while the count stays (a rename anywhere moves it), or
+/// while the walk's witness holds (see `Reply::Exists`).
 struct Reached {
     mount: usize,
     base: u64,
     path: Box<[u8]>,
     dir: u64,
     changes: u64,
+    witness: Option<Vec<(u64, u32)>>,
     who: channel::Who,
 }
 
@@ -90,30 +98,49 @@ thread_local! {
     static LAST_MISS: std::cell::RefCell<Option<Miss>> = const { std::cell::RefCell::new(None) };
 }
 
-/// The directory `path` from directory `base` names, as a prefetch found it, while
-/// nothing has changed on the mount since.
+/// The directory `path` from directory `base` names, as an open of it found it, while
+/// nothing has changed on the mount since or nothing its walk read.
 pub fn reached(mount: usize, base: u64, path: &[u8]) -> Option<u64> {
+    let state = mounts::all().get(mount)?.state.get()?;
     let listings = listings()?;
     let found = listings
         .reached
         .iter()
         .rev()
         .find(|r| r.mount == mount && r.base == base && *r.path == *path)?;
-    (changes_now(mount) == Some(found.changes) && found.who == channel::who()).then_some(found.dir)
+    let holds = state.changes() == found.changes
+        || found.witness.as_ref().is_some_and(|witness| {
+            witness
+                .iter()
+                .all(|&(ino, version)| state.version(ino) == version)
+        });
+    (holds && found.who == channel::who()).then_some(found.dir)
 }
 
-/// Keeps that `path` from `base` named directory `dir` when the count was `changes`.
-pub fn remember_reached(mount: usize, base: u64, path: &[u8], dir: u64, changes: u64) {
+/// Keeps that `path` from `base` named directory `dir` when the count was `changes`, and
+/// the witness of the walk that found it.
+pub fn remember_reached(
+    mount: usize,
+    base: u64,
+    path: &[u8],
+    dir: u64,
+    changes: u64,
+    witness: Option<Vec<(u64, u32)>>,
+) {
     let who = channel::who();
     let Some(mut listings) = listings() else {
         return;
     };
+    listings
+        .reached
+        .retain(|r| !(r.mount == mount && r.base == base && *r.path == *path));
     listings.reached.push_back(Reached {
         mount,
         base,
         path: path.into(),
         dir,
         changes,
+        witness,
         who,
     });
     if listings.reached.len() > MAX_REACHED {
@@ -188,10 +215,41 @@ pub fn remember_known(file: &OpenFile, version: Option<u32>, attr: Attr, no_xatt
     }
 }
 
+/// How much of a kept listing still holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// Nothing changed on the mount since it was read.
+    Wholly,
+    /// Its names (its directory's version stays), and each entry whose version stays.
+    ByVersions,
+    Not,
+}
+
+fn holding(state: &MountState, changes: u64, dir: u64, dir_version: Option<u32>) -> Holding {
+    if state.changes() == changes {
+        Holding::Wholly
+    } else if dir_version == Some(state.version(dir)) {
+        Holding::ByVersions
+    } else {
+        Holding::Not
+    }
+}
+
 /// Keeps the attributes of a page of directory `dir`'s entries, listed when the mount's
-/// change count was `changes`.
-pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
-    if changes_now(mount) != Some(changes) || page.iter().all(|entry| entry.attr.is_none()) {
+/// change count was `changes` (and the directory's version `dir_version`).
+pub fn remember(
+    mount: usize,
+    dir: u64,
+    changes: u64,
+    dir_version: Option<u32>,
+    page: &[DirEntryWire],
+) {
+    let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
+        return;
+    };
+    if holding(state, changes, dir, dir_version) == Holding::Not
+        || page.iter().all(|entry| entry.attr.is_none())
+    {
         return;
     }
     let who = channel::who();
@@ -223,6 +281,7 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
                 mount,
                 dir,
                 changes,
+                dir_version,
                 who,
                 attrs: HashMap::new(),
                 hits: 0,
@@ -240,7 +299,7 @@ pub fn remember(mount: usize, dir: u64, changes: u64, page: &[DirEntryWire]) {
             }
             if listing
                 .attrs
-                .insert(entry.name.clone().into_boxed_slice(), attr)
+                .insert(entry.name.clone().into_boxed_slice(), (attr, entry.version))
                 .is_none()
             {
                 added += 1;
@@ -277,8 +336,12 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
         WANT_ATTRS.store(true, Ordering::Relaxed);
         return Looked::Unlisted;
     };
+    let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
+        return Looked::Unlisted;
+    };
     let listing = &mut listings.recent[index];
-    if changes_now(mount) != Some(listing.changes) {
+    let holds = holding(state, listing.changes, dir, listing.dir_version);
+    if holds == Holding::Not {
         listings.drop_at(index);
         return Looked::Unlisted;
     }
@@ -286,7 +349,10 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
         return Looked::Unlisted;
     }
     match listing.attrs.get(name) {
-        Some(attr) if !(follow && attr.mode & libc::S_IFMT == libc::S_IFLNK) => {
+        Some((attr, version))
+            if !(follow && attr.mode & libc::S_IFMT == libc::S_IFLNK)
+                && (holds == Holding::Wholly || *version == Some(state.version(attr.ino))) =>
+        {
             listing.hits += 1;
             Looked::Found(*attr)
         }

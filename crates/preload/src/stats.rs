@@ -51,6 +51,15 @@ pub fn note(nr: i64, way: Way) {
     }
 }
 
+/// A fork child starts with no counts: what it inherited are its parent's, which the
+/// parent reports.
+pub fn forget_inherited() {
+    let all = COUNTERS.fast.iter().chain(&COUNTERS.fell_back);
+    for counter in all.chain([&COUNTERS.lost_conversions, &COUNTERS.listed]) {
+        counter.store(0, Ordering::Relaxed);
+    }
+}
+
 /// A fast descriptor could not be reopened through the kernel (renamed or removed since).
 pub fn note_lost_conversion() {
     COUNTERS.lost_conversions.fetch_add(1, Ordering::Relaxed);

@@ -325,8 +325,9 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             entries,
             done,
             changes,
+            dir_version,
         }) => {
-            crate::listings::remember(file.mount, file.ino, changes, &entries);
+            crate::listings::remember(file.mount, file.ino, changes, dir_version, &entries);
             take_page(cursor, entries, done);
             Ok(())
         }

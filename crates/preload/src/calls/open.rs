@@ -85,8 +85,15 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             entries,
             done,
             changes,
+            dir_version,
+            witness,
         }) => {
-            crate::listings::remember(mount, opened.attr.ino, changes, &entries);
+            let dir = opened.attr.ino;
+            crate::listings::remember(mount, dir, changes, dir_version, &entries);
+            if let Request::OpenDir { at, .. } = &request {
+                // `cp -a` and `tar c` stat what they list by paths through this one.
+                crate::listings::remember_reached(mount, at.base, &at.path, dir, changes, witness);
+            }
             let page = Prefetched {
                 entries,
                 done,

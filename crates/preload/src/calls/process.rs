@@ -16,11 +16,13 @@ pub fn chdir(nr: i64, args: [i64; 6]) -> Option<i64> {
 
 /// execve(2), execveat(2): descriptors the new program inherits must be kernel ones.
 pub fn execve(nr: i64, args: [i64; 6]) -> Option<i64> {
-    crate::stats::write_report();
     if process_state::in_vfork_child() {
         // The parent's memory: its table must stay as it is (see `fds::inherit_for_exec`).
         fds::reopen_for_exec_in_place();
     } else {
+        // The program's counts end with it (a vfork child's are its parent's, counted
+        // there: the memory is shared).
+        crate::stats::write_report();
         // Every fast descriptor, close-on-exec ones included: the daemon keeps a process's
         // open files while the process lives (a thread that opened them may have ended),
         // and the program exec'd here, perhaps with other credentials, must not find

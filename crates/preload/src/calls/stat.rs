@@ -151,17 +151,22 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
                 opened,
                 entries,
                 changes,
+                dir_version,
+                witness,
                 ..
             },
-        )) => (opened.handle, Some((opened.attr.ino, entries, changes))),
+        )) => (
+            opened.handle,
+            Some((opened.attr.ino, entries, changes, dir_version, witness)),
+        ),
         Ok((Status::Ok, Reply::Opened(opened))) => (opened.handle, None),
         _ => return None,
     };
     crate::channel::close(mount, handle);
-    let (dir, entries, changes) = listed?;
-    crate::listings::remember(mount, dir, changes, &entries);
+    let (dir, entries, changes, dir_version, witness) = listed?;
+    crate::listings::remember(mount, dir, changes, dir_version, &entries);
     if !parent.is_empty() {
-        crate::listings::remember_reached(mount, base, parent, dir, changes);
+        crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
     }
     Some(dir)
 }
