@@ -12,8 +12,8 @@
 //! caller's now is not used.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Attr, DirEntryWire};
@@ -23,7 +23,7 @@ use crate::{channel, mounts};
 
 /// Listings kept at most, and entries over all of them: a tool lists one directory and
 /// stats its entries, then moves on.
-const MAX_LISTINGS: usize = 16;
+const MAX_LISTINGS: usize = 64;
 const MAX_ENTRIES: usize = 32 * 1024;
 
 struct Listing {
@@ -37,7 +37,7 @@ struct Listing {
     attrs: HashMap<Box<[u8]>, (Attr, Option<u32>)>,
     /// Stats it answered: a listing of a new directory whose predecessor answered none
     /// although it had subdirectories turns attributes off (`want_attrs`).
-    hits: usize,
+    hits: AtomicUsize,
     /// Subdirectories among its entries: a tool that walks a tree stats those (fts
     /// checks each directory before it enters), and only those in a leaf directory.
     subdirs: usize,
@@ -84,9 +84,9 @@ struct Miss {
 }
 
 /// Directories reached by path kept at most.
-const MAX_REACHED: usize = 16;
+const MAX_REACHED: usize = 64;
 
-static LISTINGS: Mutex<Listings> = Mutex::new(Listings {
+static LISTINGS: RwLock<Listings> = RwLock::new(Listings {
     recent: VecDeque::new(),
     entries: 0,
     reached: VecDeque::new(),
@@ -102,7 +102,7 @@ thread_local! {
 /// nothing has changed on the mount since or nothing its walk read.
 pub fn reached(mount: usize, base: u64, path: &[u8]) -> Option<u64> {
     let state = mounts::all().get(mount)?.state.get()?;
-    let listings = listings()?;
+    let listings = read_listings()?;
     let found = listings
         .reached
         .iter()
@@ -171,15 +171,38 @@ pub fn second_miss_in(mount: usize, base: u64, path: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// The kept listings, unless another thread is using them: then the caller does without
-/// (a miss, or nothing kept). Never waiting also means a fork child whose parent had
-/// another thread inside (the lock copied held) cannot hang here.
-fn listings() -> Option<MutexGuard<'static, Listings>> {
-    match LISTINGS.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
+/// The kept listings, to read (lookups, from any number of threads at once: `git status`
+/// stats from 20) or to change. A thread that finds them taken tries again a few times,
+/// letting the holder run (20 threads on 2 CPUs: the holder is often preempted), then does
+/// without (a miss, or nothing kept). Never waiting for good also means a fork child whose
+/// parent had another thread inside (the lock copied held) cannot hang here.
+fn read_listings() -> Option<RwLockReadGuard<'static, Listings>> {
+    with_retries(|| match LISTINGS.try_read() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(()),
+    })
+}
+
+fn listings() -> Option<RwLockWriteGuard<'static, Listings>> {
+    with_retries(|| match LISTINGS.try_write() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(()),
+    })
+}
+
+/// Tries to take the lock this many times, yielding the CPU between tries.
+const LOCK_TRIES: usize = 8;
+
+fn with_retries<G>(mut take: impl FnMut() -> Result<G, ()>) -> Option<G> {
+    for _ in 1..LOCK_TRIES {
+        if let Ok(guard) = take() {
+            return Some(guard);
+        }
+        std::thread::yield_now();
     }
+    take().ok()
 }
 
 /// The mount's change count now; `None` when its daemon publishes none (an older one).
@@ -270,11 +293,9 @@ pub fn remember(
             if let Some(index) = stale {
                 listings.drop_at(index);
             }
-            if listings
-                .recent
-                .back()
-                .is_some_and(|previous| previous.hits == 0 && previous.subdirs > 0)
-            {
+            if listings.recent.back().is_some_and(|previous| {
+                previous.hits.load(Ordering::Relaxed) == 0 && previous.subdirs > 0
+            }) {
                 WANT_ATTRS.store(false, Ordering::Relaxed);
             }
             listings.recent.push_back(Listing {
@@ -284,7 +305,7 @@ pub fn remember(
                 dir_version,
                 who,
                 attrs: HashMap::new(),
-                hits: 0,
+                hits: AtomicUsize::new(0),
                 subdirs: 0,
             });
             listings.recent.len() - 1
@@ -324,7 +345,7 @@ pub enum Looked {
 /// The attributes of `name` in directory `dir`, if a listing that still holds has them.
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
 pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
-    let Some(mut listings) = listings() else {
+    let Some(listings) = read_listings() else {
         return Looked::Unlisted;
     };
     let Some(index) = listings
@@ -339,10 +360,10 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
     let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
         return Looked::Unlisted;
     };
-    let listing = &mut listings.recent[index];
+    let listing = &listings.recent[index];
     let holds = holding(state, listing.changes, dir, listing.dir_version);
     if holds == Holding::Not {
-        listings.drop_at(index);
+        // Replaced when the directory is listed again, or aged out (`trim`).
         return Looked::Unlisted;
     }
     if listing.who != channel::who() {
@@ -353,7 +374,7 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
             if !(follow && attr.mode & libc::S_IFMT == libc::S_IFLNK)
                 && (holds == Holding::Wholly || *version == Some(state.version(attr.ino))) =>
         {
-            listing.hits += 1;
+            listing.hits.fetch_add(1, Ordering::Relaxed);
             Looked::Found(*attr)
         }
         _ => Looked::Unanswered,
