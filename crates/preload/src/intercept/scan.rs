@@ -240,17 +240,11 @@ fn touches_rax(ins: &Instruction) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intercept::image;
+    use crate::intercept::unwind::loaded_libc;
 
     #[test]
     fn finds_adjacent_and_replayed_sites_in_libc() {
-        let libc_image = image::find_libc().unwrap();
-        let table = FunctionTable::new(
-            libc_image.unwind_segment(),
-            libc_image.unwind_start,
-            libc_image.eh_frame_hdr,
-        )
-        .unwrap();
+        let (libc_image, table) = loaded_libc();
         let found = scan(libc_image.text(), libc_image.text_start, &table);
         // SAFETY: dlsym with a valid handle constant and a NUL-terminated name.
         let getppid = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getppid".as_ptr()) } as u64;
@@ -315,13 +309,7 @@ mod tests {
 
     #[test]
     fn finds_in_libc_what_a_full_decode_finds() {
-        let libc_image = image::find_libc().unwrap();
-        let table = FunctionTable::new(
-            libc_image.unwind_segment(),
-            libc_image.unwind_start,
-            libc_image.eh_frame_hdr,
-        )
-        .unwrap();
+        let (libc_image, table) = loaded_libc();
         let (text, start) = (libc_image.text(), libc_image.text_start);
         let fast = scan(text, start, &table);
         let full = scan_by_full_decode(text, start, &table);

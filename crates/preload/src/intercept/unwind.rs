@@ -230,10 +230,22 @@ impl FunctionTable {
     }
 }
 
+/// The loaded libc and its function table, for tests.
+#[cfg(test)]
+pub(crate) fn loaded_libc() -> (super::image::LibcImage, FunctionTable) {
+    let libc_image = super::image::find_libc().unwrap();
+    let table = FunctionTable::new(
+        libc_image.unwind_segment(),
+        libc_image.unwind_start,
+        libc_image.eh_frame_hdr,
+    )
+    .unwrap();
+    (libc_image, table)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intercept::image;
 
     #[test]
     fn leb128_decodes_dwarf_examples() {
@@ -247,13 +259,7 @@ mod tests {
 
     #[test]
     fn finds_libc_functions_by_address() {
-        let libc_image = image::find_libc().unwrap();
-        let table = FunctionTable::new(
-            libc_image.unwind_segment(),
-            libc_image.unwind_start,
-            libc_image.eh_frame_hdr,
-        )
-        .unwrap();
+        let (libc_image, table) = loaded_libc();
         for name in [c"getppid", c"openat", c"opendir"] {
             // SAFETY: dlsym with a valid handle constant and a NUL-terminated name.
             let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
