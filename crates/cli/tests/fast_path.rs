@@ -2978,3 +2978,74 @@ fn a_listing_answers_stats_of_its_entries_while_they_and_their_directory_stay() 
     }
     m.finish();
 }
+
+/// Stats `big/f0000` .. `big/f0699` by path in name order (no listing of its own), runs
+/// `argv[1]`, and stats them again.
+const STATS_THROUGH_A_BIG_DIRECTORY_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+static void look(const char *when) {
+    for (int i = 0; i < 700; i++) {
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof path, "big/f%04d", i);
+        if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); continue; }
+        printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777, (long long)st.st_size);
+    }
+}
+int main(int argc, char **argv) {
+    look("before");
+    if (system(argv[1]) != 0) return 2;
+    look("after");
+    return 0;
+}
+"#;
+
+/// Stats through a directory of several pages by path (no listing of its own: a build
+/// checking its files) go on from the listing asked for page by page, and see every
+/// change made meanwhile by another process through either door, as through the kernel.
+#[test]
+fn stats_through_a_directory_of_many_pages_list_it_page_by_page() {
+    let programs = programs_dir();
+    let binary = compile(
+        programs.path(),
+        "bigdir",
+        STATS_THROUGH_A_BIG_DIRECTORY_C,
+        &[],
+    );
+    let m = mount_with_fast_path(&[]);
+    let change = "chmod 600 big/f0100 big/f0650; rm big/f0400; printf 0123456789abcdef > big/f0600";
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let top = m.path(format!("{door}-{changer}"));
+        fs::create_dir_all(top.join("big")).unwrap();
+        for i in 0..700 {
+            fs::write(top.join(format!("big/f{i:04}")), "0123456789").unwrap();
+        }
+        let command = format!("SHOAL_RUN={changer}; export SHOAL_RUN; {change}");
+        let asked = || ["stat", "open_dir", "readdir"].map(|k| daemon_requests(&m.mnt, k));
+        let before = asked();
+        let out = through(door, &top, &[binary.as_os_str(), OsStr::new(&command)]);
+        assert!(out.success(), "{}", out.describe());
+        let after = asked();
+        if door == "fast" && changer == "off" {
+            // 1400 stats: each of the two rounds lists the directory anew (the change moved
+            // it) in a few pages; without paging every name past the first page was asked.
+            let requests: u64 = after.iter().zip(before).map(|(a, b)| a - b).sum();
+            assert!(requests < 40, "{requests} requests: {}", out.describe());
+        }
+        outputs.push(out);
+    }
+    assert!(outputs[0]
+        .stdout
+        .contains("after big/f0600: mode 644 size 16"));
+    assert!(outputs[0]
+        .stdout
+        .contains("after big/f0650: mode 600 size 10"));
+    assert!(outputs[0].stdout.contains("after big/f0400: gone"));
+    for out in &outputs[1..] {
+        assert_eq!(out.stdout, outputs[0].stdout, "{}", out.describe());
+    }
+    m.finish();
+}

@@ -41,6 +41,18 @@ struct Listing {
     /// Subdirectories among its entries: a tool that walks a tree stats those (fts
     /// checks each directory before it enters), and only those in a leaf directory.
     subdirs: usize,
+    /// Where a listing asked for by `stat`s (`calls::stat::prefetch`) goes on when the
+    /// directory has more than one page: the daemon's handle of the directory, kept open,
+    /// and the last name listed. Names come in byte order, so a name past it is in a later
+    /// page: the next one is asked for, not the name alone (`ls`-less stats through a
+    /// directory of 20k files).
+    more: Option<More>,
+}
+
+/// A directory handle to go on listing from, after `after`.
+pub struct More {
+    pub handle: u64,
+    pub after: Vec<u8>,
 }
 
 /// Whether listings ask for attributes, as the kernel's READDIRPLUS_AUTO decides: yes until
@@ -100,7 +112,9 @@ thread_local! {
 
 /// The directory `path` from directory `base` names, as an open of it found it, while
 /// nothing has changed on the mount since or nothing its walk read.
-pub fn reached(mount: usize, base: u64, path: &[u8]) -> Option<u64> {
+/// `who` is the caller (`channel::who`, read once per call: in a threaded process it
+/// takes two system calls).
+pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Option<u64> {
     let state = mounts::all().get(mount)?.state.get()?;
     let listings = read_listings()?;
     let found = listings
@@ -114,7 +128,7 @@ pub fn reached(mount: usize, base: u64, path: &[u8]) -> Option<u64> {
                 .iter()
                 .all(|&(ino, version)| state.version(ino) == version)
         });
-    (holds && found.who == channel::who()).then_some(found.dir)
+    (holds && found.who == who).then_some(found.dir)
 }
 
 /// Keeps that `path` from `base` named directory `dir` when the count was `changes`, and
@@ -306,6 +320,7 @@ pub fn remember(
                 who,
                 attrs: HashMap::new(),
                 hits: AtomicUsize::new(0),
+                more: None,
                 subdirs: 0,
             });
             listings.recent.len() - 1
@@ -344,7 +359,8 @@ pub enum Looked {
 
 /// The attributes of `name` in directory `dir`, if a listing that still holds has them.
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
-pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
+/// `who`: the caller, as for `reached`.
+pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::Who) -> Looked {
     let Some(listings) = read_listings() else {
         return Looked::Unlisted;
     };
@@ -366,7 +382,7 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
         // Replaced when the directory is listed again, or aged out (`trim`).
         return Looked::Unlisted;
     }
-    if listing.who != channel::who() {
+    if listing.who != who {
         return Looked::Unlisted;
     }
     match listing.attrs.get(name) {
@@ -381,10 +397,43 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool) -> Looked {
     }
 }
 
+/// Takes the way on of directory `dir`'s listing if `name` lies past what it lists (see
+/// `Listing::more`); the caller lists the next page and gives it back (`keep_more`).
+pub fn take_more(mount: usize, dir: u64, name: &[u8]) -> Option<More> {
+    let mut listings = listings()?;
+    let listing = listings
+        .recent
+        .iter_mut()
+        .find(|l| l.mount == mount && l.dir == dir)?;
+    if listing.more.as_ref()?.after.as_slice() >= name {
+        return None;
+    }
+    listing.more.take()
+}
+
+/// Gives back (or records) the way on of directory `dir`'s listing; closes the handle
+/// when the listing is gone or complete (`more` is `None` then).
+pub fn keep_more(mount: usize, dir: u64, handle: u64, more: Option<More>) {
+    let kept = listings().and_then(|mut listings| {
+        let listing = listings
+            .recent
+            .iter_mut()
+            .find(|l| l.mount == mount && l.dir == dir && l.more.is_none())?;
+        listing.more = Some(more?);
+        Some(())
+    });
+    if kept.is_none() {
+        channel::close(mount, handle);
+    }
+}
+
 impl Listings {
     fn drop_at(&mut self, index: usize) {
         if let Some(listing) = self.recent.remove(index) {
             self.entries -= listing.attrs.len();
+            if let Some(more) = listing.more {
+                channel::close(listing.mount, more.handle);
+            }
         }
     }
 

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use shoal_fastpath::{At, Attr, Reply, Request, Status};
+use shoal_fastpath::{At, Attr, DirEntryWire, Reply, Request, Status, READDIR_BATCH_ENTRIES};
 
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
 use crate::fds::{self, OpenFile};
-use crate::listings::Looked;
+use crate::listings::{Looked, More};
 use crate::mounts;
 use crate::resolve::{self, Route};
 use crate::stats;
@@ -99,14 +99,22 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
     if name.is_empty() || name == b"." || name == b".." {
         return None;
     }
+    let who = crate::channel::who();
     let dir = if parent.is_empty() {
         Some(at.base)
     } else {
-        crate::listings::reached(mount, at.base, parent)
+        crate::listings::reached(mount, at.base, parent, who)
     };
     if let Some(dir) = dir {
-        match crate::listings::lookup(mount, dir, name, at.follow) {
+        match crate::listings::lookup(mount, dir, name, at.follow, who) {
             Looked::Found(attr) => return Some(attr),
+            // Past the pages listed so far: the next one.
+            Looked::Unanswered if list_further(mount, dir, name) => {
+                return match crate::listings::lookup(mount, dir, name, at.follow, who) {
+                    Looked::Found(attr) => Some(attr),
+                    Looked::Unanswered | Looked::Unlisted => None,
+                };
+            }
             // Listed already (a name probed in vain, a symlink followed): ask.
             Looked::Unanswered => return None,
             Looked::Unlisted => {}
@@ -116,7 +124,7 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
         return None;
     }
     let dir = prefetch(mount, at.base, parent)?;
-    match crate::listings::lookup(mount, dir, name, at.follow) {
+    match crate::listings::lookup(mount, dir, name, at.follow, who) {
         Looked::Found(attr) => Some(attr),
         Looked::Unanswered | Looked::Unlisted => None,
     }
@@ -153,22 +161,78 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
                 changes,
                 dir_version,
                 witness,
-                ..
+                done,
             },
         )) => (
             opened.handle,
-            Some((opened.attr.ino, entries, changes, dir_version, witness)),
+            Some((
+                opened.attr.ino,
+                entries,
+                changes,
+                dir_version,
+                witness,
+                done,
+            )),
         ),
         Ok((Status::Ok, Reply::Opened(opened))) => (opened.handle, None),
         _ => return None,
     };
-    crate::channel::close(mount, handle);
-    let (dir, entries, changes, dir_version, witness) = listed?;
+    let Some((dir, entries, changes, dir_version, witness, done)) = listed else {
+        crate::channel::close(mount, handle);
+        return None;
+    };
     crate::listings::remember(mount, dir, changes, dir_version, &entries);
     if !parent.is_empty() {
         crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
     }
+    crate::listings::keep_more(mount, dir, handle, more_after(handle, &entries, done));
     Some(dir)
+}
+
+/// Where to go on listing after `entries`, unless they were the last.
+fn more_after(handle: u64, entries: &[DirEntryWire], done: bool) -> Option<More> {
+    let last = entries
+        .iter()
+        .rev()
+        .find(|entry| entry.name != b"." && entry.name != b"..")?;
+    (!done).then(|| More {
+        handle,
+        after: last.name.clone(),
+    })
+}
+
+/// The next page of a listing asked for by `stat`s, when `name` lies past it; whether it
+/// was added.
+fn list_further(mount: usize, dir: u64, name: &[u8]) -> bool {
+    let Some(more) = crate::listings::take_more(mount, dir, name) else {
+        return false;
+    };
+    let request = Request::ReadDir {
+        handle: more.handle,
+        after: Some(more.after.clone()),
+        max: READDIR_BATCH_ENTRIES,
+        with_attrs: true,
+    };
+    match crate::channel::call(mount, &request) {
+        Ok((
+            Status::Ok,
+            Reply::Entries {
+                entries,
+                done,
+                changes,
+                dir_version,
+            },
+        )) => {
+            crate::listings::remember(mount, dir, changes, dir_version, &entries);
+            let next = more_after(more.handle, &entries, done);
+            crate::listings::keep_more(mount, dir, more.handle, next);
+            true
+        }
+        _ => {
+            crate::listings::keep_more(mount, dir, more.handle, None);
+            false
+        }
+    }
 }
 
 pub fn stat(nr: i64, args: [i64; 6]) -> Option<i64> {
