@@ -535,7 +535,10 @@ impl Engine {
         self.change_observer.set(observer).is_ok()
     }
 
-    /// A batch is in the store and readable: the change count moves on.
+    /// A batch is in the store and readable: the change count moves on, and only then is
+    /// the observer told (readers that take the count before a read and again after
+    /// reading what the observer keeps rely on this order: a change the read missed has
+    /// moved the count by the time the observer's state shows it).
     pub(crate) fn count_change(&self, inodes: &[u64]) {
         let changes = self
             .committer

@@ -123,11 +123,10 @@ pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Optio
         .rev()
         .find(|r| r.mount == mount && r.base == base && *r.path == *path)?;
     let holds = state.changes() == found.changes
-        || found.witness.as_ref().is_some_and(|witness| {
-            witness
-                .iter()
-                .all(|&(ino, version)| state.version(ino) == version)
-        });
+        || found
+            .witness
+            .as_ref()
+            .is_some_and(|witness| crate::witnessed::holds(state, witness));
     (holds && found.who == who).then_some(found.dir)
 }
 

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 
+use shoal_fastpath::state::MountState;
 use shoal_fastpath::At;
 
 use crate::channel::{self, Who};
@@ -38,14 +39,18 @@ pub fn exists(mount: usize, at: &At) -> bool {
                     known.mount == mount
                         && known.at == *at
                         && known.who == who
-                        && known
-                            .witness
-                            .iter()
-                            .all(|&(ino, version)| state.version(ino) == version)
+                        && holds(state, &known.witness)
                 })
             })
         })
         .unwrap_or(false)
+}
+
+/// Whether every inode of `witness` still has the version the walk read.
+pub fn holds(state: &MountState, witness: &[(u64, u32)]) -> bool {
+    witness
+        .iter()
+        .all(|&(ino, version)| state.version(ino) == version)
 }
 
 /// Keeps the daemon's word that `at` exists, with the witness of its walk.
