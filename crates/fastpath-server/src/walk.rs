@@ -70,6 +70,10 @@ impl<'a> Witness<'a> {
         self.seen.is_some()
     }
 
+    fn give_up(&mut self) {
+        self.seen = None;
+    }
+
     /// The versions noted, if the walk could note them all.
     pub fn into_versions(self) -> Option<Vec<(u64, u32)>> {
         self.seen
@@ -116,9 +120,13 @@ pub fn walk_witnessed(
         };
         let goes_on = !last || (child.kind == FileKind::Symlink && (at.follow || trailing_slash));
         if let Some(witness) = witness.as_deref_mut().filter(|w| goes_on && w.recording()) {
-            // The lookup read the child before its version was noted: read it again.
+            // The lookup read the child before its version was noted: read it again. Gone
+            // meanwhile (a rename racing the walk): the walk goes on as it was, unwitnessed.
             witness.note(child.ino);
-            child = engine.getattr(child.ino)?;
+            match engine.getattr(child.ino) {
+                Ok(again) => child = again,
+                Err(_) => witness.give_up(),
+            }
         }
         if child.kind == FileKind::Symlink && (!last || at.follow || trailing_slash) {
             links += 1;
