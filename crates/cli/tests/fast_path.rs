@@ -2605,32 +2605,53 @@ fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
     m.finish();
 }
 
-/// Stats files by paths of several components (as `git status` does in index order),
-/// lets `argv[1]` (a shell command) change some, and stats them again.
-const STATS_BY_PATH_C: &str = r#"
+/// C shared by the stat programs below: `show(when, path)` prints what lstat says of
+/// `path` (mode and size, or "gone"), the line the tests compare between the doors; with
+/// `BEFORE_AND_AFTER`, a `main` that runs `look` ("before"), the shell command `argv[1]`,
+/// and `look` again ("after").
+macro_rules! show_c {
+    () => {
+        r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-static void look(const char *when) {
-    const char *dirs[] = {"d/sub", "d/link"};
-    for (int d = 0; d < 2; d++) {
-        for (int i = 0; i < 10; i++) {
-            char path[64];
-            struct stat st;
-            snprintf(path, sizeof path, "%s/f%d", dirs[d], i);
-            if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); continue; }
-            printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777,
-                   (long long)st.st_size);
-        }
-    }
+static void show(const char *when, const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); return; }
+    printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777, (long long)st.st_size);
 }
+"#
+    };
+    (BEFORE_AND_AFTER) => {
+        r#"
 int main(int argc, char **argv) {
     look("before");
     if (system(argv[1]) != 0) return 2;
     look("after");
     return 0;
 }
-"#;
+"#
+    };
+}
+
+/// Stats files by paths of several components (as `git status` does in index order),
+/// lets `argv[1]` (a shell command) change some, and stats them again.
+const STATS_BY_PATH_C: &str = concat!(
+    show_c!(),
+    r#"
+static void look(const char *when) {
+    const char *dirs[] = {"d/sub", "d/link"};
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < 10; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "%s/f%d", dirs[d], i);
+            show(when, path);
+        }
+    }
+}
+"#,
+    show_c!(BEFORE_AND_AFTER)
+);
 
 /// A program that stats a directory's files one by one by path, without listing it, gets
 /// them from one listing the library asks for at the second miss there (through a
@@ -2882,18 +2903,15 @@ fn a_chown_to_the_present_owner_changes_what_the_kernel_changes() {
 /// takes the fast path or not from its start), then stats every file of the listing by
 /// path. With `-e`, runs `argv[3]` before each single stat instead (something else changes
 /// between every two stats, as `cp -a`'s own creates do).
-const LIST_THEN_STAT_C: &str = r#"
+const LIST_THEN_STAT_C: &str = concat!(
+    show_c!(),
+    r#"
 #include <dirent.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 static void look(const char *when, int i) {
     char path[64];
-    struct stat st;
     snprintf(path, sizeof path, "d/sub/f%d", i);
-    if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); return; }
-    printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777, (long long)st.st_size);
+    show(when, path);
 }
 int main(int argc, char **argv) {
     setenv("SHOAL_RUN", argv[1], 1);
@@ -2911,7 +2929,8 @@ int main(int argc, char **argv) {
     }
     return 0;
 }
-"#;
+"#
+);
 
 /// What a listing said of its entries answers their stats by path while the directory
 /// and the entry are unchanged, whatever else changes on the mount (a copy's own files):
@@ -2981,26 +3000,19 @@ fn a_listing_answers_stats_of_its_entries_while_they_and_their_directory_stay() 
 
 /// Stats `big/f0000` .. `big/f0699` by path in name order (no listing of its own), runs
 /// `argv[1]`, and stats them again.
-const STATS_THROUGH_A_BIG_DIRECTORY_C: &str = r#"
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/stat.h>
+const STATS_THROUGH_A_BIG_DIRECTORY_C: &str = concat!(
+    show_c!(),
+    r#"
 static void look(const char *when) {
     for (int i = 0; i < 700; i++) {
         char path[64];
-        struct stat st;
         snprintf(path, sizeof path, "big/f%04d", i);
-        if (lstat(path, &st) != 0) { printf("%s %s: gone\n", when, path); continue; }
-        printf("%s %s: mode %o size %lld\n", when, path, st.st_mode & 07777, (long long)st.st_size);
+        show(when, path);
     }
 }
-int main(int argc, char **argv) {
-    look("before");
-    if (system(argv[1]) != 0) return 2;
-    look("after");
-    return 0;
-}
-"#;
+"#,
+    show_c!(BEFORE_AND_AFTER)
+);
 
 /// Stats through a directory of several pages by path (no listing of its own: a build
 /// checking its files) go on from the listing asked for page by page, and see every
