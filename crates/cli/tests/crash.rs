@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
-    errno, errno_name, is_dead_connection, poll, read_tree, renamed_path, Mounted, TreeNode,
+    errno, errno_name, incompressible, is_dead_connection, poll, read_tree, renamed_path, Mounted,
+    TreeNode,
 };
 use shoal_bench::SplitMix64;
 
@@ -479,4 +480,65 @@ fn fsck_orphans_after_kill(m: &mut Mounted) -> u64 {
         .find_map(|part| part.strip_suffix(" orphans"))
         .and_then(|count| count.trim().parse().ok());
     orphans.unwrap_or_else(|| panic!("no orphan count in {}", out.stdout))
+}
+
+/// An fsync read from /dev/fuse waits for the journal on the syncing thread, not on a
+/// request thread: with one request thread, another caller's creates are answered while a
+/// long store sync runs. The fsync is still durable when it returns: after kill -9 its
+/// file is there, whole.
+#[test]
+fn an_fsync_waiting_for_a_long_sync_holds_no_request_thread_and_survives_kill_dash_nine() {
+    // No writeback cache: the writes reach the daemon before the fsync, which then syncs
+    // all 96 MiB of them (tens of milliseconds) with nothing left for the kernel to flush.
+    let mut m = Mounted::with_options(&["uring=off", "threads=1", "writeback=off", "commit=60"]);
+    let chunk = incompressible(7, 1 << 20);
+    const CHUNKS: usize = 96;
+    let mut big = fs::File::create(m.path("big")).unwrap();
+    for _ in 0..CHUNKS {
+        big.write_all(&chunk).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let created = Arc::new(AtomicUsize::new(0));
+    let creator = {
+        let (root, stop, created) = (m.mnt.clone(), stop.clone(), created.clone());
+        thread::spawn(move || {
+            let mut answered_at = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let n = answered_at.len();
+                fs::File::create(root.join(format!("c{n}"))).expect("create beside the fsync");
+                answered_at.push(Instant::now());
+                created.fetch_add(1, Ordering::Relaxed);
+            }
+            answered_at
+        })
+    };
+    assert!(poll(Duration::from_secs(10), || created
+        .load(Ordering::Relaxed)
+        >= 10));
+    let started = Instant::now();
+    big.sync_all().expect("fsync");
+    let ended = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    let answered_at = creator.join().expect("the creator panicked");
+    let during = answered_at
+        .iter()
+        .filter(|&&at| at > started && at < ended)
+        .count();
+    assert!(
+        during >= 10,
+        "{during} creates answered during a {:?} fsync: it held the only request thread",
+        ended - started
+    );
+
+    m.kill_daemon(|| {});
+    m.detach_dead_mount();
+    m.mount();
+    let held = fs::read(m.path("big")).expect("the fsynced file after kill -9");
+    assert_eq!(held.len(), CHUNKS * chunk.len());
+    assert!(
+        held.chunks(chunk.len()).all(|part| part == chunk),
+        "the fsynced file lost data"
+    );
+    m.umount();
+    m.fsck_clean();
 }

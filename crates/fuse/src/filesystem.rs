@@ -24,6 +24,7 @@ use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
 use crate::keep_awake::KeepAwake;
 use crate::lookup_counts::LookupCounts;
 use crate::open_requests::OpenRequests;
+use crate::sync_waiters::SyncWaiters;
 
 mod export;
 mod fallocate;
@@ -57,6 +58,8 @@ pub struct ShoalFs {
     io_uring: bool,
     /// Tells the kernel a mode it cached is stale (set once the session exists).
     mode_notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// The thread that answers fsyncs read from /dev/fuse (`sync_for`).
+    sync_waiters: OnceLock<Option<SyncWaiters>>,
 }
 
 /// `fuse_setxattr_in.setxattr_flags`: the caller is outside the inode's group without
@@ -108,6 +111,7 @@ impl ShoalFs {
             writeback_cache: true,
             io_uring: true,
             mode_notifier: Arc::default(),
+            sync_waiters: OnceLock::new(),
         }
     }
 
@@ -179,6 +183,36 @@ impl ShoalFs {
     fn sync_waiting(&self) -> FsResult<()> {
         let _blocked = fuser::BlockedWait::begin();
         self.engine.sync()
+    }
+
+    /// fsync and fsyncdir: everything completed so far made durable (group commit). A
+    /// request read from /dev/fuse is answered by the syncing thread (`sync_waiters`) while
+    /// this one goes back to reading requests; one that came over io_uring syncs here.
+    fn sync_for(&self, op: FuseOp, reply: ReplyEmpty) {
+        self.keep_awake.notice_request();
+        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
+        let reply = match self.sync_waiters() {
+            Some(waiters) => match waiters.defer(reply, op) {
+                Ok(()) => return,
+                Err(reply) => reply,
+            },
+            None => reply,
+        };
+        let _timer = self.stats.time(op);
+        Self::reply_empty(reply, self.sync_waiting());
+    }
+
+    /// The syncing thread, started at the first fsync; none if it could not start.
+    fn sync_waiters(&self) -> Option<&SyncWaiters> {
+        self.sync_waiters
+            .get_or_init(|| {
+                SyncWaiters::start(self.engine.clone(), self.stats.clone())
+                    .inspect_err(|error| {
+                        tracing::warn!("cannot start the fsync thread: {error}; syncing in place");
+                    })
+                    .ok()
+            })
+            .as_ref()
     }
 
     fn reply_empty(reply: ReplyEmpty, result: FsResult<()>) {
@@ -400,6 +434,10 @@ impl fuser::Filesystem for ShoalFs {
     }
 
     fn destroy(&mut self) {
+        // Queued fsyncs are answered first (a last sync), then the unmount's own.
+        if let Some(Some(mut waiters)) = self.sync_waiters.take() {
+            waiters.stop();
+        }
         if let Err(error) = self.engine.sync() {
             tracing::error!("sync at unmount failed: {error}");
         }
@@ -769,9 +807,7 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.begin(FuseOp::Fsync);
-        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        Self::reply_empty(reply, self.sync_waiting());
+        self.sync_for(FuseOp::Fsync, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -897,9 +933,7 @@ impl fuser::Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.begin(FuseOp::Fsyncdir);
-        self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        Self::reply_empty(reply, self.sync_waiting());
+        self.sync_for(FuseOp::Fsyncdir, reply);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -218,6 +218,12 @@ impl FuseStats {
         }
     }
 
+    /// Records a request answered after its handler returned (`sync_waiters`), `took` from
+    /// its arrival to its reply.
+    pub(crate) fn record(&self, op: FuseOp, took: std::time::Duration) {
+        self.latency[op as usize].record(took);
+    }
+
     /// Requests answered so far, of every type.
     pub fn requests_total(&self) -> u64 {
         self.latency.iter().map(Histogram::count).sum()

@@ -15,6 +15,7 @@ mod lookup_counts;
 mod memory_budget;
 mod open_requests;
 mod other_door;
+mod sync_waiters;
 
 use shoal_engine::Engine;
 use std::io;

@@ -150,6 +150,13 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// Whether the reply may be sent after the handler returned, from any thread: a
+    /// request read from /dev/fuse is answered by writing there; one that came over
+    /// io_uring must be answered while it is dispatched.
+    pub(crate) fn can_reply_later(&self) -> bool {
+        !matches!(self.sender, Some(ReplySender::Ring(..)))
+    }
 }
 
 impl Drop for ReplyRaw {
@@ -189,6 +196,12 @@ impl ReplyEmpty {
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);
+    }
+
+    /// Whether this reply may be sent after the handler returned, from another thread
+    /// (not over io_uring).
+    pub fn can_reply_later(&self) -> bool {
+        self.reply.can_reply_later()
     }
 }
 
