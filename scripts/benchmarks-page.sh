@@ -103,17 +103,9 @@ cat <<'EOF'
 
 shoal against `shoal mount --memory` (the same daemon without the store) and
 `reference-memfs` (`crates/reference-memfs`, the minimal fuser in-memory filesystem: the
-cost of the kernel round trip alone), with XFS and ext4 for scale, every sample on a new
-filesystem:
-
-```
-cargo build --release --workspace
-shoal bench --make xfs,ext4,shoal,shoal-memory,reference-memfs --fresh --runs 3 \
-    --files 100000 --tree-files 90000 --report DIR create tree
-shoal bench --make xfs,ext4,shoal,shoal-memory,reference-memfs --fresh --runs 3 \
-    --files 100000 --file-size 100 --report DIR create
-```
-
+kernel round trip alone), XFS and ext4 for scale, a new filesystem per sample: `shoal bench
+--make xfs,ext4,shoal,shoal-memory,reference-memfs --fresh --runs 3 --files 100000
+[--tree-files 90000 | --file-size 100] --report DIR create [tree]`.
 The last figures of this comparison (at 7255dba) are in the history below.
 
 EOF

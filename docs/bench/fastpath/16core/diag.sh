@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Diagnosis on the 16-core machine: does the engine scale with writers (in process), and where
 # do 8-thread creates spend their CPU through the kernel door and under shoal run (perf).
+# Carried in .dev/ beside prepare.sh's files, plus: bin/shoal with its symbols (strip
+# --strip-debug), bin/libshoal_preload.so, bin/library_rate (the engine example), bin/tcreate
+# (docs/bench/fastpath/tcreate.c) and
+# bin/roundtrip (docs/bench/fastpath/roundtrip.c), bin/perf with its libraries in perflib/.
+# Run as `bash .dev/diag.sh` (N, PER: engine files in all, tcreate files per thread).
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 export PATH=$D/bin:$PATH LD_LIBRARY_PATH=$D/lib
