@@ -20,8 +20,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    errno, errno_name, incompressible, is_dead_connection, poll, read_tree, renamed_path, Mounted,
-    TreeNode,
+    errno, errno_name, incompressible, is_dead_connection, poll, read_tree, renamed_path,
+    stats_json, Mounted, TreeNode,
 };
 use shoal_bench::SplitMix64;
 
@@ -482,63 +482,103 @@ fn fsck_orphans_after_kill(m: &mut Mounted) -> u64 {
     orphans.unwrap_or_else(|| panic!("no orphan count in {}", out.stdout))
 }
 
-/// An fsync read from /dev/fuse waits for the journal on the syncing thread, not on a
-/// request thread: with one request thread, another caller's creates are answered while a
-/// long store sync runs. The fsync is still durable when it returns: after kill -9 its
-/// file is there, whole.
+/// fsyncs wait for the journal on the syncing thread, not on request threads: while
+/// long fsyncs run, another caller's creates are answered, over io_uring (the mount's
+/// default where the kernel has it) as over /dev/fuse. The fsyncs are durable when they
+/// return: after kill -9 every file is there, whole.
 #[test]
-fn an_fsync_waiting_for_a_long_sync_holds_no_request_thread_and_survives_kill_dash_nine() {
-    // No writeback cache: the writes reach the daemon before the fsync, which then syncs
-    // all 96 MiB of them (tens of milliseconds) with nothing left for the kernel to flush.
-    let mut m = Mounted::with_options(&["uring=off", "threads=1", "writeback=off", "commit=60"]);
-    let chunk = incompressible(7, 1 << 20);
-    const CHUNKS: usize = 96;
-    let mut big = fs::File::create(m.path("big")).unwrap();
-    for _ in 0..CHUNKS {
-        big.write_all(&chunk).unwrap();
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let created = Arc::new(AtomicUsize::new(0));
-    let creator = {
-        let (root, stop, created) = (m.mnt.clone(), stop.clone(), created.clone());
-        thread::spawn(move || {
-            let mut answered_at = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let n = answered_at.len();
-                fs::File::create(root.join(format!("c{n}"))).expect("create beside the fsync");
-                answered_at.push(Instant::now());
-                created.fetch_add(1, Ordering::Relaxed);
-            }
-            answered_at
-        })
+fn fsyncs_waiting_for_a_long_sync_hold_no_request_thread_and_survive_kill_dash_nine() {
+    fsyncs_hold_no_request_thread(&["writeback=off", "commit=60"]);
+}
+
+#[test]
+fn fsyncs_read_from_dev_fuse_hold_no_request_thread_and_survive_kill_dash_nine() {
+    fsyncs_hold_no_request_thread(&["uring=off", "threads=2", "writeback=off", "commit=60"]);
+}
+
+/// Every caller runs on CPU 0, so over io_uring all requests come to that CPU's queue: its
+/// threads have two entries each (`QUEUE_DEPTH` in vendor/fuser/src/ring.rs), and one fsync
+/// fewer than the entries leaves one free, on a thread that an fsync syncing in place would
+/// hold (so the creates would wait behind it). Over /dev/fuse, eight hold both request
+/// threads. Without the writeback cache the data reaches the daemon before the fsyncs,
+/// which then sync all of it (a long sync) with nothing left for the kernel to flush.
+fn fsyncs_hold_no_request_thread(options: &[&str]) {
+    const CHUNKS: usize = 16;
+    let mut m = Mounted::with_options(options);
+    let stats = stats_json(&m.mnt);
+    let fsyncers = match stats["fuse_transport"].as_str() {
+        Some("io_uring") => 2 * stats["ring_threads_per_queue"].as_u64().unwrap() as usize - 1,
+        _ => 8,
     };
-    assert!(poll(Duration::from_secs(10), || created
-        .load(Ordering::Relaxed)
-        >= 10));
+    let chunk = incompressible(7, 1 << 20);
+    let written = Arc::new(std::sync::Barrier::new(fsyncers + 1));
+    let threads: Vec<_> = (0..fsyncers)
+        .map(|n| {
+            let (path, chunk, written) =
+                (m.path(format!("big{n}")), chunk.clone(), written.clone());
+            thread::spawn(move || {
+                pin_to_cpu(0).expect("pin to CPU 0");
+                let mut file = fs::File::create(path).expect("create");
+                for _ in 0..CHUNKS {
+                    file.write_all(&chunk).expect("write");
+                }
+                written.wait();
+                file.sync_all().expect("fsync");
+                Instant::now()
+            })
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let creator = create_until(m.mnt.clone(), stop.clone());
+    written.wait();
     let started = Instant::now();
-    big.sync_all().expect("fsync");
-    let ended = Instant::now();
+    let first_done = threads
+        .into_iter()
+        .map(|fsyncer| fsyncer.join().expect("an fsyncer panicked"))
+        .min()
+        .expect("fsyncers");
     stop.store(true, Ordering::Relaxed);
     let answered_at = creator.join().expect("the creator panicked");
     let during = answered_at
         .iter()
-        .filter(|&&at| at > started && at < ended)
+        .filter(|&&at| at > started && at < first_done)
         .count();
     assert!(
         during >= 10,
-        "{during} creates answered during a {:?} fsync: it held the only request thread",
-        ended - started
+        "{during} creates answered in the {:?} before the first of {fsyncers} fsyncs returned: \
+         they held the request threads",
+        first_done - started
     );
 
     m.kill_daemon(|| {});
     m.detach_dead_mount();
     m.mount();
-    let held = fs::read(m.path("big")).expect("the fsynced file after kill -9");
-    assert_eq!(held.len(), CHUNKS * chunk.len());
-    assert!(
-        held.chunks(chunk.len()).all(|part| part == chunk),
-        "the fsynced file lost data"
-    );
+    for n in 0..fsyncers {
+        let held = fs::read(m.path(format!("big{n}"))).expect("an fsynced file after kill -9");
+        assert!(
+            held.len() == CHUNKS * chunk.len()
+                && held.chunks(chunk.len()).all(|part| part == chunk),
+            "big{n}: the fsynced file lost data"
+        );
+    }
     m.umount();
     m.fsck_clean();
+}
+
+/// Creates files in `root` from a thread on CPU 0 until `stop`; when each was answered.
+fn create_until(root: PathBuf, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<Instant>> {
+    thread::spawn(move || {
+        pin_to_cpu(0).expect("pin to CPU 0");
+        let mut answered_at = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let n = answered_at.len();
+            fs::File::create(root.join(format!("c{n}"))).expect("create beside the fsyncs");
+            answered_at.push(Instant::now());
+        }
+        answered_at
+    })
+}
+
+fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    shoal_sys::cpu::pin_to_cpu(cpu)
 }

@@ -58,7 +58,7 @@ pub struct ShoalFs {
     io_uring: bool,
     /// Tells the kernel a mode it cached is stale (set once the session exists).
     mode_notifier: Arc<OnceLock<fuser::Notifier>>,
-    /// The thread that answers fsyncs read from /dev/fuse (`sync_for`).
+    /// The thread that answers fsyncs (`sync_for`).
     sync_waiters: OnceLock<Option<SyncWaiters>>,
 }
 
@@ -185,9 +185,9 @@ impl ShoalFs {
         self.engine.sync()
     }
 
-    /// fsync and fsyncdir: everything completed so far made durable (group commit). A
-    /// request read from /dev/fuse is answered by the syncing thread (`sync_waiters`) while
-    /// this one goes back to reading requests; one that came over io_uring syncs here.
+    /// fsync and fsyncdir: everything completed so far made durable (group commit). The
+    /// syncing thread answers (`sync_waiters`) while this one goes back to serving requests;
+    /// it syncs here only if that thread could not start.
     fn sync_for(&self, op: FuseOp, reply: ReplyEmpty) {
         self.keep_awake.notice_request();
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);

@@ -1,13 +1,14 @@
 //! fsyncs that wait for the journal without holding a request thread.
 //!
-//! A handler that syncs in place keeps its thread from reading requests until the store
+//! A handler that syncs in place keeps its thread from serving requests until the store
 //! sync returns (a millisecond or more on a disk): over /dev/fuse, with `threads=2`, two
-//! fsyncs in flight stop the whole mount, and the writes and fsyncs of other callers queue
-//! behind them instead of joining the next sync. So an fsync read from /dev/fuse is queued
-//! here and its thread goes back to reading; one syncing thread takes every fsync queued,
-//! runs one store sync (which covers every operation completed before it starts, so before
-//! each queued fsync arrived) and answers them all. Requests that came over io_uring must
-//! be answered while dispatched and keep syncing in place (`ReplyEmpty::can_reply_later`).
+//! fsyncs in flight stop the whole mount; over io_uring, a queue's few threads (2-4) stop
+//! serving their CPU's callers. The writes and fsyncs of other callers then queue behind
+//! them instead of joining the next sync. So an fsync is queued here and its thread goes
+//! back to serving; one syncing thread takes every fsync queued, runs one store sync (which
+//! covers every operation completed before it starts, so before each queued fsync arrived)
+//! and answers them all (over io_uring, the queue thread commits the answer when told:
+//! `ReplyEmpty::can_reply_later`, vendor/fuser).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -62,8 +63,8 @@ impl SyncWaiters {
         })
     }
 
-    /// Queues `reply` for the next sync; gives it back if it must be answered now (it
-    /// came over io_uring, or the thread has stopped).
+    /// Queues `reply` for the next sync; gives it back if it must be answered now (its
+    /// transport cannot take a late reply, or the thread has stopped).
     pub(crate) fn defer(&self, reply: ReplyEmpty, op: FuseOp) -> Result<(), ReplyEmpty> {
         if !reply.can_reply_later() {
             return Err(reply);

@@ -152,10 +152,10 @@ impl ReplyRaw {
     }
 
     /// Whether the reply may be sent after the handler returned, from any thread: a
-    /// request read from /dev/fuse is answered by writing there; one that came over
-    /// io_uring must be answered while it is dispatched.
+    /// request read from /dev/fuse is answered by writing there, one that came over
+    /// io_uring by its queue thread once the reply is announced (`ring::RingReply`).
     pub(crate) fn can_reply_later(&self) -> bool {
-        !matches!(self.sender, Some(ReplySender::Ring(..)))
+        self.sender.is_some()
     }
 }
 
@@ -198,8 +198,7 @@ impl ReplyEmpty {
         self.reply.error(err);
     }
 
-    /// Whether this reply may be sent after the handler returned, from another thread
-    /// (not over io_uring).
+    /// Whether this reply may be sent after the handler returned, from another thread.
     pub fn can_reply_later(&self) -> bool {
         self.reply.can_reply_later()
     }

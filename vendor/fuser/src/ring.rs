@@ -7,7 +7,10 @@
 //! The thread owns one io_uring. It registers `QUEUE_DEPTH` entries (a header area and a
 //! payload buffer each); a request arrives as the completion of an entry, and the reply goes
 //! back in the same buffers with FUSE_IO_URING_CMD_COMMIT_AND_FETCH, which also re-arms the
-//! entry. Forgets, interrupts and notifications keep using /dev/fuse.
+//! entry. A reply sent after its dispatch returned (an fsync answered once the journal is
+//! synced) leaves its entry waiting; the thread commits it when an eventfd, whose read is
+//! always pending on the ring, says it came. Forgets, interrupts and notifications keep
+//! using /dev/fuse.
 
 use std::io;
 use std::mem::size_of;
@@ -88,26 +91,136 @@ const _: () = assert!(size_of::<EntryHeader>() == 288);
 const _: () = assert!(size_of::<CommandRequest>() == 24);
 const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 
-/// Where a reply made while dispatching a ring request is kept until it is committed.
-#[derive(Debug, Default)]
+/// Where a reply to a ring request is kept until it is committed. Most are made while the
+/// request is dispatched; one sent later, from another thread (`ReplyEmpty::can_reply_later`:
+/// an fsync answered after the journal's sync), is announced to the entry's queue thread,
+/// which commits it (only that thread submits to its ring).
+#[derive(Debug)]
 pub(crate) struct RingReply {
+    state: Mutex<ReplyState>,
+    /// Where a late reply is announced, and as which entry.
+    late: Arc<LateReplies>,
+    index: usize,
+}
+
+#[derive(Debug, Default)]
+struct ReplyState {
     /// Out header and data, as they would be written to /dev/fuse; empty until a reply is
     /// sent (a reply always has its 16-byte header).
-    bytes: Mutex<Vec<u8>>,
+    bytes: Vec<u8>,
+    /// The dispatch returned without a reply: the entry waits, uncommitted, for it.
+    waiting: bool,
 }
 
 impl RingReply {
-    pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let mut bytes = self
-            .bytes
+    fn new(late: Arc<LateReplies>, index: usize) -> Self {
+        Self {
+            state: Mutex::new(ReplyState::default()),
+            late,
+            index,
+        }
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, ReplyState>> {
+        self.state
             .lock()
-            .map_err(|_| io::Error::other("ring reply poisoned"))?;
-        bytes.clear();
+            .map_err(|_| io::Error::other("ring reply poisoned"))
+    }
+
+    pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
+        let mut state = self.lock()?;
+        state.bytes.clear();
         for part in data {
-            bytes.extend_from_slice(part);
+            state.bytes.extend_from_slice(part);
+        }
+        if state.waiting {
+            // Decided under the same lock as `dispatched`: announced exactly once.
+            state.waiting = false;
+            self.late.announce(self.index)?;
         }
         Ok(())
     }
+
+    /// Before a dispatch: no reply yet.
+    fn clear(&self) -> io::Result<()> {
+        *self.lock()? = ReplyState::default();
+        Ok(())
+    }
+
+    /// After the dispatch: the reply made meanwhile, or `None` when it comes later (then
+    /// `send` announces it).
+    fn dispatched(&self) -> io::Result<Option<Vec<u8>>> {
+        let mut state = self.lock()?;
+        if state.bytes.is_empty() {
+            state.waiting = true;
+            return Ok(None);
+        }
+        Ok(Some(std::mem::take(&mut state.bytes)))
+    }
+
+    /// A late reply, once announced.
+    fn take_late(&self) -> io::Result<Vec<u8>> {
+        Ok(std::mem::take(&mut self.lock()?.bytes))
+    }
+}
+
+/// The entries of one queue thread whose late replies have come, and the eventfd that wakes
+/// the thread for them (a read of it is always pending on the thread's ring).
+#[derive(Debug)]
+pub(crate) struct LateReplies {
+    eventfd: std::os::fd::OwnedFd,
+    ready: Mutex<Vec<usize>>,
+}
+
+impl LateReplies {
+    fn new() -> io::Result<Self> {
+        // SAFETY: eventfd has no memory arguments; the descriptor is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, owned by nothing else.
+        let eventfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Self {
+            eventfd,
+            ready: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn announce(&self, index: usize) -> io::Result<()> {
+        self.ready
+            .lock()
+            .map_err(|_| io::Error::other("late replies poisoned"))?
+            .push(index);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a local array to our eventfd.
+        let written = unsafe { libc::write(self.eventfd.as_raw_fd(), one.as_ptr().cast(), 8) };
+        if written != 8 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn take(&self) -> Vec<usize> {
+        self.ready
+            .lock()
+            .map(|mut ready| std::mem::take(&mut *ready))
+            .unwrap_or_default()
+    }
+}
+
+/// The `user_data` of the eventfd read on each queue thread's ring (entries use their index).
+const LATE_REPLY_TAG: u64 = u64::MAX;
+
+fn late_reply_read(late: &LateReplies, buffer: &mut [u8; 8]) -> squeue::Entry128 {
+    let read = opcode::Read::new(
+        types::Fd(late.eventfd.as_raw_fd()),
+        buffer.as_mut_ptr(),
+        buffer.len() as u32,
+    )
+    .build()
+    .user_data(LATE_REPLY_TAG);
+    read.into()
 }
 
 /// One registered entry: the buffers the kernel reads and writes.
@@ -121,7 +234,7 @@ struct RingEntry {
 }
 
 impl RingEntry {
-    fn new(payload_size: usize) -> Self {
+    fn new(payload_size: usize, late: &Arc<LateReplies>, index: usize) -> Self {
         let mut header = Box::new(EntryHeader {
             in_out: [0; 128],
             op_in: [0; 128],
@@ -142,9 +255,14 @@ impl RingEntry {
             header,
             payload,
             iovecs,
-            reply: Arc::new(RingReply::default()),
+            reply: Arc::new(RingReply::new(late.clone(), index)),
             live: true,
         }
+    }
+
+    /// The request's id (`fuse_in_header.unique`).
+    fn unique(&self) -> u64 {
+        u64::from_ne_bytes(self.header.in_out[8..16].try_into().expect("8 bytes"))
     }
 
     /// The thread that sent the request (`fuse_in_header.pid`); 0 for the kernel's own.
@@ -301,15 +419,22 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         .setup_defer_taskrun()
         // A following thread polls this flag to see a request without a system call.
         .setup_taskrun_flag()
-        .build((QUEUE_DEPTH * 2) as u32)?;
+        // Per turn at most: a commit per entry answered, one per late reply, the eventfd read.
+        .build((QUEUE_DEPTH * 2 + 1).next_power_of_two() as u32)?;
+    let late = Arc::new(LateReplies::new()?);
     let mut entries: Vec<RingEntry> = (0..QUEUE_DEPTH)
-        .map(|_| RingEntry::new(payload_size))
+        .map(|index| RingEntry::new(payload_size, &late, index))
         .collect();
     for (index, entry) in entries.iter().enumerate() {
         let sqe = register_command(device_fd, qid, entry).user_data(index as u64);
         // SAFETY: the entry's buffers live in `entries` until the ring is dropped below.
         unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
     }
+    // The eventfd read's buffer lives as long as the ring (declared before it is dropped).
+    let mut late_buffer = Box::new([0u8; 8]);
+    // SAFETY: `late_buffer` and the eventfd outlive the ring's use of them.
+    unsafe { ring.submission().push(&late_reply_read(&late, &mut late_buffer)) }
+        .map_err(|_| io::Error::other("ring full"))?;
     let mut request = Vec::with_capacity(payload_size + 512);
     let mut completions = Vec::with_capacity(QUEUE_DEPTH);
     let wait = types::Timespec::from(STOP_POLL);
@@ -359,6 +484,15 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         );
         answered = !completions.is_empty();
         for &(index, result) in &completions {
+            if index as u64 == LATE_REPLY_TAG {
+                commit_late_replies(&mut ring, &mut entries, &late, device_fd, qid)?;
+                if result >= 0 {
+                    // SAFETY: as for the first read.
+                    unsafe { ring.submission().push(&late_reply_read(&late, &mut late_buffer)) }
+                        .map_err(|_| io::Error::other("ring full"))?;
+                }
+                continue;
+            }
             let entry = &mut entries[index];
             if result < 0 {
                 // ENOTCONN / ECANCELED: the connection is going away.
@@ -378,44 +512,78 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                     pin_to_cpu(local_cpu);
                 }
             }
-            let commit_id = entry.header.ent_in_out.commit_id;
-            answer(entry, session, &mut request);
-            let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);
-            // SAFETY: as above; the ring holds at most QUEUE_DEPTH commands, half its size.
-            unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))?;
+            if answer(entry, session, &mut request) {
+                push_commit(&mut ring, entry, index, device_fd, qid)?;
+            }
         }
     }
     info!("fuse ring queue {qid} stopped");
     Ok(())
 }
 
-/// Dispatches the entry's request and leaves the reply in the entry. Never fails: a request
-/// that cannot be answered gets EIO, because the entry (and the caller waiting on it) is
-/// only released by a reply.
+/// Commits the entry's reply and re-arms it for the next request.
+fn push_commit(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    entry: &RingEntry,
+    index: usize,
+    device_fd: i32,
+    qid: u16,
+) -> io::Result<()> {
+    let commit_id = entry.header.ent_in_out.commit_id;
+    let sqe = commit_and_fetch_command(device_fd, commit_id, qid).user_data(index as u64);
+    // SAFETY: as for the registrations; the ring has room for a commit per entry twice over.
+    unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("ring full"))
+}
+
+/// Commits the replies sent after their dispatch returned, as `LateReplies` announced them.
+fn commit_late_replies(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    entries: &mut [RingEntry],
+    late: &LateReplies,
+    device_fd: i32,
+    qid: u16,
+) -> io::Result<()> {
+    for index in late.take() {
+        let entry = &mut entries[index];
+        let unique = entry.unique();
+        let stored = entry.reply.take_late().and_then(|bytes| entry.store_reply(&bytes));
+        if let Err(error) = stored {
+            error!("fuse ring: request {unique}: {error}; answering EIO");
+            entry
+                .store_reply(&error_reply(unique, libc::EIO))
+                .expect("an out header alone always fits");
+        }
+        push_commit(ring, entry, index, device_fd, qid)?;
+    }
+    Ok(())
+}
+
+/// Dispatches the entry's request and leaves the reply in the entry; false when the reply
+/// comes later (`RingReply::send` announces it). Never fails: a request that cannot be
+/// answered gets EIO, because the entry (and the caller waiting on it) is only released by
+/// a reply.
 fn answer<FS: Filesystem>(
     entry: &mut RingEntry,
     session: &SessionEventLoop<FS>,
     request: &mut Vec<u8>,
-) {
-    let unique = u64::from_ne_bytes(entry.header.in_out[8..16].try_into().expect("8 bytes"));
+) -> bool {
+    let unique = entry.unique();
     let ring_reply = entry.reply.clone();
-    let stored = dispatch(entry, session, request).and_then(|()| {
-        let bytes = ring_reply
-            .bytes
-            .lock()
-            .map_err(|_| io::Error::other("ring reply poisoned"))?;
-        if bytes.is_empty() {
-            // Every request on a ring expects a reply while it is dispatched.
-            return Err(io::Error::other("no reply while dispatching"));
-        }
-        entry.store_reply(&bytes)
+    let stored = dispatch(entry, session, request).and_then(|()| match ring_reply.dispatched()? {
+        Some(bytes) => entry.store_reply(&bytes).map(|()| true),
+        // A reply dropped unsent answers EIO (`ReplyRaw`'s drop): an empty one is on its way.
+        None => Ok(false),
     });
-    if let Err(error) = stored {
-        error!("fuse ring: request {unique}: {error}; answering EIO");
-        let eio = error_reply(unique, libc::EIO);
-        entry
-            .store_reply(&eio)
-            .expect("an out header alone always fits");
+    match stored {
+        Ok(now) => now,
+        Err(error) => {
+            error!("fuse ring: request {unique}: {error}; answering EIO");
+            let eio = error_reply(unique, libc::EIO);
+            entry
+                .store_reply(&eio)
+                .expect("an out header alone always fits");
+            true
+        }
     }
 }
 
@@ -426,12 +594,7 @@ fn dispatch<FS: Filesystem>(
     request: &mut Vec<u8>,
 ) -> io::Result<()> {
     entry.request_bytes(request)?;
-    entry
-        .reply
-        .bytes
-        .lock()
-        .map_err(|_| io::Error::other("ring reply poisoned"))?
-        .clear();
+    entry.reply.clear()?;
     let parsed = RequestWithSender::new_ring(session.ch.sender(), entry.reply.clone(), request)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable request"))?;
     if let Ok(ll::Operation::Destroy(_)) = parsed.request.operation() {
