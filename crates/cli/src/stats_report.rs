@@ -44,6 +44,8 @@ pub struct StatsReport {
     pub ring_follow_step_backs: u64,
     #[serde(default)]
     pub ring_poll_ns: u64,
+    #[serde(default)]
+    pub queued_fsyncs: u64,
     /// Requests of `shoal run` processes, per kind (empty with `-o fastpath=off`).
     #[serde(default)]
     pub fastpath: Vec<FastPathReport>,
@@ -489,6 +491,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.ring_follow_step_backs,
     ),
     exposed(
+        "queued_fsyncs",
+        "shoal_queued_fsyncs_total",
+        Counter,
+        Count,
+        "fsyncs that came while a store sync ran and were answered by the syncing thread, one sync for all queued, while their request threads went on serving (the others sync in place).",
+        |r| r.queued_fsyncs,
+    ),
+    exposed(
         "fastpath_connections",
         "shoal_fastpath_connections_total",
         Counter,
@@ -623,6 +633,7 @@ impl StatsSource {
             ring_follows: fuse.ring_follows,
             ring_follow_step_backs: fuse.ring_follow_step_backs,
             ring_poll_ns: fuse.ring_poll_ns,
+            queued_fsyncs: fuse.queued_fsyncs,
             fastpath: self.fast_path_kinds(),
             fastpath_connections: self.fast_path_connections(),
             fastpath_fallbacks: self.fast_path_fallbacks(),

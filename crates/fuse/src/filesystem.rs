@@ -24,7 +24,7 @@ use crate::fuse_stats::{FuseOp, FuseStats, RequestTimer};
 use crate::keep_awake::KeepAwake;
 use crate::lookup_counts::LookupCounts;
 use crate::open_requests::OpenRequests;
-use crate::sync_waiters::SyncWaiters;
+use crate::sync_waiters::{Fsync, SyncWaiters};
 
 mod export;
 mod fallocate;
@@ -58,7 +58,7 @@ pub struct ShoalFs {
     io_uring: bool,
     /// Tells the kernel a mode it cached is stale (set once the session exists).
     mode_notifier: Arc<OnceLock<fuser::Notifier>>,
-    /// The thread that answers fsyncs (`sync_for`).
+    /// The thread that answers fsyncs that come while a sync runs (`sync_for`).
     sync_waiters: OnceLock<Option<SyncWaiters>>,
 }
 
@@ -185,21 +185,25 @@ impl ShoalFs {
         self.engine.sync()
     }
 
-    /// fsync and fsyncdir: everything completed so far made durable (group commit). The
-    /// syncing thread answers (`sync_waiters`) while this one goes back to serving requests;
-    /// it syncs here only if that thread could not start.
+    /// fsync and fsyncdir: everything completed so far made durable (group commit). One
+    /// that comes while a sync runs waits on the syncing thread (`sync_waiters`) while this
+    /// one goes back to serving requests; otherwise it syncs here.
     fn sync_for(&self, op: FuseOp, reply: ReplyEmpty) {
         self.keep_awake.notice_request();
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        let reply = match self.sync_waiters() {
-            Some(waiters) => match waiters.defer(reply, op) {
-                Ok(()) => return,
-                Err(reply) => reply,
-            },
-            None => reply,
+        let Some(waiters) = self.sync_waiters() else {
+            let _timer = self.stats.time(op);
+            return Self::reply_empty(reply, self.sync_waiting());
         };
-        let _timer = self.stats.time(op);
-        Self::reply_empty(reply, self.sync_waiting());
+        match waiters.take(reply, op) {
+            Fsync::Queued => {}
+            Fsync::InPlace { reply, lead } => {
+                let _timer = self.stats.time(op);
+                let synced = self.sync_waiting();
+                drop(lead);
+                Self::reply_empty(reply, synced);
+            }
+        }
     }
 
     /// The syncing thread, started at the first fsync; none if it could not start.

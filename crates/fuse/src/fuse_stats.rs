@@ -143,6 +143,8 @@ pub struct FuseStats {
     spin_cpu_ns: AtomicU64,
     /// The kernel opens and closes files without asking (`open_requests`).
     opens_without_requests: AtomicBool,
+    /// fsyncs answered by the syncing thread, having come while a sync ran (`sync_waiters`).
+    queued_fsyncs: AtomicU64,
 }
 
 impl Default for FuseStats {
@@ -155,6 +157,7 @@ impl Default for FuseStats {
             heap_trim_latency: Histogram::default(),
             spin_cpu_ns: AtomicU64::new(0),
             opens_without_requests: AtomicBool::new(false),
+            queued_fsyncs: AtomicU64::new(0),
         }
     }
 }
@@ -190,6 +193,8 @@ pub struct FuseStatsSnapshot {
     pub spin_cpu_ns: u64,
     /// 1 once the kernel opens and closes files without asking the daemon (`no_open`).
     pub opens_without_requests: u64,
+    /// fsyncs answered by the syncing thread, having come while a sync ran.
+    pub queued_fsyncs: u64,
     /// Times a ring thread began serving a lone caller from another CPU (`follow=`).
     pub ring_follows: u64,
     /// Follows ended because a second caller shared the followed CPU.
@@ -216,6 +221,12 @@ impl FuseStats {
             histogram: &self.latency[op as usize],
             started: Instant::now(),
         }
+    }
+
+    /// `count` fsyncs that came while a sync ran are answered by the syncing thread.
+    pub(crate) fn record_queued_fsyncs(&self, count: usize) {
+        self.queued_fsyncs
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// Records a request answered after its handler returned (`sync_waiters`), `took` from
@@ -245,6 +256,7 @@ impl FuseStats {
             heap_trim_max_ns: heap_trims.max_ns,
             spin_cpu_ns: self.spin_cpu_ns.load(Ordering::Relaxed),
             opens_without_requests: u64::from(self.opens_without_requests.load(Ordering::Relaxed)),
+            queued_fsyncs: self.queued_fsyncs.load(Ordering::Relaxed),
             ring_follows: fuser::ring_follows_started(),
             ring_follow_step_backs: fuser::ring_follow_step_backs(),
             ring_poll_ns: fuser::ring_poll_ns(),
