@@ -13,6 +13,7 @@ use common::both_ways::{fast, kernel, stats_of, through};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1520,6 +1521,114 @@ fn prepare_user_fixtures(m: &Mounted) {
     fs::create_dir(m.path("nosearch")).unwrap();
     fs::write(m.path("nosearch/inside"), "").unwrap();
     mode(&m.path("nosearch"), 0o776);
+}
+
+/// A client that names the start of a path itself (`At::base`) gets no further than the
+/// kernel would let it: another user names, by inode number, a directory below one it may
+/// not search, and the daemon leaves the walk to the kernel instead of opening the file it
+/// could not reach (it opened it before the daemon checked where a path starts).
+#[test]
+fn a_start_named_by_inode_alone_is_left_to_the_kernel() {
+    let m = mount_with_fast_path(&["allow_other"]);
+    let open = m.path("private/open");
+    fs::create_dir_all(&open).unwrap();
+    fs::set_permissions(m.path("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(open.join("secret"), "for root only").unwrap();
+    fs::set_permissions(open.join("secret"), fs::Permissions::from_mode(0o666)).unwrap();
+    let base = fs::metadata(&open).unwrap().ino();
+    let dev = fs::metadata(m.path("")).unwrap().dev();
+    let name = shoal_fastpath::socket_name(libc::major(dev), libc::minor(dev));
+    let mut hello = Vec::new();
+    shoal_fastpath::Request::Hello {
+        version: shoal_fastpath::PROTOCOL_VERSION,
+    }
+    .encode(&mut hello);
+    let mut forged = Vec::new();
+    shoal_fastpath::Request::Open {
+        at: shoal_fastpath::At {
+            base,
+            path: b"secret".to_vec(),
+            follow: true,
+        },
+        flags: libc::O_RDONLY,
+        mode: 0,
+        umask: 0o022,
+    }
+    .encode(&mut forged);
+    let answer = common::as_user(USER, || forged_request(&name, &hello, &forged));
+    assert_eq!(
+        answer, 0,
+        "a start named by inode alone (1: the daemon opened the file, 2+: no channel)"
+    );
+    let through_kernel = common::as_user(USER, || {
+        let path = std::ffi::CString::new(open.join("secret").into_os_string().into_vec());
+        let path = path.expect("no NUL");
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+        if fd >= 0 {
+            return 0;
+        }
+        common::last_errno()
+    });
+    assert_eq!(through_kernel, libc::EACCES, "the kernel refuses the path");
+    m.finish();
+}
+
+/// Sends `request` on a new channel to the daemon at abstract socket `name` (greeted with
+/// `hello`): 0 when the daemon did not serve it (an errno or a fallback), 1 when it did,
+/// 2 and up when no channel could be made.
+fn forged_request(name: &str, hello: &[u8], request: &[u8]) -> i32 {
+    use shoal_fastpath::{fd_passing, shared::SharedChannel, Reply, Status};
+    // SAFETY: plain socket(2).
+    let socket = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0) };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (slot, &byte) in address.sun_path[1..].iter_mut().zip(name.as_bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // SAFETY: an abstract address of `len` bytes in a sockaddr_un.
+    let connected = unsafe {
+        libc::connect(
+            socket,
+            std::ptr::addr_of!(address).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if socket < 0 || connected != 0 {
+        return 2;
+    }
+    let Ok((channel, memfd)) = SharedChannel::create() else {
+        return 3;
+    };
+    if fd_passing::send_with_fd(socket, hello, std::os::fd::AsRawFd::as_raw_fd(&memfd)).is_err() {
+        return 4;
+    }
+    let mut greeting = vec![0; 4096];
+    let Ok((greeted, _state)) = fd_passing::receive_with_fd(socket, &mut greeting) else {
+        return 5;
+    };
+    if !matches!(
+        Reply::decode(&greeting[..greeted]),
+        Ok((Status::Ok, Reply::Hello(_)))
+    ) {
+        return 6;
+    }
+    let seq = channel.send(request);
+    let mut reply = Vec::new();
+    if channel
+        .wait_reply(seq, &mut reply, Duration::from_millis(1), &|| true)
+        .is_err()
+    {
+        return 7;
+    }
+    match Reply::decode(&reply) {
+        Ok((Status::Ok, _)) => 1,
+        Ok(_) => 0,
+        Err(_) => 8,
+    }
 }
 
 #[test]

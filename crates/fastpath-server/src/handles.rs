@@ -15,6 +15,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use shoal_engine::Engine;
 
+use crate::starts::Starts;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Handle {
     pub ino: u64,
@@ -28,35 +30,66 @@ const MAX_HANDLES_PER_PROCESS: usize = 1 << 20;
 
 #[derive(Default)]
 pub struct Process {
-    handles: Mutex<HashMap<u64, Handle>>,
+    handles: Mutex<Table>,
     connections: AtomicUsize,
     /// The process's start time when it first connected (`None`: unknown, so its handles
     /// go with its last connection, as they did before processes were followed).
     started: Option<u64>,
+    /// Directories its requests' paths may start from (`starts`).
+    pub starts: Starts,
+}
+
+/// A process's handles by id, and how many of them are open directories, by inode.
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<u64, Handle>,
+    directories: HashMap<u64, usize>,
 }
 
 impl Process {
     pub fn get(&self, id: u64) -> Option<Handle> {
-        self.handles.lock().get(&id).copied()
+        self.handles.lock().by_id.get(&id).copied()
     }
 
     /// Keeps `handle` under a new id; `None` when the process holds too many.
     pub fn insert(&self, ids: &AtomicU64, handle: Handle) -> Option<u64> {
-        let mut handles = self.handles.lock();
-        if handles.len() >= MAX_HANDLES_PER_PROCESS {
+        let mut table = self.handles.lock();
+        if table.by_id.len() >= MAX_HANDLES_PER_PROCESS {
             return None;
         }
         let id = ids.fetch_add(1, Ordering::Relaxed);
-        handles.insert(id, handle);
+        table.by_id.insert(id, handle);
+        if handle.directory {
+            *table.directories.entry(handle.ino).or_default() += 1;
+        }
         Some(id)
     }
 
     pub fn remove(&self, id: u64) -> Option<Handle> {
-        self.handles.lock().remove(&id)
+        let mut table = self.handles.lock();
+        let handle = table.by_id.remove(&id)?;
+        if handle.directory {
+            if let Some(count) = table.directories.get_mut(&handle.ino) {
+                *count -= 1;
+                if *count == 0 {
+                    table.directories.remove(&handle.ino);
+                }
+            }
+        }
+        Some(handle)
+    }
+
+    /// Whether the process has directory `ino` open on the fast path.
+    pub fn holds_directory(&self, ino: u64) -> bool {
+        self.handles.lock().directories.contains_key(&ino)
     }
 
     fn release_all(&self, engine: &Engine) {
-        let handles: Vec<Handle> = self.handles.lock().drain().map(|(_, h)| h).collect();
+        let handles: Vec<Handle> = {
+            let mut table = self.handles.lock();
+            table.directories.clear();
+            table.by_id.drain().map(|(_, h)| h).collect()
+        };
         for handle in handles {
             release(engine, &handle);
         }

@@ -3,7 +3,7 @@
 //! without a FUSE round trip. What the kernel mount has cached is told of every change
 //! ([`KernelCache`]), so both doors show one filesystem.
 //!
-//! Layers: `walk` resolves paths, `permission` checks access, `ops` holds one function per
+//! Layers: `walk` resolves paths (from a start the process holds: `starts`), `permission` checks access, `ops` holds one function per
 //! request, `handles` the open files of each process, `server` the socket and threads.
 
 mod activity;
@@ -13,6 +13,7 @@ mod ops;
 mod permission;
 mod refusal;
 mod server;
+mod starts;
 mod stats;
 mod walk;
 

@@ -15,7 +15,7 @@ use crate::handles::{release, Handle, Process};
 use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
-use crate::walk::{walk, walk_witnessed, Walked, Witness};
+use crate::walk::{walk_witnessed, Walked, Witness};
 
 /// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
 /// kernel's `mode_strip_sgid` rules).
@@ -64,18 +64,39 @@ pub fn attr(inode: &Inode) -> Attr {
 }
 
 impl Server {
+    /// Walks `at` from a start the process holds (`starts`); the kernel walks any other.
+    fn walk_from(&self, s: &Session, at: &At) -> Served<Walked> {
+        self.walk_from_witnessed(s, at, None)
+    }
+
+    fn walk_from_witnessed(
+        &self,
+        s: &Session,
+        at: &At,
+        witness: Option<&mut Witness>,
+    ) -> Served<Walked> {
+        let held = s
+            .process
+            .starts
+            .allow(s.caller.pid, self.device, at.base, |ino| {
+                s.process.holds_directory(ino)
+            });
+        require_because(held, Why::UnheldStart)?;
+        walk_witnessed(&self.engine, s.caller, at, witness)
+    }
+
     fn writable(&self) -> Served<()> {
         // A read-only mount answers EROFS, after checks whose order the kernel knows.
         require_because(!self.engine.is_read_only(), Why::ReadOnly)
     }
 
     pub fn stat(&self, s: &Session, at: &At) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         Ok(Reply::Attr(attr(walked.existing()?)))
     }
 
     pub fn resolve_directory(&self, s: &Session, at: &At) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         let inode = walked.existing()?;
         ensure(inode.kind == FileKind::Directory, libc::ENOTDIR)?;
         check(&self.engine, s.caller, inode, MAY_EXEC)?;
@@ -83,7 +104,7 @@ impl Server {
     }
 
     pub fn access(&self, s: &Session, at: &At, mask: u32) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         let inode = walked.existing()?;
         let mask = (mask & 0o7) as u16;
         if mask & MAY_WRITE != 0 {
@@ -114,7 +135,7 @@ impl Server {
         require(accmode != libc::O_ACCMODE)?;
         let creating = flags & libc::O_CREAT != 0;
         require(!(creating && flags & libc::O_DIRECTORY != 0))?;
-        let walked = walk_witnessed(&self.engine, s.caller, at, witness)?;
+        let walked = self.walk_from_witnessed(s, at, witness)?;
         let (inode, created) = match &walked.found {
             Some(inode) => {
                 ensure(!(creating && flags & libc::O_EXCL != 0), libc::EEXIST)?;
@@ -488,7 +509,7 @@ impl Server {
     pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
         let version_of = |ino| self.version_of(ino);
         let mut witness = Witness::new(&version_of);
-        let walked = walk_witnessed(&self.engine, s.caller, at, Some(&mut witness))?;
+        let walked = self.walk_from_witnessed(s, at, Some(&mut witness))?;
         require(!walked.is_dots())?;
         if walked.found.is_some() {
             // `mkdir -p` and fs_mark ask again and again for directories that exist.
@@ -511,7 +532,7 @@ impl Server {
 
     pub fn symlink(&self, s: &Session, target: &[u8], at: &At) -> Served<Reply> {
         ensure(!target.is_empty(), libc::ENOENT)?;
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         require(!walked.is_dots() && !walked.trailing_slash)?;
         ensure(walked.found.is_none(), libc::EEXIST)?;
         self.may_create_in(s, &walked.dir)?;
@@ -523,14 +544,14 @@ impl Server {
     }
 
     pub fn readlink(&self, s: &Session, at: &At) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         let inode = walked.existing()?;
         ensure(inode.kind == FileKind::Symlink, libc::EINVAL)?;
         Ok(Reply::Data(self.engine.readlink(inode.ino)?))
     }
 
     pub fn unlink(&self, s: &Session, at: &At, dir: bool) -> Served<Reply> {
-        let walked = walk(&self.engine, s.caller, at)?;
+        let walked = self.walk_from(s, at)?;
         require(!walked.is_dots())?;
         // The kernel asks for write access to the mount before it looks the last name up:
         // a missing name on a read-only mount is EROFS, not ENOENT.
@@ -553,8 +574,8 @@ impl Server {
 
     pub fn rename(&self, s: &Session, from: &At, to: &At, flags: u32) -> Served<Reply> {
         require(flags & !RENAME_NOREPLACE == 0)?;
-        let source = walk(&self.engine, s.caller, from)?;
-        let target = walk(&self.engine, s.caller, to)?;
+        let source = self.walk_from(s, from)?;
+        let target = self.walk_from(s, to)?;
         require(!source.is_dots() && !target.is_dots())?;
         require(!source.trailing_slash && !target.trailing_slash)?;
         // EROFS before the names are looked up, as the kernel checks (see `unlink`).
@@ -595,12 +616,12 @@ impl Server {
     }
 
     pub fn link(&self, s: &Session, from: &At, to: &At) -> Served<Reply> {
-        let source = walk(&self.engine, s.caller, from)?;
+        let source = self.walk_from(s, from)?;
         let linked = source.existing()?.clone();
         ensure(linked.kind != FileKind::Directory, libc::EPERM)?;
         // protected_hardlinks: linking another user's file is the kernel's to judge.
         require_permission(owns(s.caller, &linked))?;
-        let target = walk(&self.engine, s.caller, to)?;
+        let target = self.walk_from(s, to)?;
         require(!target.is_dots() && !target.trailing_slash)?;
         ensure(target.found.is_none(), libc::EEXIST)?;
         self.may_create_in(s, &target.dir)?;
@@ -780,7 +801,7 @@ impl Server {
     fn target(&self, s: &Session, target: &Target) -> Served<(Inode, Option<Handle>)> {
         match target {
             Target::Path(at) => {
-                let walked = walk(&self.engine, s.caller, at)?;
+                let walked = self.walk_from(s, at)?;
                 Ok((walked.existing()?.clone(), None))
             }
             Target::Handle(id) => {

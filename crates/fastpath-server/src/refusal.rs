@@ -27,15 +27,20 @@ pub enum Why {
     ReadOnly,
     /// A client of another protocol version.
     Version,
+    /// A relative path from a directory the daemon does not see the process hold (its
+    /// working directory in a thread of its own, a directory of another mount namespace):
+    /// the kernel walks it from the directory the process does hold.
+    UnheldStart,
 }
 
 impl Why {
-    pub const ALL: [Why; 5] = [
+    pub const ALL: [Why; 6] = [
         Why::Permission,
         Why::LeavesMount,
         Why::KernelRule,
         Why::ReadOnly,
         Why::Version,
+        Why::UnheldStart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +50,7 @@ impl Why {
             Why::KernelRule => "kernel_rule",
             Why::ReadOnly => "read_only",
             Why::Version => "version",
+            Why::UnheldStart => "unheld_start",
         }
     }
 }

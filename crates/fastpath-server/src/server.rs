@@ -48,6 +48,9 @@ const SERVER_SPIN: Duration = Duration::from_micros(100);
 
 pub struct Server {
     pub(crate) engine: Arc<Engine>,
+    /// The mount's device number (major, minor): where a process's directories are seen
+    /// (`starts`).
+    pub(crate) device: (u32, u32),
     pub(crate) kernel: Arc<dyn KernelCache>,
     access: Access,
     pub(crate) handle_ids: AtomicU64,
@@ -158,6 +161,7 @@ pub fn start(
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let server = Arc::new(Server {
         engine,
+        device,
         kernel,
         access,
         handle_ids: AtomicU64::new(1),

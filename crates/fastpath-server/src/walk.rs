@@ -80,11 +80,8 @@ impl<'a> Witness<'a> {
     }
 }
 
-pub fn walk(engine: &Engine, caller: &Credentials, at: &At) -> Served<Walked> {
-    walk_witnessed(engine, caller, at, None)
-}
-
-/// `walk`, noting in `witness` what it read.
+/// Walks `at` from its start (which the caller must hold: `starts`), noting in `witness`
+/// what it read.
 pub fn walk_witnessed(
     engine: &Engine,
     caller: &Credentials,
