@@ -8,7 +8,7 @@
 //! queued here and its thread goes back to serving; one syncing thread takes every fsync
 //! queued, runs one store sync (which covers every operation completed before it starts,
 //! so before each queued fsync arrived) and answers them all (over io_uring, the queue
-//! thread commits the answer when told: `ReplyEmpty::can_reply_later`, vendor/fuser).
+//! thread commits an answer sent after its dispatch returned: `RingReply`, vendor/fuser).
 //!
 //! An fsync that comes while no sync runs and none waits syncs in place, on its request
 //! thread: a lone fsyncing caller (a database's log writer) pays no hand-over to the
@@ -99,12 +99,8 @@ impl SyncWaiters {
     }
 
     /// Takes an fsync: queued while a sync runs or others wait; else to sync in place,
-    /// leading; in place as well, not leading, when its transport cannot take a late reply
-    /// or the thread has stopped.
+    /// leading; in place as well, not leading, once the thread has stopped.
     pub(crate) fn take(&self, reply: ReplyEmpty, op: FuseOp) -> Fsync<'_> {
-        if !reply.can_reply_later() {
-            return Fsync::InPlace { reply, lead: None };
-        }
         let mut queue = self.shared.lock();
         if queue.stopped {
             return Fsync::InPlace { reply, lead: None };

@@ -150,13 +150,6 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
-
-    /// Whether the reply may be sent after the handler returned, from any thread: a
-    /// request read from /dev/fuse is answered by writing there, one that came over
-    /// io_uring by its queue thread once the reply is announced (`ring::RingReply`).
-    pub(crate) fn can_reply_later(&self) -> bool {
-        self.sender.is_some()
-    }
 }
 
 impl Drop for ReplyRaw {
@@ -196,11 +189,6 @@ impl ReplyEmpty {
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);
-    }
-
-    /// Whether this reply may be sent after the handler returned, from another thread.
-    pub fn can_reply_later(&self) -> bool {
-        self.reply.can_reply_later()
     }
 }
 

@@ -92,9 +92,9 @@ const _: () = assert!(size_of::<CommandRequest>() == 24);
 const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 
 /// Where a reply to a ring request is kept until it is committed. Most are made while the
-/// request is dispatched; one sent later, from another thread (`ReplyEmpty::can_reply_later`:
-/// an fsync answered after the journal's sync), is announced to the entry's queue thread,
-/// which commits it (only that thread submits to its ring).
+/// request is dispatched; one sent later, from another thread (an fsync answered after the
+/// journal's sync), is announced to the entry's queue thread, which commits it (only that
+/// thread submits to its ring).
 #[derive(Debug)]
 pub(crate) struct RingReply {
     state: Mutex<ReplyState>,
