@@ -104,21 +104,23 @@ mod tests {
             starts.allow(pid, device, cwd, |_| false),
             "the working directory"
         );
-        let elsewhere = cwd ^ 0x5a5a;
+        let unheld = std::env::temp_dir().join(format!("shoal-starts-{pid}"));
+        std::fs::create_dir_all(&unheld).expect("a directory");
+        let (device, ino) = device_of(&unheld.to_string_lossy());
         assert!(
-            !starts.allow(pid, device, elsewhere, |_| false),
-            "an inode named alone"
+            !starts.allow(pid, device, ino, |_| false),
+            "a directory named alone"
         );
         assert!(
-            starts.allow(pid, device, elsewhere, |ino| ino == elsewhere),
+            starts.allow(pid, device, ino, |held| held == ino),
             "a handle"
         );
-        let open = std::fs::File::open("/").expect("open /");
-        let (root_device, root_ino) = device_of("/");
+        let open = std::fs::File::open(&unheld).expect("open the directory");
         assert!(
-            starts.allow(pid, root_device, root_ino, |_| false),
+            starts.allow(pid, device, ino, |_| false),
             "an open descriptor"
         );
         drop(open);
+        std::fs::remove_dir(&unheld).expect("remove the directory");
     }
 }
