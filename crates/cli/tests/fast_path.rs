@@ -2840,6 +2840,58 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Stats by path through directories in order (as `git status` goes through its index):
+/// once a listing asked for by stats has answered several, the next directory is listed
+/// at its first miss, so after the first directory no stat asks the daemon; stats of one
+/// file here and there never list a directory.
+#[test]
+fn stats_through_directories_in_order_list_each_next_one_at_its_first_miss() {
+    const IN_ORDER: &str = r#"
+import os, sys
+root, how = sys.argv[1], sys.argv[2]
+for d in range(10):
+    for f in range(8 if how == "in-order" else 1):
+        os.lstat(f"{root}/d{d}/f{f}")
+"#;
+    let programs = programs_dir();
+    let walk = script(programs.path(), "in_order.py", IN_ORDER);
+    let m = mount_with_fast_path(&[]);
+    for d in 0..10 {
+        for f in 0..8 {
+            let file = m.path(format!("d{d}/f{f}"));
+            fs::create_dir_all(file.parent().unwrap()).unwrap();
+            fs::write(&file, "x").unwrap();
+        }
+    }
+    let asked = |how: &str| {
+        let before = ["stat", "open_dir"].map(|kind| daemon_requests(&m.mnt, kind));
+        let out = run_ok(
+            Command::new(SHOAL)
+                .args(["run", "--"])
+                .arg(PYTHON)
+                .arg(&walk)
+                .arg(&m.mnt)
+                .arg(how),
+            TOOL_TIMEOUT,
+        );
+        assert!(out.success(), "{}", out.describe());
+        let after = ["stat", "open_dir"].map(|kind| daemon_requests(&m.mnt, kind));
+        (after[0] - before[0], after[1] - before[1])
+    };
+    let (stats, listings) = asked("in-order");
+    assert!(
+        stats <= 2 && listings <= 10,
+        "80 stats in 10 directories asked for {stats} stats and {listings} listings"
+    );
+    let (stats, listings) = asked("scattered");
+    assert_eq!(
+        (stats, listings),
+        (10, 0),
+        "one stat in each of 10 directories: stats and listings asked for"
+    );
+    m.finish();
+}
+
 /// The daemon's count of fast-path requests of `kind` (served, failed, or fallen back).
 fn daemon_requests(mnt: &Path, kind: &str) -> u64 {
     let stats = common::stats_json(mnt);

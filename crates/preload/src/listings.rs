@@ -108,7 +108,13 @@ thread_local! {
     /// The directory (as base inode and path) of this thread's last `stat` that no listing
     /// answered, and the change count then (per thread: `git status` stats from two).
     static LAST_MISS: std::cell::RefCell<Option<Miss>> = const { std::cell::RefCell::new(None) };
+    /// The directory this thread's last listing asked for by stats was of (`paid_off`).
+    static LAST_PREFETCH: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
 }
+
+/// Stats a listing asked for by stats answered, at least, for the next directory to be
+/// listed at its first miss instead of its second.
+const PAID_OFF_HITS: usize = 4;
 
 /// The directory `path` from directory `base` names, as an open of it found it, while
 /// nothing has changed on the mount since or nothing its walk read.
@@ -182,6 +188,29 @@ pub fn second_miss_in(mount: usize, base: u64, path: &[u8]) -> bool {
             again
         })
         .unwrap_or(false)
+}
+
+/// This thread asked for a listing of directory `dir` to answer its stats.
+pub fn prefetched(mount: usize, dir: u64) {
+    let _ = LAST_PREFETCH.try_with(|last| last.set(Some((mount, dir))));
+}
+
+/// Whether the last listing this thread asked for answered several stats: a program that
+/// goes through directories' files in order (`git status`, in index order) gets its next
+/// directory listed at the first miss there, not the second (a stat round trip saved per
+/// directory). One that stats a file here and there gets one listing it did not need, and
+/// then the second miss again.
+pub fn last_prefetch_paid_off() -> bool {
+    let Some((mount, dir)) = LAST_PREFETCH.try_with(std::cell::Cell::get).ok().flatten() else {
+        return false;
+    };
+    read_listings().is_some_and(|listings| {
+        listings
+            .recent
+            .iter()
+            .find(|l| l.mount == mount && l.dir == dir)
+            .is_some_and(|l| l.hits.load(Ordering::Relaxed) >= PAID_OFF_HITS)
+    })
 }
 
 /// The kept listings, to read (lookups, from any number of threads at once: `git status`

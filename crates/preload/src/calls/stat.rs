@@ -120,7 +120,9 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
             Looked::Unlisted => {}
         }
     }
-    if !crate::listings::second_miss_in(mount, at.base, parent) {
+    if !crate::listings::second_miss_in(mount, at.base, parent)
+        && !crate::listings::last_prefetch_paid_off()
+    {
         return None;
     }
     let dir = prefetch(mount, at.base, parent)?;
@@ -182,6 +184,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         return None;
     };
     crate::listings::remember(mount, dir, changes, dir_version, &entries);
+    crate::listings::prefetched(mount, dir);
     if !parent.is_empty() {
         crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
     }
