@@ -16,7 +16,7 @@ use std::ffi::CString;
 use parking_lot::Mutex;
 use shoal_engine::ROOT_INO;
 
-/// The starts a process was seen holding (`holds_directory`), kept at most this many: a
+/// The starts a process was seen holding (`proc_shows_directory`), kept at most this many: a
 /// bound on what one client can make us keep (past it, each is looked up again).
 const MAX_KNOWN_STARTS: usize = 4096;
 
@@ -39,7 +39,7 @@ impl Starts {
         if base == ROOT_INO || holds_handle(base) || self.known.lock().contains(&base) {
             return true;
         }
-        if !holds_directory(pid, device, base) {
+        if !proc_shows_directory(pid, device, base) {
             return false;
         }
         let mut known = self.known.lock();
@@ -52,7 +52,7 @@ impl Starts {
 
 /// Whether process `pid`'s working directory, root or one of its descriptors is directory
 /// `ino` of the mount on `device`.
-fn holds_directory(pid: u32, device: (u32, u32), ino: u64) -> bool {
+fn proc_shows_directory(pid: u32, device: (u32, u32), ino: u64) -> bool {
     let is_it = |path: &str| directory_at(path) == Some((device, ino));
     if is_it(&format!("/proc/{pid}/cwd")) || is_it(&format!("/proc/{pid}/root")) {
         return true;

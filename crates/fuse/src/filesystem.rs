@@ -191,19 +191,17 @@ impl ShoalFs {
     fn sync_for(&self, op: FuseOp, reply: ReplyEmpty) {
         self.keep_awake.notice_request();
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
-        let Some(waiters) = self.sync_waiters() else {
-            let _timer = self.stats.time(op);
-            return Self::reply_empty(reply, self.sync_waiting());
+        let (reply, lead) = match self.sync_waiters() {
+            None => (reply, None),
+            Some(waiters) => match waiters.take(reply, op) {
+                Fsync::Queued => return,
+                Fsync::InPlace { reply, lead } => (reply, lead),
+            },
         };
-        match waiters.take(reply, op) {
-            Fsync::Queued => {}
-            Fsync::InPlace { reply, lead } => {
-                let _timer = self.stats.time(op);
-                let synced = self.sync_waiting();
-                drop(lead);
-                Self::reply_empty(reply, synced);
-            }
-        }
+        let _timer = self.stats.time(op);
+        let synced = self.sync_waiting();
+        drop(lead);
+        Self::reply_empty(reply, synced);
     }
 
     /// The syncing thread, started at the first fsync; none if it could not start.
