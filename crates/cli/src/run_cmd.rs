@@ -105,12 +105,14 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N`) into one table.
+/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N`) into one
+/// table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;
     let mut lost = 0u64;
     let mut listed = 0u64;
+    let mut ahead = 0u64;
     for line in text.lines() {
         processes += 1;
         for field in line.split_whitespace().skip(1) {
@@ -120,6 +122,10 @@ fn render_report(text: &str) -> String {
             }
             if let Some(n) = field.strip_prefix("listed=") {
                 listed += n.parse::<u64>().unwrap_or(0);
+                continue;
+            }
+            if let Some(n) = field.strip_prefix("ahead=") {
+                ahead += n.parse::<u64>().unwrap_or(0);
                 continue;
             }
             let parts: Vec<u64> = field.split(':').filter_map(|p| p.parse().ok()).collect();
@@ -140,6 +146,11 @@ fn render_report(text: &str) -> String {
     if listed > 0 {
         out.push_str(&format!(
             "stats answered from directory listings (no round trip): {listed}\n"
+        ));
+    }
+    if ahead > 0 {
+        out.push_str(&format!(
+            "directories opened from those opened ahead (no round trip): {ahead}\n"
         ));
     }
     if lost > 0 {

@@ -51,6 +51,10 @@ pub struct StatsReport {
     pub fastpath: Vec<FastPathReport>,
     #[serde(default)]
     pub fastpath_connections: u64,
+    #[serde(default)]
+    pub fastpath_answered_ahead: u64,
+    #[serde(default)]
+    pub fastpath_dropped_ahead: u64,
     /// Fast-path requests left to the kernel, by reason (`shoal_fastpath_server::Why`).
     #[serde(default)]
     pub fastpath_fallbacks: Vec<(String, u64)>,
@@ -507,6 +511,22 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_connections,
     ),
     exposed(
+        "fastpath_answered_ahead",
+        "shoal_fastpath_answered_ahead_total",
+        Counter,
+        Count,
+        "Directory opens of a walk answered by the daemon ahead of their request, while the program worked on the one before, and sent.",
+        |r| r.fastpath_answered_ahead,
+    ),
+    exposed(
+        "fastpath_dropped_ahead",
+        "shoal_fastpath_dropped_ahead_total",
+        Counter,
+        Count,
+        "Directory opens answered ahead and dropped: the walk asked for something else, or the mount changed first.",
+        |r| r.fastpath_dropped_ahead,
+    ),
+    exposed(
         "free_bytes",
         "shoal_free_bytes",
         Gauge,
@@ -636,6 +656,8 @@ impl StatsSource {
             queued_fsyncs: fuse.queued_fsyncs,
             fastpath: self.fast_path_kinds(),
             fastpath_connections: self.fast_path_connections(),
+            fastpath_answered_ahead: self.fast_path_ahead().0,
+            fastpath_dropped_ahead: self.fast_path_ahead().1,
             fastpath_fallbacks: self.fast_path_fallbacks(),
             uuid: self.uuid.clone(),
             mountpoint: self.mountpoint.clone(),
@@ -684,6 +706,11 @@ impl StatsSource {
     fn fast_path_connections(&self) -> u64 {
         let connections = self.fast_path.as_ref().map(|stats| stats.connections());
         connections.unwrap_or(0)
+    }
+
+    fn fast_path_ahead(&self) -> (u64, u64) {
+        let ahead = self.fast_path.as_ref().map(|stats| stats.answered_ahead());
+        ahead.unwrap_or((0, 0))
     }
 
     fn fast_path_fallbacks(&self) -> Vec<(String, u64)> {

@@ -2979,6 +2979,253 @@ fn mkdir_of_an_existing_directory_is_answered_locally_until_its_path_changes() {
     m.finish();
 }
 
+/// Walks `t` as `fts` does (lists a directory, opens each subdirectory from it, closes it,
+/// walks the subdirectory, comes back up by `..`), and `t/a` by paths as `git status`
+/// does (`opendir("t/a/b3")`). With a shell command `argv[2]` (run with
+/// SHOAL_RUN=`argv[1]`), it opens `t/a` from `t` first (a walk's `opendir`, which brings
+/// the directories under it), runs the command, then walks `t/a` both ways.
+const WALK_C: &str = r#"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define DIRFLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+/* The names in directory stream `d`, sorted; how many in `n`. */
+static char **names_of(DIR *d, int *n) {
+    char **names = malloc(256 * sizeof *names);
+    struct dirent *e;
+    *n = 0;
+    while ((e = readdir(d)) && *n < 256)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            names[(*n)++] = strdup(e->d_name);
+    qsort(names, *n, sizeof *names, by_name);
+    return names;
+}
+static void print_names(const char *how, const char *path, char **names, int n) {
+    printf("%s %s:", how, path);
+    for (int i = 0; i < n; i++) printf(" %s", names[i]);
+    printf("\n");
+}
+/* Walks directory `fd` (`path`); returns a descriptor of it again, or -1. */
+static int walk(int fd, const char *path) {
+    struct stat self;
+    fstat(fd, &self);
+    DIR *d = fdopendir(dup(fd));
+    if (!d) { printf("fd %s: %s\n", path, strerror(errno)); return fd; }
+    int n;
+    char **names = names_of(d, &n);
+    closedir(d);
+    print_names("fd", path, names, n);
+    char *subdirs[256];
+    int dirs = 0;
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
+            printf("stat %s/%s: %s\n", path, names[i], strerror(errno));
+        else if (S_ISDIR(st.st_mode))
+            subdirs[dirs++] = names[i];
+    }
+    for (int i = 0; i < dirs; i++) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/%s", path, subdirs[i]);
+        usleep(100); /* work per directory, as `find -ls` prints each entry */
+        int child = openat(fd, subdirs[i], DIRFLAGS);
+        if (child < 0) { printf("open %s: %s\n", sub, strerror(errno)); continue; }
+        close(fd);
+        child = walk(child, sub);
+        fd = openat(child, "..", DIRFLAGS);
+        if (fd < 0) {
+            printf("open %s/..: %s\n", sub, strerror(errno));
+            fd = open(path, DIRFLAGS);
+        } else {
+            struct stat back;
+            fstat(fd, &back);
+            printf("open %s/..: %s\n", sub, back.st_ino == self.st_ino ? "back" : "elsewhere");
+        }
+        close(child);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return fd;
+}
+/* Walks `path` by paths from the working directory. */
+static void walk_paths(const char *path) {
+    usleep(100);
+    DIR *d = opendir(path);
+    if (!d) { printf("path %s: %s\n", path, strerror(errno)); return; }
+    int n;
+    char **names = names_of(d, &n);
+    closedir(d);
+    print_names("path", path, names, n);
+    char *subs[256];
+    int dirs = 0;
+    for (int i = 0; i < n; i++) {
+        char sub[512];
+        struct stat st;
+        snprintf(sub, sizeof sub, "%s/%s", path, names[i]);
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) subs[dirs++] = strdup(sub);
+        free(names[i]);
+    }
+    free(names);
+    for (int i = 0; i < dirs; i++) { walk_paths(subs[i]); free(subs[i]); }
+}
+int main(int argc, char **argv) {
+    int top = open("t", DIRFLAGS);
+    if (argc < 3) {
+        close(walk(top, "t"));
+        walk_paths("t/a");
+        return 0;
+    }
+    int a = openat(top, "a", DIRFLAGS);
+    char command[512];
+    snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[2]);
+    if (system(command) != 0) return 2;
+    printf("after %s\n", argv[2]);
+    if (a < 0) { printf("open t/a: %s\n", strerror(errno)); return 0; }
+    /* First what was brought with t/a, opened from it before anything else is asked. */
+    for (int b = 0; b < 10; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "b%d", b);
+        int fd = openat(a, name, DIRFLAGS);
+        DIR *d = fd < 0 ? NULL : fdopendir(fd);
+        if (!d) { printf("probe t/a/%s: %s\n", name, strerror(errno)); continue; }
+        int n;
+        char **names = names_of(d, &n);
+        closedir(d);
+        print_names("probe", name, names, n);
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+    }
+    close(walk(a, "t/a"));
+    walk_paths("t/a");
+    return 0;
+}
+"#;
+
+/// `t/a/b0..b9/c0..c2`, each leaf with two files.
+fn make_walk_tree(dir: &Path) {
+    for b in 0..10 {
+        for c in 0..3 {
+            let leaf = dir.join(format!("t/a/b{b}/c{c}"));
+            fs::create_dir_all(&leaf).unwrap();
+            fs::write(leaf.join("f0"), "0").unwrap();
+            fs::write(leaf.join("f1"), "1").unwrap();
+        }
+    }
+}
+
+/// Directory opens answered from those opened ahead, as `shoal run --stats` reports them.
+fn opened_ahead(out: &CmdOutput) -> usize {
+    out.stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("directories opened from those opened ahead (no round trip): ")
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A program that walks a tree opens most directories without a round trip: an `opendir`
+/// in a walk brings the directories under it and after it, opened for the caller and
+/// listed (`Request::OpenDir::below`), and a directory the program closed is kept open
+/// for its `..`. Every change between (a name added deep down, search or read permission
+/// taken and given back, a rename, a removal, by another process through either door) is
+/// seen at the next open, which gives what the kernel gives. Run as an unprivileged user,
+/// whom permissions bind.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the same walks through three doors, outputs compared with what the kernel gives"
+)]
+fn a_tree_walk_opens_directories_ahead_and_sees_every_change() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "walk", WALK_C, &[]);
+    let m = mount_with_fast_path(&["allow_other"]);
+    let changes = [
+        "touch t/a/b3/c1/new",
+        "chmod 0 t/a/b5",
+        "chmod 755 t/a/b5",
+        "chmod 300 t/a/b2",
+        "chmod 600 t/a/b4",
+        "mv t/a/b7 t/a/b7x",
+        "rm -r t/a/b8/c2",
+    ];
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let dir = m.path(format!("{door}-{changer}"));
+        make_walk_tree(&dir);
+        run_ok(
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{USER}:{USER}"))
+                .arg(&dir),
+            TOOL_TIMEOUT,
+        );
+        let mut args: Vec<&OsStr> = Vec::new();
+        if door == "fast" {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--stats")]);
+            args.push(OsStr::new("--"));
+        }
+        // One process for the whole walk, then one per change.
+        let each =
+            r#"b=$1 c=$2; shift 2; "$b" || exit 2; for x; do "$b" "$c" "$x" || exit 2; done"#;
+        args.extend([
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(each),
+            OsStr::new("sh"),
+        ]);
+        args.extend([binary.as_os_str(), OsStr::new(changer)]);
+        args.extend(changes.iter().map(OsStr::new));
+        let before = daemon_requests(&m.mnt, "open_dir");
+        let out = run(as_user_command(&args).current_dir(&dir), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        let asked = daemon_requests(&m.mnt, "open_dir") - before;
+        outputs.push((door, changer, out, asked));
+    }
+    let kernel = &outputs[0].2.stdout;
+    for needle in [
+        "fd t/a/b3/c1: f0 f1 new",
+        "open t/a/b5: Permission denied",
+        "path t/a/b2: Permission denied",
+        "stat t/a/b4/c0: Permission denied",
+        "open t/a/b4/..: Permission denied",
+        "fd t/a: b0 b1 b2 b3 b4 b5 b6 b7x b8 b9",
+        "fd t/a/b8: c0 c1",
+        "open t/a/b9/..: back",
+    ] {
+        assert!(kernel.contains(needle), "no `{needle}` in:\n{kernel}");
+    }
+    // The directory opens of one walk by descriptor and one by path, 8 times over.
+    let opens = kernel
+        .lines()
+        .filter(|l| l.starts_with("fd ") || l.starts_with("path "))
+        .count();
+    for (door, changer, out, asked) in &outputs[1..] {
+        assert_eq!(
+            &out.stdout,
+            kernel,
+            "{door} door, changes {changer}: {}",
+            out.describe()
+        );
+        let ahead = opened_ahead(out);
+        assert!(
+            ahead >= opens / 2 && (*asked as usize) < opens / 2,
+            "{ahead} of {opens} directory opens answered from those opened ahead, {asked} \
+             asked of the daemon (changes {changer}): {}",
+            out.describe()
+        );
+    }
+    m.finish();
+}
+
 /// Chowns a file to the owner it has, as `tar x` run by root does after each file it
 /// makes: once, a hundred times in a row, again a tick later, then with the setuid bit set.
 const CHOWN_SAME_C: &str = r#"

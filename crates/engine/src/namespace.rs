@@ -129,6 +129,7 @@ impl Engine {
             },
             || self.scan_entries(dir, after, limit),
         )
+        .map(Arc::unwrap_or_clone)
     }
 
     /// `readdir` from the store, past the listing cache.
@@ -190,9 +191,21 @@ impl Engine {
         after: Option<&[u8]>,
         limit: usize,
     ) -> FsResult<Vec<(DirEntry, Inode)>> {
+        self.readdir_plus_shared(dir, after, limit)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// `readdir_plus`, shared with the listing cache rather than copied out of it: a
+    /// caller that only reads the page (to encode it) spares a copy of every entry.
+    pub fn readdir_plus_shared(
+        &self,
+        dir: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Arc<Vec<(DirEntry, Inode)>>> {
         self.stats().count(Op::Readdir);
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(Arc::default());
         }
         self.kept_page(
             page_key(dir, after, limit, true),
@@ -213,14 +226,14 @@ impl Engine {
         wrap: fn(Arc<Vec<T>>) -> Page,
         unwrap: fn(Page) -> Option<Arc<Vec<T>>>,
         scan: impl FnOnce() -> FsResult<Vec<T>>,
-    ) -> FsResult<Vec<T>> {
+    ) -> FsResult<Arc<Vec<T>>> {
         let read_at = self.changes();
         if let Some(entries) = self.listings().get(&key, read_at).and_then(unwrap) {
-            return Ok(entries.as_ref().clone());
+            return Ok(entries);
         }
-        let entries = scan()?;
-        let page = wrap(Arc::new(entries.clone()));
-        self.listings().put(key, page, read_at, self.changes());
+        let entries = Arc::new(scan()?);
+        self.listings()
+            .put(key, wrap(entries.clone()), read_at, self.changes());
         Ok(entries)
     }
 

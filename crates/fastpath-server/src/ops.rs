@@ -6,10 +6,13 @@ use shoal_engine::{
     Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
-    At, Attr, DirEntryWire, Opened, Reply, SetAttrWire, Target, TimeWire, ENTRIES_HEADER_BYTES,
-    MAX_MESSAGE_BYTES, OPENED_DIR_EXTRA_BYTES, READDIR_BATCH_ENTRIES,
+    At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire,
+    ENTRIES_HEADER_BYTES, MAX_MESSAGE_BYTES, OPENED_DIR_EXTRA_BYTES, READDIR_BATCH_ENTRIES,
 };
 
+use std::cell::RefCell;
+
+use crate::below::{Ahead, Frame, Via};
 use crate::credentials::Credentials;
 use crate::handles::{release, Handle, Process};
 use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
@@ -26,10 +29,55 @@ const RENAME_NOREPLACE: u32 = 1;
 const BLOCK_BYTES: u32 = 4096;
 const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 
+/// What an `opendir` asked for beyond its path (`Request::OpenDir`).
+#[derive(Clone, Copy, Default)]
+pub struct OpenDirAsked {
+    pub flags: i32,
+    pub max: u32,
+    pub with_attrs: bool,
+    pub below: u32,
+    pub walk: bool,
+}
+
+impl OpenDirAsked {
+    /// What `request` asks, if it is an `OpenDir` (else nothing: an open of nothing).
+    pub fn of(request: &Request) -> OpenDirAsked {
+        match *request {
+            Request::OpenDir {
+                flags,
+                max,
+                with_attrs,
+                below,
+                walk,
+                ..
+            } => OpenDirAsked {
+                flags,
+                max,
+                with_attrs,
+                below,
+                walk,
+            },
+            _ => OpenDirAsked::default(),
+        }
+    }
+}
+
+/// A walk's next `opendir`, and the walk's stack after it (`Session::predicted`).
+pub type Prediction = (Request, Vec<Frame>);
+
 /// The caller of one request.
 pub struct Session<'a> {
     pub caller: &'a Credentials,
     pub process: &'a Process,
+    /// The channel the request came on (`None`: a close the client deferred, or a request
+    /// answered ahead), to nudge the client awake before a long reply (`below.rs`).
+    pub channel: Option<&'a shoal_fastpath::shared::SharedChannel>,
+    /// The request the caller will most likely send next (a walk's next `opendir`) and the
+    /// walk's stack after it, which the connection answers ahead while the caller works
+    /// (`server::Speculation`).
+    pub predicted: RefCell<Option<Prediction>>,
+    /// For a request answered ahead: the walk's stack it was predicted with.
+    pub carried: RefCell<Option<Vec<Frame>>>,
 }
 
 impl Session<'_> {
@@ -119,7 +167,7 @@ impl Server {
     }
 
     /// `open`, noting its walk in `witness`.
-    fn open_witnessed(
+    pub(crate) fn open_witnessed(
         &self,
         s: &Session,
         at: &At,
@@ -253,6 +301,13 @@ impl Server {
         Ok(())
     }
 
+    /// Closes handle `id` of `process`, if it has it.
+    pub(crate) fn close_quietly(&self, process: &Process, id: u64) {
+        if let Some(handle) = process.remove(id) {
+            release(&self.engine, &handle);
+        }
+    }
+
     pub fn close(&self, s: &Session, id: u64) -> Served<Reply> {
         let handle = s.process.remove(id).ok_or(Refusal::Errno(libc::EBADF))?;
         release(&self.engine, &handle);
@@ -355,16 +410,17 @@ impl Server {
 
     /// `opendir`: an O_DIRECTORY open answered with the directory's first page of entries
     /// (the client serves the first `getdents` from it while the mount's change count
-    /// stays, as a listing read then would be the same). A page that cannot be read leaves
-    /// the open as it is: the `getdents` asks again and gets the error.
-    pub fn open_dir(
-        &self,
-        s: &Session,
-        at: &At,
-        flags: i32,
-        max: u32,
-        asked_attrs: bool,
-    ) -> Served<Reply> {
+    /// stays, as a listing read then would be the same), and up to `below` directories
+    /// under it opened and listed too (`below.rs`). A page that cannot be read leaves the
+    /// open as it is: the `getdents` asks again and gets the error.
+    pub fn open_dir(&self, s: &Session, at: &At, asked: OpenDirAsked) -> Served<Reply> {
+        let OpenDirAsked {
+            flags,
+            max,
+            with_attrs: asked_attrs,
+            below,
+            walk,
+        } = asked;
         require(flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0)?;
         let version_of = |ino| self.version_of(ino);
         let mut witness = Witness::new(&version_of);
@@ -372,29 +428,59 @@ impl Server {
         else {
             return Err(Refusal::Errno(libc::EPROTO));
         };
-        let page = self.read_dir_within(
-            s,
-            opened.handle,
-            None,
+        let witness = witness.into_versions();
+        let budget = MAX_MESSAGE_BYTES - OPENED_DIR_EXTRA_BYTES;
+        let page = self.read_dir_within(s, opened.handle, None, max, asked_attrs, budget);
+        let Ok(Reply::Entries {
+            entries,
+            done,
+            changes,
+            dir_version,
+        }) = page
+        else {
+            return Ok(Reply::Opened(opened));
+        };
+        let listed: usize = entries.iter().map(DirEntryWire::encoded_len).sum();
+        let ahead = Ahead {
+            wanted: below,
             max,
-            asked_attrs,
-            MAX_MESSAGE_BYTES - OPENED_DIR_EXTRA_BYTES,
-        );
-        Ok(match page {
-            Ok(Reply::Entries {
-                entries,
-                done,
-                changes,
-                dir_version,
-            }) => Reply::OpenedDir {
-                opened,
-                entries,
-                done,
-                changes,
-                dir_version,
-                witness: witness.into_versions(),
-            },
-            _ => Reply::Opened(opened),
+            budget: budget - ENTRIES_HEADER_BYTES - listed,
+            changes,
+        };
+        let wanted = below;
+        let mut below = Vec::new();
+        if walk || wanted > 0 {
+            // Where the walk goes on after this directory's own: the stack it was predicted
+            // with, else the directories after it in its parent.
+            let lower = s.carried.take().unwrap_or_else(|| {
+                self.later_siblings(s, at, &opened.attr, max)
+                    .into_iter()
+                    .collect()
+            });
+            let top = Frame::of(opened.attr.ino, Via::of(at), &entries);
+            let (ahead_of_walk, stack) = self.open_below(s, top, lower, &ahead);
+            below = ahead_of_walk;
+            if let Some((next, stack)) = Frame::next(stack, at.follow) {
+                // The walk's next `opendir`, if it goes on in order: answered ahead of it.
+                let request = Request::OpenDir {
+                    at: next,
+                    flags,
+                    max,
+                    with_attrs: asked_attrs,
+                    below: wanted,
+                    walk,
+                };
+                s.predicted.replace(Some((request, stack)));
+            }
+        }
+        Ok(Reply::OpenedDir {
+            opened,
+            entries,
+            done,
+            changes,
+            dir_version,
+            witness,
+            below,
         })
     }
 
@@ -414,7 +500,7 @@ impl Server {
     }
 
     /// `read_dir` in a reply of at most `message_bytes`.
-    fn read_dir_within(
+    pub(crate) fn read_dir_within(
         &self,
         s: &Session,
         id: u64,
@@ -437,13 +523,13 @@ impl Server {
             && self.state_follows_engine
             && check(&self.engine, s.caller, &dir, MAY_EXEC).is_ok();
         let page: Vec<DirEntryWire> = if with_attrs {
-            let page = self.engine.readdir_plus(handle.ino, after, max)?;
-            page.into_iter()
+            let page = self.engine.readdir_plus_shared(handle.ino, after, max)?;
+            page.iter()
                 .map(|(entry, inode)| DirEntryWire {
                     ino: entry.ino,
                     kind: d_type(entry.kind),
-                    name: entry.name,
-                    attr: Some(attr(&inode)),
+                    name: entry.name.clone(),
+                    attr: Some(attr(inode)),
                     // Counted in the page's bytes; read after it (`listing_versions`).
                     version: Some(0),
                 })

@@ -1,5 +1,6 @@
 //! The listener and one thread per connection: receive a request, serve it, send the reply.
 
+use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,9 +16,10 @@ use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::activity::Activity;
+use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
-use crate::ops::Session;
+use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
 
@@ -45,6 +47,53 @@ const APPEND_LOCKS: usize = 64;
 /// long it looks within that is learned per connection (`Pace`): not at all while the
 /// client's requests come far apart (an interactive program, a busy machine).
 const SERVER_SPIN: Duration = Duration::from_micros(100);
+
+/// Whether `a` and `b` (`opendir`s) ask for the same: a path that ends with slashes opens
+/// the directory it names without them (`git status` opens `a/b/`).
+fn same_open_dir(a: &Request, b: &Request) -> bool {
+    match (a, b) {
+        (
+            Request::OpenDir {
+                at: at_a,
+                flags: flags_a,
+                max: max_a,
+                with_attrs: attrs_a,
+                below: below_a,
+                walk: walk_a,
+            },
+            Request::OpenDir {
+                at: at_b,
+                flags: flags_b,
+                max: max_b,
+                with_attrs: attrs_b,
+                below: below_b,
+                walk: walk_b,
+            },
+        ) => {
+            at_a.base == at_b.base
+                && at_a.follow == at_b.follow
+                && trimmed(&at_a.path) == trimmed(&at_b.path)
+                && !trimmed(&at_a.path).is_empty()
+                && (flags_a, max_a, attrs_a, below_a, walk_a)
+                    == (flags_b, max_b, attrs_b, below_b, walk_b)
+        }
+        _ => false,
+    }
+}
+
+/// A reply made ahead of its request: the `opendir` a walk will send next
+/// (`Session::predicted`, the first directory that did not fit its last reply), answered
+/// while the caller works through what the last one brought, so the two overlap on two
+/// CPUs. It is sent if that very request comes and the mount's change count is still the
+/// one read before it was made (it is then what answering now would give); else what it
+/// opened is closed.
+struct Speculation {
+    request: Request,
+    changes: u64,
+    result: Served<Reply>,
+    /// What it predicts in turn, and the walk's stack after that.
+    next: Option<Prediction>,
+}
 
 pub struct Server {
     pub(crate) engine: Arc<Engine>,
@@ -339,6 +388,7 @@ impl Server {
         let id = self.connection_ids.fetch_add(1, Ordering::Relaxed);
         // Decided once per request, at its arrival, for both sides' next wait.
         let mut spinning_pays = true;
+        let mut ahead: Option<Speculation> = None;
         loop {
             let waiting_since = Instant::now();
             // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
@@ -364,19 +414,97 @@ impl Server {
             self.close_deferred(channel, caller, process);
             self.activity.served(id, arrived);
             spinning_pays = self.activity.spinning_pays(arrived);
-            let (status, reply) = match Request::decode(&request_buf) {
-                Ok(request) => self.serve(caller, process, &request),
+            let (status, reply, predicted) = match Request::decode(&request_buf) {
+                Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
+                    Some(answer) => answer,
+                    None => self.serve(caller, process, Some(channel), &request),
+                },
                 Err(error) => {
                     tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
-                    (Status::Errno(libc::EPROTO), Reply::Empty)
+                    (Status::Errno(libc::EPROTO), Reply::Empty, None)
                 }
             };
             Reply::encode(status, &reply, &mut reply_buf);
             channel.let_client_spin(spinning_pays);
             channel.reply(seq, &reply_buf);
+            if let Some(predicted) = predicted {
+                ahead = Some(self.speculate(caller, process, predicted));
+            }
+        }
+        if let Some(unused) = ahead {
+            self.stats.ahead(false);
+            self.discard(process, unused);
         }
         // Closes deferred just before the client went.
         self.close_deferred(channel, caller, process);
+    }
+
+    /// Answers `predicted` ahead of its request (`Speculation`), going on with the walk's
+    /// `stack` after it.
+    fn speculate(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        (predicted, stack): Prediction,
+    ) -> Speculation {
+        let changes = self.engine.changes();
+        let session = Session {
+            caller,
+            process,
+            channel: None,
+            predicted: RefCell::new(None),
+            carried: RefCell::new(Some(stack)),
+        };
+        let result = self.dispatch(&session, &predicted);
+        Speculation {
+            request: predicted,
+            changes,
+            result,
+            next: session.predicted.into_inner(),
+        }
+    }
+
+    /// The answer made ahead, when `request` is the one it was made for and nothing has
+    /// changed on the mount since (it is then what answering now would give); else, at the
+    /// next `opendir`, the answer made ahead is dropped.
+    fn answered_ahead(
+        &self,
+        ahead: &mut Option<Speculation>,
+        process: &Process,
+        request: &Request,
+    ) -> Option<(Status, Reply, Option<Prediction>)> {
+        if !matches!(request, Request::OpenDir { .. }) {
+            // A close or a stat between (a full close ring, a symlink's stat): the walk's
+            // next `opendir` may still be the one predicted.
+            return None;
+        }
+        let speculation = ahead.take()?;
+        if !same_open_dir(&speculation.request, request)
+            || self.engine.changes() != speculation.changes
+        {
+            self.stats.ahead(false);
+            self.discard(process, speculation);
+            return None;
+        }
+        self.stats.ahead(true);
+        self.stats.record(request, &speculation.result);
+        let (status, reply) = match speculation.result {
+            Ok(reply) => (Status::Ok, reply),
+            Err(refusal) => refusal.into(),
+        };
+        Some((status, reply, speculation.next))
+    }
+
+    /// Closes what an unused answer made ahead opened.
+    fn discard(&self, process: &Process, unused: Speculation) {
+        if let Ok(Reply::OpenedDir { opened, below, .. }) = unused.result {
+            self.close_quietly(process, opened.handle);
+            for dir in below {
+                self.close_quietly(process, dir.opened.handle);
+            }
+        } else if let Ok(Reply::Opened(opened)) = unused.result {
+            self.close_quietly(process, opened.handle);
+        }
     }
 
     /// Closes the handles the client left in its channel's ring (`defer_close`), in order,
@@ -386,17 +514,33 @@ impl Server {
         channel.take_deferred_closes(&mut handles);
         for handle in handles {
             let close = Request::Close { handle };
-            self.serve(caller, process, &close);
+            self.serve(caller, process, None, &close);
         }
     }
 
-    fn serve(&self, caller: &Credentials, process: &Process, request: &Request) -> (Status, Reply) {
-        let session = Session { caller, process };
+    fn serve(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        channel: Option<&SharedChannel>,
+        request: &Request,
+    ) -> (Status, Reply, Option<Prediction>) {
+        let session = Session {
+            caller,
+            process,
+            channel,
+            predicted: RefCell::new(None),
+            carried: RefCell::new(None),
+        };
         let result = self.dispatch(&session, request);
         self.stats.record(request, &result);
+        let predicted = session.predicted.into_inner();
         match result {
-            Ok(reply) => (Status::Ok, reply),
-            Err(refusal) => refusal.into(),
+            Ok(reply) => (Status::Ok, reply, predicted),
+            Err(refusal) => {
+                let (status, reply) = refusal.into();
+                (status, reply, None)
+            }
         }
     }
 
@@ -419,12 +563,7 @@ impl Server {
                 mode,
                 umask,
             } => self.open(s, at, *flags, *mode, *umask),
-            Request::OpenDir {
-                at,
-                flags,
-                max,
-                with_attrs,
-            } => self.open_dir(s, at, *flags, *max, *with_attrs),
+            Request::OpenDir { at, .. } => self.open_dir(s, at, OpenDirAsked::of(request)),
             Request::Close { handle } => self.close(s, *handle),
             Request::Read {
                 handle,

@@ -79,6 +79,9 @@ pub struct FastPathStats {
     /// Fallbacks by reason, in `Why::ALL` order.
     reasons: [AtomicU64; Why::ALL.len()],
     connections: AtomicU64,
+    /// `opendir`s answered ahead of their request (`server::Speculation`): sent, dropped.
+    answered_ahead: AtomicU64,
+    dropped_ahead: AtomicU64,
 }
 
 /// One request kind's counts.
@@ -109,6 +112,25 @@ impl FastPathStats {
             }
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An answer made ahead was sent (`used`) or dropped.
+    pub(crate) fn ahead(&self, used: bool) {
+        let counter = if used {
+            &self.answered_ahead
+        } else {
+            &self.dropped_ahead
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `opendir`s answered ahead of their request and sent, and those dropped (another
+    /// request came, or the mount changed).
+    pub fn answered_ahead(&self) -> (u64, u64) {
+        (
+            self.answered_ahead.load(Ordering::Relaxed),
+            self.dropped_ahead.load(Ordering::Relaxed),
+        )
     }
 
     /// Connections accepted since the mount (one per client thread).

@@ -28,13 +28,14 @@ pub mod syscall_names;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
-    At, Attr, Cookie, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status, Target,
-    TimeWire, ENTRIES_HEADER_BYTES, OPENED_DIR_EXTRA_BYTES,
+    At, Attr, Cookie, DirBelow, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status,
+    Target, TimeWire, BELOW_MAX, DIR_BELOW_EXTRA_BYTES, ENTRIES_HEADER_BYTES,
+    OPENED_DIR_EXTRA_BYTES,
 };
 
 /// Bumped on any change of the messages; a client and a daemon that differ fall back to the
 /// kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;

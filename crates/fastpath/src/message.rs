@@ -9,6 +9,9 @@ use crate::{MAX_IO_BYTES, PATH_MAX_BYTES, WITNESS_MAX};
 const XATTR_MAX_BYTES: usize = 64 * 1024;
 /// Most entries a decoded `Entries` reply may hold (bounds the allocation).
 const ENTRIES_MAX: u32 = 4096;
+/// Most directories a decoded `OpenedDir` reply may carry below its own (bounds the
+/// allocation; the daemon sends fewer: `Request::OpenDir::below` and the message size).
+pub const BELOW_MAX: u32 = 1024;
 
 /// A path to walk: from directory inode `base` (the mount's root for an absolute path),
 /// following a final symlink or not.
@@ -94,6 +97,13 @@ pub enum Request {
         flags: i32,
         max: u32,
         with_attrs: bool,
+        /// How many directories below this one (its subdirectories, theirs, breadth first)
+        /// the daemon may open and list with it (`Reply::OpenedDir::below`): a program
+        /// walking a tree (`find`, `du`, `git status`) then opens them without a round trip.
+        below: u32,
+        /// The open is a step of a walk through a tree that nothing changes: the daemon may
+        /// answer the walk's next step ahead, while the program works on this one.
+        walk: bool,
     },
     ReadDir {
         handle: u64,
@@ -216,8 +226,39 @@ const ENTRY_FIXED_BYTES: usize = 8 + 1 + 4 + 1;
 /// version (tag and value), done.
 pub const ENTRIES_HEADER_BYTES: usize = 1 + 1 + 4 + 8 + 5 + 1;
 /// What an `OpenedDir` reply carries beyond an `Entries` one at most: handle, attributes,
-/// created, version (tag and value), no_xattrs, the walk's witness (tag, count, entries).
-pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1 + 5 + 1 + 1 + 4 + WITNESS_MAX * 12;
+/// created, version (tag and value), no_xattrs, the walk's witness (tag, count, entries),
+/// the count of directories below (each `DirBelow::encoded_len` more).
+pub const OPENED_DIR_EXTRA_BYTES: usize = 8 + ATTR_BYTES + 1 + 5 + 1 + 1 + 4 + WITNESS_MAX * 12 + 4;
+
+/// A directory opened and listed ahead (`Reply::OpenedDir::below`): entry `name` of
+/// directory `parent`, its open (a handle the caller now holds) and its first page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirBelow {
+    pub parent: u64,
+    pub name: Vec<u8>,
+    pub opened: Opened,
+    pub entries: Vec<DirEntryWire>,
+    pub done: bool,
+    pub dir_version: Option<u32>,
+}
+
+impl DirBelow {
+    /// Bytes it takes in an encoded `OpenedDir` reply.
+    pub fn encoded_len(&self) -> usize {
+        DIR_BELOW_EXTRA_BYTES
+            + self.name.len()
+            + self
+                .entries
+                .iter()
+                .map(DirEntryWire::encoded_len)
+                .sum::<usize>()
+    }
+}
+
+/// An encoded `DirBelow` without its name and entries: parent, name length, the open
+/// (handle, attributes, created, version, no_xattrs), then its page's count, change
+/// count, version and done.
+pub const DIR_BELOW_EXTRA_BYTES: usize = 8 + 4 + 8 + ATTR_BYTES + 1 + 5 + 1 + 4 + 8 + 5 + 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -278,6 +319,10 @@ pub enum Reply {
         changes: u64,
         dir_version: Option<u32>,
         witness: Option<Vec<(u64, u32)>>,
+        /// Directories below it, opened read-only for the caller and listed, breadth first:
+        /// each is what an `OpenDir` of its name in its parent would answer while the
+        /// mount's change count stays `changes` (the daemon stops at a change).
+        below: Vec<DirBelow>,
     },
     /// A fast descriptor's attributes, with the version of its inode's slot read before
     /// them (see `Opened::version`).
@@ -485,9 +530,15 @@ impl Request {
                 flags,
                 max,
                 with_attrs,
+                below,
+                walk,
             } => {
                 at.encode(&mut e);
-                e.i32(*flags).u32(*max).bool(*with_attrs);
+                e.i32(*flags)
+                    .u32(*max)
+                    .bool(*with_attrs)
+                    .u32(*below)
+                    .bool(*walk);
             }
             Request::Close { handle } | Request::Fstat { handle } | Request::Fsync { handle } => {
                 e.u64(*handle);
@@ -598,6 +649,8 @@ impl Request {
                 flags: d.i32()?,
                 max: d.u32()?,
                 with_attrs: d.bool()?,
+                below: d.u32()?,
+                walk: d.bool()?,
             },
             5 => Request::Close { handle: d.u64()? },
             6 => Request::Read {
@@ -777,6 +830,7 @@ impl Reply {
                 changes,
                 dir_version,
                 witness,
+                below,
             } => {
                 opened.encode(e.u8(8));
                 match witness {
@@ -784,6 +838,7 @@ impl Reply {
                     None => void(e.u8(0)),
                 }
                 encode_entries(&mut e, entries, *done, *changes, *dir_version);
+                encode_below(&mut e, below, *changes);
             }
         }
     }
@@ -842,6 +897,7 @@ impl Reply {
                     changes,
                     dir_version,
                     witness,
+                    below: decode_below(&mut d)?,
                 }
             }
             7 => Reply::Changed {
@@ -913,6 +969,40 @@ fn decode_entries(d: &mut Decoder) -> Result<Page, WireError> {
         });
     }
     Ok((entries, d.bool()?, changes, dir_version))
+}
+
+/// Directories opened ahead: count, then each one's parent, name, open and page.
+fn encode_below(e: &mut Encoder, below: &[DirBelow], changes: u64) {
+    let count = u32::try_from(below.len()).expect("bounded by BELOW_MAX");
+    e.u32(count);
+    for dir in below {
+        e.u64(dir.parent).bytes(&dir.name);
+        dir.opened.encode(e);
+        encode_entries(e, &dir.entries, dir.done, changes, dir.dir_version);
+    }
+}
+
+fn decode_below(d: &mut Decoder) -> Result<Vec<DirBelow>, WireError> {
+    let count = d.u32()?;
+    if count > BELOW_MAX {
+        return Err(WireError::TooLong);
+    }
+    let mut below = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let parent = d.u64()?;
+        let name = d.bytes(PATH_MAX_BYTES)?.to_vec();
+        let opened = Opened::decode(d)?;
+        let (entries, done, _, dir_version) = decode_entries(d)?;
+        below.push(DirBelow {
+            parent,
+            name,
+            opened,
+            entries,
+            done,
+            dir_version,
+        });
+    }
+    Ok(below)
 }
 
 /// A walk's witness: count, then (inode, version) pairs.
@@ -1003,6 +1093,8 @@ mod tests {
                 flags: libc::O_RDONLY | libc::O_DIRECTORY,
                 max: 64,
                 with_attrs: true,
+                below: 32,
+                walk: true,
             },
             Request::Mkdir {
                 at: at(b"d"),
@@ -1165,6 +1257,26 @@ mod tests {
                 changes: 78,
                 dir_version: None,
                 witness: Some((0..WITNESS_MAX as u64).map(|i| (i, 7)).collect()),
+                below: vec![DirBelow {
+                    parent: 6,
+                    name: b"sub".to_vec(),
+                    opened: Opened {
+                        handle: 11,
+                        attr,
+                        created: false,
+                        version: Some(3),
+                        no_xattrs: true,
+                    },
+                    entries: vec![DirEntryWire {
+                        ino: 12,
+                        kind: 4,
+                        name: b"deeper".to_vec(),
+                        attr: Some(attr),
+                        version: Some(1),
+                    }],
+                    done: true,
+                    dir_version: Some(8),
+                }],
             },
         ]
     }
@@ -1183,8 +1295,12 @@ mod tests {
             Reply::encode(Status::Ok, &reply, &mut buf);
             let budgeted = match &reply {
                 Reply::Entries { entries, .. } => Some((entries, ENTRIES_HEADER_BYTES)),
-                Reply::OpenedDir { entries, .. } => {
-                    Some((entries, ENTRIES_HEADER_BYTES + OPENED_DIR_EXTRA_BYTES))
+                Reply::OpenedDir { entries, below, .. } => {
+                    let below: usize = below.iter().map(DirBelow::encoded_len).sum();
+                    Some((
+                        entries,
+                        ENTRIES_HEADER_BYTES + OPENED_DIR_EXTRA_BYTES + below,
+                    ))
                 }
                 _ => None,
             };

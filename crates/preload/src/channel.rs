@@ -136,6 +136,24 @@ pub fn close(index: usize, handle: u64) {
     }
 }
 
+/// Wakes the daemon's thread of this thread's connection to mount `index` if it sleeps: a
+/// request follows shortly (`SharedChannel::nudge_server`).
+pub fn nudge(index: usize) {
+    let _ = CHANNELS.try_with(|channels| {
+        let Ok(channels) = channels.try_borrow() else {
+            return;
+        };
+        if let Some(shared) = channels
+            .connections
+            .get(index)
+            .and_then(Option::as_ref)
+            .and_then(|connection| connection.shared.as_ref())
+        {
+            shared.nudge_server();
+        }
+    });
+}
+
 /// Drops this thread's connections (a fork child must not share its parent's).
 pub fn forget_inherited() {
     let _ = CHANNELS.try_with(|channels| {

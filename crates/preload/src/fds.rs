@@ -54,6 +54,23 @@ pub struct OpenFile {
     /// the `fstat`s and end-of-file checks of a file another one is copied from, need no
     /// round trip.
     pub known: Mutex<Option<Known>>,
+    /// For a directory opened on the fast path: what lets it be opened again without a
+    /// round trip once the program closes it, and `..` from it (`below.rs`).
+    pub origin: Option<DirOrigin>,
+}
+
+/// How a directory came to be open: where, by whom, with what answer.
+#[derive(Clone, Copy, Debug)]
+pub struct DirOrigin {
+    /// The directory it is an entry of, where known: opened by its name there, never
+    /// through a symlink.
+    pub parent: Option<u64>,
+    /// Who opened it, and the mount's change count from before the open was decided: while
+    /// the count stays, the same caller's open of it would be answered the same.
+    pub who: channel::Who,
+    pub changes: Option<u64>,
+    /// Its listing came with attributes: the opener may search it.
+    pub searchable: bool,
 }
 
 /// What the daemon last said of an open file, and what it holds for.
@@ -179,6 +196,10 @@ pub fn remove_range(first: u32, last: u32) {
 /// Closes `file` in the daemon if this was its last descriptor.
 fn release(file: Arc<OpenFile>) {
     if let Some(file) = Arc::into_inner(file) {
+        if crate::below::recycle(&file) {
+            // Kept open in the daemon, to be opened again (`..` of a subdirectory).
+            return;
+        }
         // close(2) of a regular file or directory reports nothing the daemon could fail
         // with (every write was answered already): the caller does not wait for it.
         channel::close(file.mount, file.handle);

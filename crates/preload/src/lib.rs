@@ -11,6 +11,7 @@
 //! `SHOAL_RUN_MOUNT=PATH` serves only the mount at PATH; `SHOAL_RUN_STATS=FILE` appends
 //! each process's counts to FILE at exit.
 
+mod below;
 mod calls;
 mod channel;
 mod fds;
@@ -89,6 +90,7 @@ extern "C" fn after_fork_parent() {}
 extern "C" fn after_fork_child() {
     process_state::forked();
     stats::forget_inherited();
+    below::forget_inherited();
     channel::forget_inherited();
 }
 

@@ -121,6 +121,7 @@ const PAID_OFF_HITS: usize = 4;
 /// `who` is the caller (`channel::who`, read once per call: in a threaded process it
 /// takes two system calls).
 pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Option<u64> {
+    let path = without_trailing_slashes(path);
     let state = mounts::all().get(mount)?.state.get()?;
     let listings = read_listings()?;
     let found = listings
@@ -146,6 +147,7 @@ pub fn remember_reached(
     changes: u64,
     witness: Option<Vec<(u64, u32)>>,
 ) {
+    let path = without_trailing_slashes(path);
     let who = channel::who();
     let Some(mut listings) = listings() else {
         return;
@@ -165,6 +167,16 @@ pub fn remember_reached(
     if listings.reached.len() > MAX_REACHED {
         listings.reached.pop_front();
     }
+}
+
+/// `path` without the slashes it ends with: a directory reached as `a/b/` is the one
+/// reached as `a/b` (each is followed as a directory on the way to what lies in it).
+pub fn without_trailing_slashes(path: &[u8]) -> &[u8] {
+    let end = path
+        .iter()
+        .rposition(|&b| b != b'/')
+        .map_or(0, |last| last + 1);
+    &path[..end]
 }
 
 /// A `stat` in directory (`base`, `path`) that no listing answered: whether the one
@@ -237,7 +249,7 @@ fn listings() -> Option<RwLockWriteGuard<'static, Listings>> {
 /// Tries to take the lock this many times, yielding the CPU between tries.
 const LOCK_TRIES: usize = 8;
 
-fn with_retries<G>(mut take: impl FnMut() -> Result<G, ()>) -> Option<G> {
+pub(crate) fn with_retries<G>(mut take: impl FnMut() -> Result<G, ()>) -> Option<G> {
     for _ in 1..LOCK_TRIES {
         if let Ok(guard) = take() {
             return Some(guard);

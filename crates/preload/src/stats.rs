@@ -71,7 +71,7 @@ pub fn note_listed() {
 }
 
 /// Appends this process's counts as one line:
-/// `pid nr:fast:fellback ... lost=N listed=N`.
+/// `pid nr:fast:fellback ... lost=N listed=N ahead=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -85,9 +85,10 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={} listed={}\n",
+        " lost={} listed={} ahead={}\n",
         COUNTERS.lost_conversions.load(Ordering::Relaxed),
-        COUNTERS.listed.load(Ordering::Relaxed)
+        COUNTERS.listed.load(Ordering::Relaxed),
+        crate::below::opened(),
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

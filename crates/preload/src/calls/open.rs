@@ -4,10 +4,10 @@
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
-use shoal_fastpath::{Opened, Reply, Request, READDIR_BATCH_ENTRIES};
+use shoal_fastpath::{At, Opened, Reply, Request, READDIR_BATCH_ENTRIES};
 
 use super::{ask, fail, kernel, Answer};
-use crate::fds::{self, DirCursor, Holds, Known, OpenFile, Prefetched};
+use crate::fds::{self, DirCursor, DirOrigin, Holds, Known, OpenFile, Prefetched};
 use crate::resolve::{self, Route};
 use crate::{internal_fds, process_state};
 
@@ -21,10 +21,6 @@ fn is_tmpfile(flags: i32) -> bool {
     flags & libc::O_TMPFILE == libc::O_TMPFILE
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the arguments of open, creat, openat and openat2 decoded side by side, then one path for them all"
-)]
 pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     let (dirfd, path_ptr, flags, mode) = match nr {
         libc::SYS_open => (
@@ -62,22 +58,72 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         Route::Fail(errno) => return Some(fail(errno)),
         Route::Fast { mount, at } => (mount, at),
     };
-    let request = if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
-        Request::OpenDir {
-            at,
-            flags,
-            max: READDIR_BATCH_ENTRIES,
-            with_attrs: crate::listings::want_attrs(),
-        }
-    } else {
-        Request::Open {
-            at,
-            flags,
-            mode,
-            umask: process_state::umask(),
-        }
+    if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
+        crate::below::open_begins();
+        let result = open_directory(nr, args, dirfd, &path, flags, mount, at);
+        crate::below::open_ends();
+        return result;
+    }
+    let request = Request::Open {
+        at,
+        flags,
+        mode,
+        umask: process_state::umask(),
     };
     let changes_before = crate::listings::changes_now(mount);
+    let opened = match ask(nr, mount, &request) {
+        Answer::Done(Reply::Opened(opened)) => opened,
+        Answer::Done(_) => return Some(fail(libc::EPROTO)),
+        Answer::Errno(errno) => return Some(fail(errno)),
+        Answer::Kernel => return Some(kernel(nr, args, dirfd_position)),
+    };
+    Some(install(
+        mount,
+        dirfd,
+        &path,
+        flags,
+        &opened,
+        None,
+        changes_before,
+        None,
+    ))
+}
+
+/// `open` with O_DIRECTORY (not O_CREAT): answered from a directory kept open (`below.rs`)
+/// or by the daemon with its first page (`Request::OpenDir`).
+fn open_directory(
+    nr: i64,
+    args: [i64; 6],
+    dirfd: i64,
+    path: &[u8],
+    flags: i32,
+    mount: usize,
+    at: At,
+) -> Option<i64> {
+    let dirfd_position: &[usize] = if nr == libc::SYS_openat { &[0] } else { &[] };
+    let who = crate::channel::who();
+    let opening = Opening::of(mount, dirfd, &at, flags, who);
+    if flags & !OPENDIR_FLAGS == 0 && !process_state::in_vfork_child() {
+        if let Some(kept) = opening.take_kept(mount, who) {
+            return Some(open_kept(nr, mount, dirfd, path, &at, flags, kept));
+        }
+    }
+    let changes_before = crate::listings::changes_now(mount);
+    let mut origin = DirOrigin {
+        parent: opening.parent.filter(|_| flags & libc::O_NOFOLLOW != 0),
+        who,
+        changes: changes_before,
+        searchable: false,
+    };
+    let (walk, below) = crate::below::to_ask(mount, opening.walking);
+    let request = Request::OpenDir {
+        max: READDIR_BATCH_ENTRIES,
+        with_attrs: crate::listings::want_attrs(),
+        below,
+        walk,
+        at,
+        flags,
+    };
     let (opened, prefetched) = match ask(nr, mount, &request) {
         Answer::Done(Reply::Opened(opened)) => (opened, None),
         Answer::Done(Reply::OpenedDir {
@@ -87,6 +133,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             changes,
             dir_version,
             witness,
+            below,
         }) => {
             let dir = opened.attr.ino;
             crate::listings::remember(mount, dir, changes, dir_version, &entries);
@@ -94,6 +141,8 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
                 // `cp -a` and `tar c` stat what they list by paths through this one.
                 crate::listings::remember_reached(mount, at.base, &at.path, dir, changes, witness);
             }
+            crate::below::keep(mount, changes, below);
+            origin.searchable = entries.iter().any(|entry| entry.attr.is_some());
             let page = Prefetched {
                 entries,
                 done,
@@ -105,6 +154,148 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         Answer::Errno(errno) => return Some(fail(errno)),
         Answer::Kernel => return Some(kernel(nr, args, dirfd_position)),
     };
+    Some(install(
+        mount,
+        dirfd,
+        path,
+        flags,
+        &opened,
+        prefetched,
+        changes_before,
+        Some(origin),
+    ))
+}
+
+/// Flags an `opendir` may carry to be answered from a directory opened ahead (the daemon
+/// opened it `O_RDONLY | O_DIRECTORY`; these change nothing a directory's open decides).
+const OPENDIR_FLAGS: i32 = libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
+    | libc::O_CLOEXEC
+    | libc::O_NONBLOCK
+    | libc::O_LARGEFILE
+    | libc::O_NOCTTY;
+
+/// Where an `opendir` opens: the directory whose entry it names, when the process knows
+/// it (`at`'s base, or a directory a path from it reached while that still holds), or
+/// that it opens `..` of a directory the process holds.
+struct Opening<'a> {
+    parent: Option<u64>,
+    name: &'a [u8],
+    /// The directory it opens in is one the process opened (a tree walk).
+    walking: bool,
+    /// `..` of fast descriptor `dirfd`: its parent, where known, and whether the caller
+    /// may search it (what `..` in it requires) as its opener.
+    dotdot: Option<u64>,
+}
+
+impl<'a> Opening<'a> {
+    fn of(
+        mount: usize,
+        dirfd: i64,
+        at: &'a At,
+        flags: i32,
+        who: crate::channel::Who,
+    ) -> Opening<'a> {
+        let path = crate::listings::without_trailing_slashes(&at.path);
+        let (parent_path, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(slash) => (&path[..slash], &path[slash + 1..]),
+            None => (&path[..0], path),
+        };
+        let parent_path = crate::listings::without_trailing_slashes(parent_path);
+        let from_fd = fds::get(resolve::descriptor(dirfd)).filter(|file| file.directory);
+        let mut opening = Opening {
+            parent: None,
+            name,
+            walking: false,
+            dotdot: None,
+        };
+        if name == b".." && parent_path.is_empty() && flags & !OPENDIR_FLAGS == 0 {
+            opening.dotdot = from_fd
+                .and_then(|file| file.origin)
+                .filter(|origin| origin.searchable && origin.who == who)
+                .and_then(|origin| origin.parent);
+            return opening;
+        }
+        if name.is_empty() || name == b"." || name == b".." {
+            return opening;
+        }
+        if parent_path.is_empty() {
+            opening.parent = Some(at.base);
+            opening.walking = from_fd.is_some();
+        } else {
+            opening.parent = crate::listings::reached(mount, at.base, parent_path, who);
+            opening.walking = opening.parent.is_some();
+        }
+        opening
+    }
+
+    /// The directory kept open for this open (`below.rs`), taken.
+    fn take_kept(&self, mount: usize, who: crate::channel::Who) -> Option<crate::below::Kept> {
+        if let Some(dir) = self.dotdot {
+            return crate::below::take_directory(mount, dir, who);
+        }
+        crate::below::take(mount, self.parent?, self.name, who)
+    }
+}
+
+/// `opendir` answered from directory `kept`, opened ahead or closed by the program and
+/// kept open, when the count was what it still is: as the daemon's answer would be
+/// handled.
+fn open_kept(
+    nr: i64,
+    mount: usize,
+    dirfd: i64,
+    path: &[u8],
+    at: &At,
+    flags: i32,
+    kept: crate::below::Kept,
+) -> i64 {
+    crate::stats::note(nr, crate::stats::Way::Fast);
+    let changes = kept.changes();
+    let ino = kept.opened.attr.ino;
+    let prefetched = kept.page.map(|page| {
+        crate::listings::remember(mount, ino, changes, page.dir_version, &page.entries);
+        Prefetched {
+            entries: page.entries,
+            done: page.done,
+            changes,
+        }
+    });
+    crate::listings::remember_reached(mount, at.base, &at.path, ino, changes, None);
+    let origin = DirOrigin {
+        parent: kept.parent,
+        who: crate::channel::who(),
+        changes: Some(changes),
+        searchable: kept.searchable,
+    };
+    install(
+        mount,
+        dirfd,
+        path,
+        flags,
+        &kept.opened,
+        prefetched,
+        Some(changes),
+        Some(origin),
+    )
+}
+
+/// A placeholder descriptor for the daemon's open file `opened`; the daemon's file is
+/// closed again when there is no number for it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what the open asked and what the daemon (or what was kept) answered"
+)]
+fn install(
+    mount: usize,
+    dirfd: i64,
+    path: &[u8],
+    flags: i32,
+    opened: &Opened,
+    prefetched: Option<Prefetched>,
+    changes_before: Option<u64>,
+    origin: Option<DirOrigin>,
+) -> i64 {
     let file = Arc::new(OpenFile {
         mount,
         handle: opened.handle,
@@ -123,22 +314,22 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             prefetched,
             ..DirCursor::default()
         }),
-        path: resolve::absolute(dirfd, &path),
-        known: Mutex::new(holds_at_open(mount, &opened, changes_before)),
+        path: resolve::absolute(dirfd, path),
+        known: Mutex::new(holds_at_open(mount, opened, changes_before)),
+        origin,
     });
     let fd = internal_fds::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {
-        // No number for it: the daemon's file is closed again.
         let _ = crate::channel::call(
             mount,
             &Request::Close {
                 handle: opened.handle,
             },
         );
-        return Some(fd);
+        return fd;
     }
     fds::insert(fd as i32, file);
-    Some(fd)
+    fd
 }
 
 /// What the attributes an open returned hold for: the inode's version where the daemon

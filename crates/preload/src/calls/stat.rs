@@ -153,6 +153,8 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         flags: libc::O_RDONLY | libc::O_DIRECTORY,
         max: PREFETCH_ENTRIES,
         with_attrs: true,
+        below: 0,
+        walk: false,
     };
     let (handle, listed) = match crate::channel::call(mount, &request) {
         Ok((
@@ -164,6 +166,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
                 dir_version,
                 witness,
                 done,
+                below: _,
             },
         )) => (
             opened.handle,

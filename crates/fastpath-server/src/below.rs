@@ -1,0 +1,314 @@
+//! Directories opened and listed ahead of an `opendir` (`Request::OpenDir::below`). A
+//! program that walks a tree (`find`, `du`, `tar c`, `git status`'s search for untracked
+//! files) opens every directory it lists; on the kernel door each open is answered from
+//! the dentry cache, on the fast path each was a round trip. So an `opendir` brings the
+//! directories under it too, breadth first, each opened for the caller exactly as its own
+//! `opendir` would open it (the walk from its parent checks search permission there, the
+//! open read permission on it) and listed; the client opens them without asking while
+//! nothing has changed on the mount (`preload/src/below.rs`), and closes those it never
+//! used.
+
+use std::collections::VecDeque;
+
+use shoal_engine::FileKind;
+use shoal_fastpath::{At, Attr, DirBelow, DirEntryWire, Reply, DIR_BELOW_EXTRA_BYTES};
+
+use crate::ops::Session;
+use crate::permission::{check, MAY_EXEC, MAY_READ};
+use crate::server::Server;
+
+/// Bytes of reply a directory below needs left for its page, at least: below that, the
+/// walk stops (a page of dots alone is no use).
+const MIN_PAGE_BYTES: usize = 4096;
+
+/// Part of the reply's bytes (in eighths) left when the client is nudged awake
+/// (`SharedChannel::nudge_client`): a full reply takes a few hundred microseconds to make
+/// on the 2-core VM, whose idle CPUs take 20-50 µs to wake; the client sleeps through most
+/// of it rather than spin, and is awake again when the reply comes.
+const NUDGE_AT_EIGHTHS_LEFT: usize = 1;
+
+/// What an `opendir` asked to have opened ahead, and within what.
+pub struct Ahead {
+    /// Directories at most.
+    pub wanted: u32,
+    /// Entries per page, as the `opendir` asked.
+    pub max: u32,
+    /// Bytes of reply left.
+    pub budget: usize,
+    /// The mount's change count read before the first listing: the walk stops when it
+    /// moves, as everything sent holds only while it stays.
+    pub changes: u64,
+}
+
+impl Server {
+    /// Opens and lists, in the order a walk of the tree visits them (depth first, names in
+    /// byte order, as the listings give them), the directories under directory `top`
+    /// (whose first page is `page`), then those still to visit in `lower` (the frames
+    /// below it on the walk's stack: its later siblings, theirs, and so on up), those the
+    /// caller may open and whose parent it may search, within `ahead`'s bounds. Returns
+    /// them and the stack left: where the walk goes on (`Speculation`).
+    pub(crate) fn open_below(
+        &self,
+        s: &Session,
+        top: Frame,
+        lower: Vec<Frame>,
+        ahead: &Ahead,
+    ) -> (Vec<DirBelow>, Vec<Frame>) {
+        let mut below = Vec::new();
+        let mut budget = ahead.budget;
+        let mut nudged = false;
+        let mut frames = lower;
+        frames.push(top);
+        while below.len() < ahead.wanted as usize {
+            let Some(frame) = frames.last_mut() else {
+                break;
+            };
+            let Some(name) = frame.names.pop_front() else {
+                frames.pop();
+                continue;
+            };
+            let fixed = DIR_BELOW_EXTRA_BYTES + name.len();
+            if budget < fixed + MIN_PAGE_BYTES {
+                frame.names.push_front(name);
+                break;
+            }
+            let parent = frame.dir;
+            let via = frame.via.child(&name);
+            let first_try = !std::mem::replace(&mut frame.tried, true);
+            let Some(dir) = self.open_one_below(s, parent, name, ahead.max, budget - fixed) else {
+                if first_try {
+                    // Its parent is no start the caller holds, or it may not open there.
+                    frames.pop();
+                }
+                continue;
+            };
+            if self.engine.changes() != ahead.changes {
+                // Nothing read from here on would hold: what is open goes back.
+                let _ = self.close(s, dir.opened.handle);
+                frames.clear();
+                break;
+            }
+            budget -= dir.encoded_len();
+            frames.push(Frame::of(dir.opened.attr.ino, via, &dir.entries));
+            below.push(dir);
+            let nearly_full = budget <= ahead.budget / 8 * NUDGE_AT_EIGHTHS_LEFT
+                || below.len() + 4 >= ahead.wanted as usize;
+            if nearly_full && !std::mem::replace(&mut nudged, true) {
+                if let Some(channel) = s.channel {
+                    channel.nudge_client();
+                }
+            }
+        }
+        frames.retain(|frame| !frame.names.is_empty());
+        (below, frames)
+    }
+
+    /// The subdirectories after `at`'s last name in the directory that holds it (`dir` is
+    /// what `at` opened), when that name is the directory's own entry there and the caller
+    /// may list and search that parent: a walk opens them next.
+    pub(crate) fn later_siblings(
+        &self,
+        s: &Session,
+        at: &At,
+        dir: &Attr,
+        max: u32,
+    ) -> Option<Frame> {
+        let path = at.path.as_slice();
+        let end = path.iter().rposition(|&b| b != b'/')? + 1;
+        let name = &path[path[..end]
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map_or(0, |i| i + 1)..end];
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let parent = self
+            .engine
+            .getattr(self.engine.getattr(dir.ino).ok()?.parent)
+            .ok()?;
+        if parent.ino == dir.ino || self.engine.lookup_child(parent.ino, name).ok()?.ino != dir.ino
+        {
+            // The root, or a name that led elsewhere (a symlink).
+            return None;
+        }
+        check(&self.engine, s.caller, &parent, MAY_READ | MAY_EXEC).ok()?;
+        let entries = self
+            .engine
+            .readdir(parent.ino, Some(name), max as usize)
+            .ok()?;
+        let names = entries
+            .into_iter()
+            .filter(|entry| entry.kind == FileKind::Directory)
+            .map(|entry| entry.name)
+            .collect();
+        Some(Frame {
+            dir: parent.ino,
+            via: Via::of(at).parent(),
+            names,
+            tried: false,
+        })
+    }
+
+    /// Directory `name` in `parent`, opened read-only as `opendir` opens it and listed
+    /// within `page_bytes`; `None` (nothing left open) where the caller's own `opendir`
+    /// would not succeed or the daemon would not decide it.
+    fn open_one_below(
+        &self,
+        s: &Session,
+        parent: u64,
+        name: Vec<u8>,
+        max: u32,
+        page_bytes: usize,
+    ) -> Option<DirBelow> {
+        let at = At {
+            base: parent,
+            path: name,
+            follow: false,
+        };
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let Ok(Reply::Opened(opened)) = self.open_witnessed(s, &at, flags, 0, 0, None) else {
+            return None;
+        };
+        match self.read_dir_within(s, opened.handle, None, max, true, page_bytes) {
+            Ok(Reply::Entries {
+                entries,
+                done,
+                dir_version,
+                ..
+            }) => Some(DirBelow {
+                parent,
+                name: at.path,
+                opened,
+                entries,
+                done,
+                dir_version,
+            }),
+            _ => {
+                let _ = self.close(s, opened.handle);
+                None
+            }
+        }
+    }
+}
+
+/// Directories still to open under directory `dir`, in order: one level of a walk's
+/// stack.
+pub(crate) struct Frame {
+    dir: u64,
+    via: Via,
+    names: VecDeque<Vec<u8>>,
+    /// Whether one was tried: when the first fails, so would the rest.
+    tried: bool,
+}
+
+/// How a walk names what is in a directory: by a descriptor of it (`fts`:
+/// `openat(fd, name)`), or by a path from where the walk started (`git status`:
+/// `opendir("a/b/name")`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    Descriptor,
+    Path { base: u64, path: Vec<u8> },
+}
+
+impl Via {
+    /// How the walk that asked for `at` names what is in the directory `at` opened: a path
+    /// of several names is a walk by paths, one name a walk by descriptors.
+    pub(crate) fn of(at: &At) -> Via {
+        let path = trimmed(&at.path);
+        if path.contains(&b'/') {
+            Via::Path {
+                base: at.base,
+                path: path.to_vec(),
+            }
+        } else {
+            Via::Descriptor
+        }
+    }
+
+    /// Where the walk opens entry `name` of directory `dir` (named this way).
+    pub(crate) fn at(&self, dir: u64, name: Vec<u8>, follow: bool) -> At {
+        match self {
+            Via::Descriptor => At {
+                base: dir,
+                path: name,
+                follow,
+            },
+            Via::Path { base, path } => At {
+                base: *base,
+                path: joined(path, &name),
+                follow,
+            },
+        }
+    }
+
+    /// How it names what is in subdirectory `name`.
+    fn child(&self, name: &[u8]) -> Via {
+        match self {
+            Via::Descriptor => Via::Descriptor,
+            Via::Path { base, path } => Via::Path {
+                base: *base,
+                path: joined(path, name),
+            },
+        }
+    }
+
+    /// How it names what is in the parent of the directory it names this way.
+    fn parent(&self) -> Via {
+        match self {
+            Via::Descriptor => Via::Descriptor,
+            Via::Path { base, path } => Via::Path {
+                base: *base,
+                path: path[..path.iter().rposition(|&b| b == b'/').unwrap_or(0)].to_vec(),
+            },
+        }
+    }
+}
+
+/// `path` without the slashes it ends with.
+pub(crate) fn trimmed(path: &[u8]) -> &[u8] {
+    &path[..path
+        .iter()
+        .rposition(|&b| b != b'/')
+        .map_or(0, |last| last + 1)]
+}
+
+fn joined(path: &[u8], name: &[u8]) -> Vec<u8> {
+    if path.is_empty() {
+        return name.to_vec();
+    }
+    [path, b"/", name].concat()
+}
+
+impl Frame {
+    /// The directory a walk with `stack` (as `open_below` leaves it) opens next, as it
+    /// names it (`follow` as its last open), and the stack below it.
+    pub(crate) fn next(mut stack: Vec<Frame>, follow: bool) -> Option<(At, Vec<Frame>)> {
+        let top = stack.last_mut()?;
+        let name = top.names.pop_front()?;
+        let at = top.via.at(top.dir, name, follow);
+        stack.retain(|frame| !frame.names.is_empty());
+        Some((at, stack))
+    }
+
+    /// The subdirectories among `entries` (of directory `dir`, which the walk names `via`)
+    /// whose attributes came with them: the caller may search `dir`, so its walk to them
+    /// would pass there.
+    pub(crate) fn of(dir: u64, via: Via, entries: &[DirEntryWire]) -> Frame {
+        let names = entries
+            .iter()
+            .filter(|entry| {
+                entry.kind == libc::DT_DIR
+                    && entry.attr.is_some()
+                    && entry.name != b"."
+                    && entry.name != b".."
+            })
+            .map(|entry| entry.name.clone())
+            .collect();
+        Frame {
+            dir,
+            via,
+            names,
+            tried: true,
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Directories the daemon opened and listed ahead of an `opendir` (`Reply::OpenedDir::below`,
+//! the daemon's `fastpath-server/src/below.rs`), kept to answer the program's own
+//! `opendir` of each without a round trip: `find`, `du`, `tar c` and `git status` open
+//! every directory of a tree, and each open was a round trip that the kernel door answers
+//! from its dentry cache.
+//!
+//! A directory kept is entry `name` of directory `parent`, opened for the caller (a
+//! handle the process holds in the daemon) and listed when the mount's change count was
+//! `changes`. While the count stays and the caller's credentials are the ones it was
+//! opened for, an `opendir` of that entry would find the same directory, pass the same
+//! permission checks and list the same entries: the open is answered here. Once the count
+//! moves (any change through either door) everything kept is dropped and its handles
+//! closed.
+//!
+//! They are asked for only while the process walks a tree that nothing changes: its
+//! `opendir` is of a directory in one it listed, and nothing changed on the mount since its
+//! last `opendir` was answered. A copy (`cp -a`) changes the mount between its opens, so
+//! it would never use them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use shoal_fastpath::{DirBelow, DirEntryWire, Opened};
+
+use crate::fds::{Holds, OpenFile};
+use crate::{channel, listings, process_state};
+
+/// Directories an `opendir` asks to have opened ahead.
+const ASKED: u32 = 256;
+/// Directories, and their entries, kept at most (the oldest go first, closed).
+const MAX_DIRS: usize = 1024;
+const MAX_ENTRIES: usize = 32 * 1024;
+
+/// A directory open in the daemon for this process that the program has not opened (yet,
+/// or again).
+pub struct Kept {
+    mount: usize,
+    /// The change count under which it was opened: it holds while the count stays.
+    changes: u64,
+    who: channel::Who,
+    /// Entry `name` of directory `parent` (`name` empty when only the parent is known).
+    pub parent: Option<u64>,
+    name: Vec<u8>,
+    pub opened: Opened,
+    /// Its first page, when it was opened ahead (a directory closed by the program has
+    /// none: its listing is asked for again).
+    pub page: Option<Page>,
+    pub searchable: bool,
+}
+
+pub struct Page {
+    pub entries: Vec<DirEntryWire>,
+    pub done: bool,
+    pub dir_version: Option<u32>,
+}
+
+impl Kept {
+    fn entries(&self) -> usize {
+        self.page.as_ref().map_or(0, |page| page.entries.len())
+    }
+
+    /// The change count it holds under.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+}
+
+/// What is kept, all of one mount and one change count (anything else is dropped first).
+struct Ahead {
+    holds_for: Option<(usize, u64)>,
+    /// Opened ahead, in the order the walk will open them.
+    opened_ahead: VecDeque<Kept>,
+    entries: usize,
+    /// Closed by the program, newest last: a walk opens again only those on its way back up.
+    recycled: VecDeque<Kept>,
+}
+
+static AHEAD: Mutex<Ahead> = Mutex::new(Ahead {
+    holds_for: None,
+    opened_ahead: VecDeque::new(),
+    entries: 0,
+    recycled: VecDeque::new(),
+});
+
+/// Directories closed by the program kept at most: deeper than any walk goes back up.
+const MAX_RECYCLED: usize = 64;
+
+/// Directories opened ahead left when the daemon is nudged (`channel::nudge`): the walk
+/// will ask for more once it has opened these, a few microseconds each, which is about
+/// what an idle CPU of the 2-core VM takes to wake.
+const NUDGE_WHEN_LEFT: usize = 4;
+
+/// The mount's change count when this process's last `opendir` was answered, plus one
+/// (0: none yet).
+static LAST_ANSWERED: AtomicU64 = AtomicU64::new(0);
+/// Opens answered from directories kept, for `shoal run --stats`.
+static OPENED: AtomicUsize = AtomicUsize::new(0);
+
+/// What an `opendir` asks of the daemon beyond the open: whether it is a step of a walk
+/// (`walking`: the directory is opened in one the process opened) through a tree nothing
+/// changes (nothing changed since its last `opendir` was answered), so the daemon may
+/// answer the next step ahead; and how many directories it asks to have opened ahead:
+/// some in such a walk that goes slowly enough for it to pay (`GAP_WORTH_BATCHING`).
+pub fn to_ask(mount: usize, walking: bool) -> (bool, u32) {
+    let unchanged = listings::changes_now(mount)
+        .is_some_and(|now| LAST_ANSWERED.load(Ordering::Relaxed) == now + 1);
+    let walk = unchanged && walking;
+    let slow = TYPICAL_GAP_NANOS.load(Ordering::Relaxed) >= GAP_WORTH_BATCHING.as_nanos() as u64;
+    (walk, if walk && slow { ASKED } else { 0 })
+}
+
+/// The typical time between the end of one directory open and the start of the next: a
+/// walk that does little per directory (`find`, `du`) opens the next one while the daemon's
+/// thread still spins for it, and a round trip per directory then costs little; one that
+/// does more (`find -ls` prints every entry) finds that thread asleep each time, and a
+/// wake-up on each side cost more than the daemon's work. Directories are opened ahead for
+/// the second only: for `find` they cost as much time as they saved (the daemon's work
+/// for them is not shared with the program's), and `find -ls` of 30k entries went from
+/// 177-180 to 144 ms (XFS 127).
+const GAP_WORTH_BATCHING: std::time::Duration = std::time::Duration::from_micros(30);
+static TYPICAL_GAP_NANOS: AtomicU64 = AtomicU64::new(0);
+static LAST_OPEN_END_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// A directory open begins now: how long since the last one ended goes into the typical gap
+/// (an average that halves the weight of each older gap).
+pub fn open_begins() {
+    let now = monotonic_nanos();
+    let last = LAST_OPEN_END_NANOS.load(Ordering::Relaxed);
+    if last != 0 && now > last {
+        let typical = TYPICAL_GAP_NANOS.load(Ordering::Relaxed);
+        let gap = now - last;
+        TYPICAL_GAP_NANOS.store(
+            if typical == 0 {
+                gap
+            } else {
+                (typical + gap) / 2
+            },
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// A directory open ended now (answered, or failed).
+pub fn open_ends() {
+    LAST_OPEN_END_NANOS.store(monotonic_nanos(), Ordering::Relaxed);
+}
+
+fn monotonic_nanos() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    // At least 1: 0 means "none yet".
+    start.elapsed().as_nanos() as u64 + 1
+}
+
+/// An `opendir` on `mount` was answered when the count was `changes`; `below` came with it.
+pub fn keep(mount: usize, changes: u64, below: Vec<DirBelow>) {
+    LAST_ANSWERED.store(changes + 1, Ordering::Relaxed);
+    if below.is_empty() {
+        return;
+    }
+    let who = channel::who();
+    let kept = below.into_iter().map(|dir| Kept {
+        mount,
+        changes,
+        who,
+        parent: Some(dir.parent),
+        name: dir.name,
+        searchable: dir.entries.iter().any(|entry| entry.attr.is_some()),
+        opened: dir.opened,
+        page: Some(Page {
+            entries: dir.entries,
+            done: dir.done,
+            dir_version: dir.dir_version,
+        }),
+    });
+    add(mount, changes, kept);
+}
+
+/// Keeps directory `file`, which the program closed, open in the daemon while it holds
+/// (nothing changed since it was opened): a walk that comes back up opens it again by
+/// `..`. Whether it was kept (else the caller closes it).
+pub fn recycle(file: &OpenFile) -> bool {
+    let Some(origin) = file.origin else {
+        return false;
+    };
+    let Some(changes) = origin.changes else {
+        return false;
+    };
+    if listings::changes_now(file.mount) != Some(changes) || process_state::in_vfork_child() {
+        return false;
+    }
+    let Some(known) = listings::known(file) else {
+        return false;
+    };
+    let Holds::WhileVersion(version) = known.holds else {
+        return false;
+    };
+    let kept = Kept {
+        mount: file.mount,
+        changes,
+        who: origin.who,
+        parent: origin.parent,
+        name: Vec::new(),
+        opened: Opened {
+            handle: file.handle,
+            attr: known.attr,
+            created: false,
+            version: Some(version),
+            no_xattrs: known.no_xattrs,
+        },
+        page: None,
+        searchable: origin.searchable,
+    };
+    add(file.mount, changes, std::iter::once(kept))
+}
+
+fn add(mount: usize, changes: u64, kept: impl Iterator<Item = Kept>) -> bool {
+    let Some(mut ahead) = lock() else {
+        for dir in kept {
+            channel::close(mount, dir.opened.handle);
+        }
+        return false;
+    };
+    ahead.hold_for(mount, changes);
+    for dir in kept {
+        if dir.page.is_some() {
+            ahead.entries += dir.entries();
+            ahead.opened_ahead.push_back(dir);
+        } else {
+            ahead.recycled.push_back(dir);
+        }
+    }
+    ahead.trim();
+    true
+}
+
+/// The directory kept for entry `name` of directory `parent`, taken (its handle is the
+/// caller's now), while it still holds for the caller `who`.
+pub fn take(mount: usize, parent: u64, name: &[u8], who: channel::Who) -> Option<Kept> {
+    take_where(mount, who, |kept| {
+        kept.parent == Some(parent) && kept.name == name
+    })
+}
+
+/// Directory `dir`, kept, taken (as `take`): `..` of a subdirectory of it.
+pub fn take_directory(mount: usize, dir: u64, who: channel::Who) -> Option<Kept> {
+    take_where(mount, who, |kept| kept.opened.attr.ino == dir)
+}
+
+fn take_where(mount: usize, who: channel::Who, wanted: impl Fn(&Kept) -> bool) -> Option<Kept> {
+    let now = listings::changes_now(mount)?;
+    let mut ahead = lock()?;
+    if ahead.holds_for != Some((mount, now)) {
+        ahead.hold_for(mount, now);
+        return None;
+    }
+    let wanted = |kept: &Kept| kept.who == who && wanted(kept);
+    // The walk opens what was opened ahead in order: the one it wants is at the front.
+    if let Some(index) = ahead.opened_ahead.iter().position(wanted) {
+        let kept = ahead.opened_ahead.remove(index)?;
+        ahead.entries -= kept.entries();
+        if ahead.opened_ahead.len() == NUDGE_WHEN_LEFT {
+            channel::nudge(mount);
+        }
+        OPENED.fetch_add(1, Ordering::Relaxed);
+        return Some(kept);
+    }
+    let index = ahead.recycled.iter().rposition(wanted)?;
+    OPENED.fetch_add(1, Ordering::Relaxed);
+    ahead.recycled.remove(index)
+}
+
+/// Opens answered from directories kept (`shoal run --stats`).
+pub fn opened() -> usize {
+    OPENED.load(Ordering::Relaxed)
+}
+
+/// In a fork child: what is kept is the parent's (its handles are the parent's in the
+/// daemon), so it is forgotten, not closed.
+pub fn forget_inherited() {
+    if let Some(mut ahead) = lock() {
+        ahead.opened_ahead.clear();
+        ahead.recycled.clear();
+        ahead.entries = 0;
+        ahead.holds_for = None;
+    }
+    LAST_ANSWERED.store(0, Ordering::Relaxed);
+    OPENED.store(0, Ordering::Relaxed);
+}
+
+/// Taken with a few tries and never waited for: a fork child whose parent had another
+/// thread inside (the lock copied held) must not hang here.
+fn lock() -> Option<MutexGuard<'static, Ahead>> {
+    listings::with_retries(|| match AHEAD.try_lock() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(()),
+    })
+}
+
+impl Ahead {
+    /// Makes what is kept hold for `mount` at change count `changes`: anything kept under
+    /// another count (or of another mount) is dropped and closed.
+    fn hold_for(&mut self, mount: usize, changes: u64) {
+        if self.holds_for == Some((mount, changes)) {
+            return;
+        }
+        for kept in self.opened_ahead.drain(..).chain(self.recycled.drain(..)) {
+            channel::close(kept.mount, kept.opened.handle);
+        }
+        self.entries = 0;
+        self.holds_for = Some((mount, changes));
+    }
+
+    /// The oldest out (closed) until within the bounds.
+    fn trim(&mut self) {
+        while self.opened_ahead.len() > MAX_DIRS || self.entries > MAX_ENTRIES {
+            let Some(kept) = self.opened_ahead.pop_front() else {
+                break;
+            };
+            self.entries -= kept.entries();
+            channel::close(kept.mount, kept.opened.handle);
+        }
+        while self.recycled.len() > MAX_RECYCLED {
+            if let Some(kept) = self.recycled.pop_front() {
+                channel::close(kept.mount, kept.opened.handle);
+            }
+        }
+    }
+}
