@@ -42,8 +42,25 @@ fn listing(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// The tests here run two at a time; those that measure CPU time or who shares a CPU run
+/// alone (another test's workload on the other CPU made a lone caller's follower step back).
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn sharing() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn a_warm_listing_is_served_by_the_kernel_and_follows_changes() {
+    let _machine = sharing();
     let m = Mounted::new();
     let dir = m.path("d");
     fs::create_dir(&dir).unwrap();
@@ -73,6 +90,7 @@ fn a_warm_listing_is_served_by_the_kernel_and_follows_changes() {
 /// after that entry, even once the entry itself is gone (offsets name positions).
 #[test]
 fn offsets_from_an_earlier_open_resume_after_their_entry() {
+    let _machine = sharing();
     let m = Mounted::new();
     let dir = m.path("d");
     fs::create_dir(&dir).unwrap();
@@ -173,6 +191,7 @@ fn set_mode(path: &Path, mode: u32) {
 
 #[test]
 fn chown_clears_setuid_and_group_executable_setgid_without_a_getattr() {
+    let _machine = sharing();
     let m = Mounted::new();
     let prog = m.path("prog");
     fs::write(&prog, b"#!/bin/sh\n").unwrap();
@@ -199,6 +218,7 @@ fn chown_clears_setuid_and_group_executable_setgid_without_a_getattr() {
 
 #[test]
 fn truncate_by_another_user_clears_setuid_and_a_capability_goes_with_a_write() {
+    let _machine = sharing();
     let m = Mounted::with_options(&["allow_other"]);
     let prog = m.path("prog");
     fs::write(&prog, b"#!/bin/sh\n").unwrap();
@@ -259,6 +279,7 @@ fn truncate_by_another_user_clears_setuid_and_a_capability_goes_with_a_write() {
 /// waits, during which they stand aside) included.
 #[test]
 fn an_idle_mount_uses_no_measurable_cpu() {
+    let _machine = alone();
     let m = Mounted::new();
     for i in 0..2_000 {
         let mut file = File::create(m.path(format!("f{i}"))).unwrap();
@@ -292,6 +313,7 @@ fn an_idle_mount_uses_no_measurable_cpu() {
 /// file bytes through READ or WRITE, even with the source's pages dropped.
 #[test]
 fn cp_within_the_mount_copies_inside_the_daemon() {
+    let _machine = sharing();
     let m = Mounted::new();
     let body: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
     for i in 0..10 {
@@ -320,6 +342,7 @@ fn cp_within_the_mount_copies_inside_the_daemon() {
 /// any file without that command, and is counted like every request.
 #[test]
 fn unknown_ioctls_answer_enotty() {
+    let _machine = sharing();
     use std::os::fd::AsRawFd;
     let m = Mounted::new();
     fs::write(m.path("file"), b"x").unwrap();
@@ -360,6 +383,7 @@ fn nix_statvfs(path: &Path) -> libc::statvfs {
 /// truncates.
 #[test]
 fn opens_and_closes_send_no_requests_and_unlinked_open_files_live_until_closed() {
+    let _machine = sharing();
     use std::io::{Read, Seek, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let m = Mounted::new();
@@ -462,6 +486,7 @@ fn process_ticks(pid: i32) -> u64 {
 
 #[test]
 fn a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing() {
+    let _machine = alone();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let can_follow = cpus > 1 && Path::new("/dev/cpu_dma_latency").exists();
 

@@ -540,19 +540,17 @@ impl Engine {
     /// reading what the observer keeps rely on this order: a change the read missed has
     /// moved the count by the time the observer's state shows it).
     pub(crate) fn count_change(&self, inodes: &[u64]) {
-        let changes = self
-            .committer
-            .written_batches
-            .fetch_add(1, Ordering::AcqRel)
-            + 1;
+        // With the listing cache's lock: the pages of what the batch changed go as the
+        // count moves (see `listing_cache`).
+        let changes = self.listings.changed(inodes, || {
+            self.committer
+                .written_batches
+                .fetch_add(1, Ordering::AcqRel)
+                + 1
+        });
         if let Some(observer) = self.change_observer.get() {
             observer.changed(changes, inodes);
         }
-    }
-
-    /// Whether an observer wants the inodes of each batch (`count_change`).
-    pub(crate) fn observes_changes(&self) -> bool {
-        self.change_observer.get().is_some()
     }
 
     /// Batches (operations) written since the last successful sync.

@@ -228,12 +228,12 @@ impl Engine {
         scan: impl FnOnce() -> FsResult<Vec<T>>,
     ) -> FsResult<Arc<Vec<T>>> {
         let read_at = self.changes();
-        if let Some(entries) = self.listings().get(&key, read_at).and_then(unwrap) {
+        if let Some(entries) = self.listings().get(&key).and_then(unwrap) {
             return Ok(entries);
         }
         let entries = Arc::new(scan()?);
         self.listings()
-            .put(key, wrap(entries.clone()), read_at, self.changes());
+            .put(key, wrap(entries.clone()), read_at, || self.changes());
         Ok(entries)
     }
 

@@ -45,6 +45,23 @@ both_backends! {
         fs.unlink(dir.ino, b"c").unwrap();
         assert!(names(fs).is_empty());
         assert!(sizes(fs).is_empty());
+        // A change elsewhere leaves a page kept; what changes an entry's inode (a name
+        // made in a subdirectory, a rename in from another directory) must show.
+        let sub = mkdir(fs, dir.ino, b"sub");
+        let before = fs.readdir_plus(dir.ino, None, 100).unwrap()[0].1.clone();
+        let other = mkdir(fs, ROOT_INO, b"other");
+        mkfile(fs, other.ino, b"moved");
+        assert_eq!(fs.readdir_plus(dir.ino, None, 100).unwrap()[0].1, before);
+        mkfile(fs, sub.ino, b"inside");
+        let after = fs.readdir_plus(dir.ino, None, 100).unwrap()[0].1.clone();
+        assert_eq!(after.ino, sub.ino);
+        assert_ne!(
+            (after.size, after.mtime, after.ctime),
+            (before.size, before.mtime, before.ctime),
+            "the subdirectory's record changed"
+        );
+        fs.rename(other.ino, b"moved", dir.ino, b"m", RenameMode::NoReplace).unwrap();
+        assert_eq!(names(fs), vec![b"m".to_vec(), b"sub".to_vec()]);
     }
 
     fn readdir_plus_pairs_every_entry_with_its_own_inode_near_or_far(fs) {

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use shoal_engine::FileKind;
-use shoal_fastpath::{At, Attr, DirBelow, DirEntryWire, Reply, DIR_BELOW_EXTRA_BYTES};
+use shoal_fastpath::{At, Attr, DirBelow, DirEntryWire, Reply, Walk, DIR_BELOW_EXTRA_BYTES};
 
 use crate::ops::Session;
 use crate::permission::{check, MAY_EXEC, MAY_READ};
@@ -110,6 +110,7 @@ impl Server {
         &self,
         s: &Session,
         at: &At,
+        walk: Walk,
         dir: &Attr,
         max: u32,
     ) -> Option<Frame> {
@@ -143,7 +144,7 @@ impl Server {
             .collect();
         Some(Frame {
             dir: parent.ino,
-            via: Via::of(at).parent(),
+            via: Via::of(at, walk).parent(),
             names,
             tried: false,
         })
@@ -211,17 +212,14 @@ pub(crate) enum Via {
 }
 
 impl Via {
-    /// How the walk that asked for `at` names what is in the directory `at` opened: a path
-    /// of several names is a walk by paths, one name a walk by descriptors.
-    pub(crate) fn of(at: &At) -> Via {
-        let path = trimmed(&at.path);
-        if path.contains(&b'/') {
-            Via::Path {
+    /// How a walk (`walk`) that asked for `at` names what is in the directory `at` opened.
+    pub(crate) fn of(at: &At, walk: Walk) -> Via {
+        match walk {
+            Walk::ByPath => Via::Path {
                 base: at.base,
-                path: path.to_vec(),
-            }
-        } else {
-            Via::Descriptor
+                path: trimmed(&at.path).to_vec(),
+            },
+            Walk::No | Walk::ByDescriptor => Via::Descriptor,
         }
     }
 

@@ -6,7 +6,7 @@ use shoal_engine::{
     Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
-    At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire,
+    At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
     ENTRIES_HEADER_BYTES, MAX_MESSAGE_BYTES, OPENED_DIR_EXTRA_BYTES, READDIR_BATCH_ENTRIES,
 };
 
@@ -36,7 +36,7 @@ pub struct OpenDirAsked {
     pub max: u32,
     pub with_attrs: bool,
     pub below: u32,
-    pub walk: bool,
+    pub walk: Walk,
 }
 
 impl OpenDirAsked {
@@ -449,15 +449,15 @@ impl Server {
         };
         let wanted = below;
         let mut below = Vec::new();
-        if walk || wanted > 0 {
+        if walk != Walk::No || wanted > 0 {
             // Where the walk goes on after this directory's own: the stack it was predicted
             // with, else the directories after it in its parent.
             let lower = s.carried.take().unwrap_or_else(|| {
-                self.later_siblings(s, at, &opened.attr, max)
+                self.later_siblings(s, at, walk, &opened.attr, max)
                     .into_iter()
                     .collect()
             });
-            let top = Frame::of(opened.attr.ino, Via::of(at), &entries);
+            let top = Frame::of(opened.attr.ino, Via::of(at, walk), &entries);
             let (ahead_of_walk, stack) = self.open_below(s, top, lower, &ahead);
             below = ahead_of_walk;
             if let Some((next, stack)) = Frame::next(stack, at.follow) {

@@ -29,7 +29,7 @@ pub mod syscall_names;
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
     At, Attr, Cookie, DirBelow, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status,
-    Target, TimeWire, BELOW_MAX, DIR_BELOW_EXTRA_BYTES, ENTRIES_HEADER_BYTES,
+    Target, TimeWire, Walk, BELOW_MAX, DIR_BELOW_EXTRA_BYTES, ENTRIES_HEADER_BYTES,
     OPENED_DIR_EXTRA_BYTES,
 };
 

@@ -22,6 +22,37 @@ pub struct At {
     pub follow: bool,
 }
 
+/// Whether an `opendir` is a step of a walk, and how the walk names the directories it opens
+/// (`Request::OpenDir::walk`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Walk {
+    #[default]
+    No,
+    /// `openat(fd, name)` from a descriptor of the directory it lists (`fts`).
+    ByDescriptor,
+    /// By paths from where it started (`git status`: `opendir("a/b/")`).
+    ByPath,
+}
+
+impl Walk {
+    fn tag(self) -> u8 {
+        match self {
+            Walk::No => 0,
+            Walk::ByDescriptor => 1,
+            Walk::ByPath => 2,
+        }
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Walk, WireError> {
+        match d.u8()? {
+            0 => Ok(Walk::No),
+            1 => Ok(Walk::ByDescriptor),
+            2 => Ok(Walk::ByPath),
+            tag => Err(WireError::UnknownTag(u32::from(tag))),
+        }
+    }
+}
+
 /// A time in a setattr: leave it, set it to the daemon's now, or to a given instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeWire {
@@ -101,9 +132,10 @@ pub enum Request {
         /// the daemon may open and list with it (`Reply::OpenedDir::below`): a program
         /// walking a tree (`find`, `du`, `git status`) then opens them without a round trip.
         below: u32,
-        /// The open is a step of a walk through a tree that nothing changes: the daemon may
-        /// answer the walk's next step ahead, while the program works on this one.
-        walk: bool,
+        /// Whether the open is a step of a walk through a tree that nothing changes, and
+        /// how the walk names what it opens: the daemon may answer the walk's next step
+        /// ahead, while the program works on this one.
+        walk: Walk,
     },
     ReadDir {
         handle: u64,
@@ -538,7 +570,7 @@ impl Request {
                     .u32(*max)
                     .bool(*with_attrs)
                     .u32(*below)
-                    .bool(*walk);
+                    .u8(walk.tag());
             }
             Request::Close { handle } | Request::Fstat { handle } | Request::Fsync { handle } => {
                 e.u64(*handle);
@@ -650,7 +682,7 @@ impl Request {
                 max: d.u32()?,
                 with_attrs: d.bool()?,
                 below: d.u32()?,
-                walk: d.bool()?,
+                walk: Walk::decode(&mut d)?,
             },
             5 => Request::Close { handle: d.u64()? },
             6 => Request::Read {
@@ -1094,7 +1126,7 @@ mod tests {
                 max: 64,
                 with_attrs: true,
                 below: 32,
-                walk: true,
+                walk: Walk::ByPath,
             },
             Request::Mkdir {
                 at: at(b"d"),

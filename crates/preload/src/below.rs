@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use shoal_fastpath::{DirBelow, DirEntryWire, Opened};
+use shoal_fastpath::{DirBelow, DirEntryWire, Opened, Walk};
 
 use crate::fds::{Holds, OpenFile};
 use crate::{channel, listings, process_state};
@@ -98,16 +98,16 @@ static LAST_ANSWERED: AtomicU64 = AtomicU64::new(0);
 static OPENED: AtomicUsize = AtomicUsize::new(0);
 
 /// What an `opendir` asks of the daemon beyond the open: whether it is a step of a walk
-/// (`walking`: the directory is opened in one the process opened) through a tree nothing
+/// (`walking`: the directory is opened in one the process holds open) through a tree nothing
 /// changes (nothing changed since its last `opendir` was answered), so the daemon may
 /// answer the next step ahead; and how many directories it asks to have opened ahead:
 /// some in such a walk that goes slowly enough for it to pay (`GAP_WORTH_BATCHING`).
-pub fn to_ask(mount: usize, walking: bool) -> (bool, u32) {
+pub fn to_ask(mount: usize, walking: Walk) -> (Walk, u32) {
     let unchanged = listings::changes_now(mount)
         .is_some_and(|now| LAST_ANSWERED.load(Ordering::Relaxed) == now + 1);
-    let walk = unchanged && walking;
+    let walk = if unchanged { walking } else { Walk::No };
     let slow = TYPICAL_GAP_NANOS.load(Ordering::Relaxed) >= GAP_WORTH_BATCHING.as_nanos() as u64;
-    (walk, if walk && slow { ASKED } else { 0 })
+    (walk, if walk != Walk::No && slow { ASKED } else { 0 })
 }
 
 /// The typical time between the end of one directory open and the start of the next: a

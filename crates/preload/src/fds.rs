@@ -206,6 +206,14 @@ fn release(file: Arc<OpenFile>) {
     }
 }
 
+/// Whether the process has directory `dir` of mount `mount` open on the fast path.
+pub fn holds_directory(mount: usize, dir: u64) -> bool {
+    read_table().as_ref().is_some_and(|map| {
+        map.values()
+            .any(|file| file.directory && file.mount == mount && file.ino == dir)
+    })
+}
+
 /// Every fast descriptor now, with its file.
 pub fn snapshot() -> Vec<(i32, Arc<OpenFile>)> {
     read_table()

@@ -4,13 +4,15 @@
 //! or `du -s` spends per directory under `shoal run` (the kernel door answers those from
 //! its own caches without asking the daemon).
 //!
-//! Coherent by the engine's change count (`Engine::changes`), which moves after every
-//! batch is in the store: every kept page was read while the count had one value, and the
-//! whole cache is dropped the first time it is used under another. A reader takes the
-//! count before it scans and keeps its page only if the count has not moved since, so a
-//! page read across a change is never kept. Coarse (any change anywhere drops every page)
-//! and so simple: what it serves is a tree nobody is changing, which is what `find`, `du`,
-//! `ls -lR` and a build's dependency scan read again and again.
+//! Coherent with every batch: a batch rewrites the record of each directory whose names it
+//! changes and of each inode whose attributes it changes, and when it is counted
+//! (`Engine::count_change`) every page of those directories and every page with those
+//! inodes is dropped, under the cache's lock, with the count's move. So a page served while
+//! the count is C holds every counted batch up to C. A reader takes the count before it
+//! scans and keeps its page only if the count has not moved since (checked under the same
+//! lock), so a page read across a change is never kept. It used to drop every page at any
+//! change: `git status` rewrites its index each time, and the next one then read every
+//! listing of the work tree from the LSM again.
 //!
 //! Bounded: pages are counted in bytes and the cache is emptied when it would pass
 //! `defaults::LISTING_CACHE_BYTES`; inodes are kept without their inline content (listing
@@ -63,9 +65,12 @@ impl Page {
 
 #[derive(Default)]
 struct Kept {
-    /// The change count every kept page was read under.
+    /// The change count the pages hold for (every batch counted up to it is reflected).
     changes: u64,
     pages: HashMap<PageKey, Page>,
+    /// For each inode, the pages a change of it drops: its own (as a directory) and those
+    /// that carry it as an entry with its attributes.
+    pages_of: HashMap<u64, Vec<PageKey>>,
     bytes: usize,
 }
 
@@ -82,28 +87,27 @@ impl ListingCache {
         }
     }
 
-    /// The page kept for `key`, if it was read under `changes_now`.
-    pub fn get(&self, key: &PageKey, changes_now: u64) -> Option<Page> {
-        let mut kept = self.kept.lock();
-        forget_if_moved(&mut kept, changes_now);
-        kept.pages.get(key).cloned()
+    pub fn get(&self, key: &PageKey) -> Option<Page> {
+        self.kept.lock().pages.get(key).cloned()
     }
 
-    /// Keeps `page`, read by a scan that started when the count was `read_at`, unless
-    /// something changed since (`changes_now` differs) or it alone passes the budget.
-    pub fn put(&self, key: PageKey, page: Page, read_at: u64, changes_now: u64) {
-        if read_at != changes_now {
-            return;
-        }
+    /// Keeps `page`, read from the store while the count was `read_at`, if no batch has
+    /// been counted since (`changes` reads the count under the lock, so no batch can be
+    /// counted, and drop what it read, between the check and the insert).
+    pub fn put(&self, key: PageKey, page: Page, read_at: u64, changes: impl FnOnce() -> u64) {
         let bytes = page.bytes(&key);
         if bytes > self.budget_bytes / 4 {
             return;
         }
         let mut kept = self.kept.lock();
-        forget_if_moved(&mut kept, changes_now);
+        if changes() != read_at {
+            return;
+        }
         if kept.bytes + bytes > self.budget_bytes {
-            kept.pages.clear();
-            kept.bytes = 0;
+            kept.clear();
+        }
+        for ino in page.inodes(&key) {
+            kept.pages_of.entry(ino).or_default().push(key.clone());
         }
         if let Some(old) = kept.pages.insert(key.clone(), page) {
             kept.bytes -= old.bytes(&key);
@@ -111,24 +115,55 @@ impl ListingCache {
         kept.bytes += bytes;
     }
 
-    /// Bytes the kept pages are counted at (the memory budget's share).
+    /// A batch that wrote the records of `inodes` is in the store: moves the count
+    /// (`count`, which returns the new one) and drops the pages it changed, in one step for
+    /// readers.
+    pub fn changed(&self, inodes: &[u64], count: impl FnOnce() -> u64) -> u64 {
+        let mut kept = self.kept.lock();
+        let changes = count();
+        for ino in inodes {
+            let Some(keys) = kept.pages_of.remove(ino) else {
+                continue;
+            };
+            for key in keys {
+                if let Some(page) = kept.pages.remove(&key) {
+                    kept.bytes -= page.bytes(&key);
+                }
+            }
+        }
+        kept.changes = changes;
+        changes
+    }
+
     pub fn bytes(&self) -> u64 {
         self.kept.lock().bytes as u64
     }
 }
 
-fn forget_if_moved(kept: &mut Kept, changes_now: u64) {
-    if kept.changes != changes_now {
-        kept.pages.clear();
-        kept.bytes = 0;
-        kept.changes = changes_now;
+impl Kept {
+    fn clear(&mut self) {
+        self.pages.clear();
+        self.pages_of.clear();
+        self.bytes = 0;
+    }
+}
+
+impl Page {
+    /// The inodes a change of which changes this page: its directory, and with inodes,
+    /// each entry's.
+    fn inodes(&self, key: &PageKey) -> Vec<u64> {
+        let mut inodes = vec![key.dir];
+        if let Page::WithInodes(entries) = self {
+            inodes.extend(entries.iter().map(|(entry, _)| entry.ino));
+        }
+        inodes
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::inode::FileKind;
+    use crate::records::inode::{Content, FileKind, Timestamp};
 
     fn key(dir: u64) -> PageKey {
         PageKey {
@@ -158,43 +193,87 @@ mod tests {
         }
     }
 
+    fn with_inodes(dir_entries: &[u64]) -> Page {
+        Page::WithInodes(Arc::new(
+            dir_entries
+                .iter()
+                .map(|&ino| {
+                    let entry = DirEntry {
+                        name: format!("f{ino}").into_bytes(),
+                        ino,
+                        kind: FileKind::Regular,
+                    };
+                    let inode = Inode {
+                        ino,
+                        kind: FileKind::Regular,
+                        perm: 0o644,
+                        uid: 0,
+                        gid: 0,
+                        nlink: 1,
+                        size: 0,
+                        allocated_bytes: 0,
+                        atime: Timestamp::default(),
+                        mtime: Timestamp::default(),
+                        ctime: Timestamp::default(),
+                        rdev: 0,
+                        parent: 1,
+                        project: 0,
+                        content: Content::Inline(Vec::new()),
+                        may_have_xattrs: false,
+                    };
+                    (entry, inode)
+                })
+                .collect(),
+        ))
+    }
+
     #[test]
-    fn a_page_is_served_until_the_count_moves() {
+    fn a_page_is_served_until_a_change_of_its_directory_or_an_entry() {
         let cache = ListingCache::new(1 << 20);
-        cache.put(key(1), names(3), 7, 7);
-        assert_eq!(kept_len(cache.get(&key(1), 7)), Some(3));
-        assert_eq!(kept_len(cache.get(&key(2), 7)), None);
-        assert_eq!(kept_len(cache.get(&key(1), 8)), None, "a change drops it");
+        cache.put(key(1), names(3), 7, || 7);
+        let plus = PageKey {
+            with_inodes: true,
+            ..key(2)
+        };
+        cache.put(plus.clone(), with_inodes(&[20, 21]), 7, || 7);
+        assert_eq!(kept_len(cache.get(&key(1))), Some(3));
+        assert_eq!(kept_len(cache.get(&key(3))), None);
+        assert_eq!(cache.changed(&[99], || 8), 8);
+        assert_eq!(kept_len(cache.get(&key(1))), Some(3), "elsewhere: kept");
+        assert_eq!(kept_len(cache.get(&plus)), Some(2));
+        cache.changed(&[21], || 9);
         assert_eq!(
-            kept_len(cache.get(&key(1), 7)),
+            kept_len(cache.get(&plus)),
             None,
-            "and it stays dropped"
+            "an entry's attributes changed"
         );
+        assert_eq!(kept_len(cache.get(&key(1))), Some(3));
+        cache.changed(&[1], || 10);
+        assert_eq!(kept_len(cache.get(&key(1))), None, "its names changed");
         assert_eq!(cache.bytes(), 0);
     }
 
     #[test]
     fn a_page_read_across_a_change_is_not_kept() {
         let cache = ListingCache::new(1 << 20);
-        cache.put(key(1), names(3), 7, 8);
-        assert_eq!(kept_len(cache.get(&key(1), 8)), None);
-        assert_eq!(kept_len(cache.get(&key(1), 7)), None);
+        cache.put(key(1), names(3), 7, || 8);
+        assert_eq!(kept_len(cache.get(&key(1))), None);
     }
 
     #[test]
     fn the_budget_bounds_what_is_kept() {
         let cache = ListingCache::new(64 * 1024);
         for dir in 0..1000 {
-            cache.put(key(dir), names(20), 1, 1);
+            cache.put(key(dir), names(20), 1, || 1);
             assert!(cache.bytes() <= 64 * 1024);
         }
         assert!(
-            kept_len(cache.get(&key(999), 1)).is_some(),
+            kept_len(cache.get(&key(999))).is_some(),
             "the newest page is kept"
         );
-        cache.put(key(5000), names(10_000), 1, 1);
+        cache.put(key(5000), names(10_000), 1, || 1);
         assert_eq!(
-            kept_len(cache.get(&key(5000), 1)),
+            kept_len(cache.get(&key(5000))),
             None,
             "a page over a quarter is not"
         );

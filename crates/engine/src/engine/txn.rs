@@ -336,12 +336,10 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// The inodes whose attributes or extended attributes this batch writes, for the
-    /// change observer (the fast path's per-inode versions); none without one.
+    /// The inodes whose attributes or extended attributes this batch writes: for the
+    /// listing cache (what it drops) and the change observer (the fast path's per-inode
+    /// versions).
     fn attributes_written(&self) -> Vec<u64> {
-        if !self.engine.observes_changes() {
-            return Vec::new();
-        }
         let mut inodes = Vec::new();
         for (start, end) in keys::attribute_ranges() {
             let written = self.batch.range(Space::Meta, Bound::Included(&start), &end);

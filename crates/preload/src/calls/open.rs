@@ -4,7 +4,7 @@
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
-use shoal_fastpath::{At, Opened, Reply, Request, READDIR_BATCH_ENTRIES};
+use shoal_fastpath::{At, Opened, Reply, Request, Walk, READDIR_BATCH_ENTRIES};
 
 use super::{ask, fail, kernel, Answer};
 use crate::fds::{self, DirCursor, DirOrigin, Holds, Known, OpenFile, Prefetched};
@@ -181,8 +181,9 @@ const OPENDIR_FLAGS: i32 = libc::O_DIRECTORY
 struct Opening<'a> {
     parent: Option<u64>,
     name: &'a [u8],
-    /// The directory it opens in is one the process opened (a tree walk).
-    walking: bool,
+    /// The directory it opens in is one the process holds open (a tree walk), and how
+    /// the walk names it.
+    walking: Walk,
     /// `..` of fast descriptor `dirfd`: its parent, where known, and whether the caller
     /// may search it (what `..` in it requires) as its opener.
     dotdot: Option<u64>,
@@ -206,7 +207,7 @@ impl<'a> Opening<'a> {
         let mut opening = Opening {
             parent: None,
             name,
-            walking: false,
+            walking: Walk::No,
             dotdot: None,
         };
         if name == b".." && parent_path.is_empty() && flags & !OPENDIR_FLAGS == 0 {
@@ -219,13 +220,19 @@ impl<'a> Opening<'a> {
         if name.is_empty() || name == b"." || name == b".." {
             return opening;
         }
-        if parent_path.is_empty() {
-            opening.parent = Some(at.base);
-            opening.walking = from_fd.is_some();
+        opening.parent = if parent_path.is_empty() {
+            Some(at.base)
         } else {
-            opening.parent = crate::listings::reached(mount, at.base, parent_path, who);
-            opening.walking = opening.parent.is_some();
-        }
+            crate::listings::reached(mount, at.base, parent_path, who)
+        };
+        opening.walking = match opening.parent {
+            _ if from_fd.is_some() => Walk::ByDescriptor,
+            Some(_) if !parent_path.is_empty() => Walk::ByPath,
+            // `opendir("a/")` from a directory the process has open (`git status` opened
+            // its work tree's root first).
+            Some(parent) if fds::holds_directory(mount, parent) => Walk::ByPath,
+            _ => Walk::No,
+        };
         opening
     }
 

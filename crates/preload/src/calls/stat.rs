@@ -154,7 +154,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         max: PREFETCH_ENTRIES,
         with_attrs: true,
         below: 0,
-        walk: false,
+        walk: shoal_fastpath::Walk::No,
     };
     let (handle, listed) = match crate::channel::call(mount, &request) {
         Ok((

@@ -2,7 +2,7 @@
 # Issue #34/#32 lines on the 16-core machine (fsync'd creates at 8, 16, 32 threads; 100-byte
 # creates at 1, 8, 16; the tree with `shoal import`): shoal bench with the shoal-run target (the
 # fast path library beside the shoal binary in .dev/bin), against XFS and ext4 on loop devices.
-# Steps (STEPS): probe tree fsync create. JSON under $OUT.
+# Steps (STEPS): probe tree fsync create git. JSON under $OUT.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 export PATH=$D/bin:$PATH LD_LIBRARY_PATH=$D/lib
@@ -20,6 +20,9 @@ for step in ${STEPS:-probe tree fsync create}; do
             b 100 --runs 3 --threads $t --files $files --file-size 100 --json "$OUT/create$t.json" create; done ;;
     fsync) for t in 8 16 32; do b 80 --runs 3 --threads $t --files 300 --file-size 4096 --fsync --json "$OUT/fsync$t.json" create; done ;;
     tree) b 240 --runs 3 --tree-files 30000 --json "$OUT/tree.json" tree ;;
+    # git as carried: one binary (and libpcre2 in lib/), its helpers as links to it.
+    git) mkdir -p $S/gitexec && for c in git git-upload-pack git-receive-pack git-upload-archive; do ln -sf "$D/bin/git" $S/gitexec/$c; done
+         GIT_EXEC_PATH=$S/gitexec b 200 --runs 3 --json "$OUT/git.json" git ;;
   esac
 done
 echo "== done $(date +%T)"
