@@ -38,6 +38,9 @@ pub struct Ahead {
     /// The mount's change count read before the first listing: the walk stops when it
     /// moves, as everything sent holds only while it stays.
     pub changes: u64,
+    /// Whether they stay open for the caller (a walk's `opendir`s take them); else each is
+    /// closed once listed (a listing asked for by stats).
+    pub keep_open: bool,
 }
 
 impl Server {
@@ -99,6 +102,13 @@ impl Server {
                 }
             }
         }
+        if !ahead.keep_open {
+            // Open until here: the walk below each one started from it (`starts`).
+            for dir in &mut below {
+                let _ = self.close(s, dir.opened.handle);
+                dir.opened.handle = 0;
+            }
+        }
         frames.retain(|frame| !frame.names.is_empty());
         (below, frames)
     }
@@ -130,6 +140,27 @@ impl Server {
         if parent.ino == dir.ino || self.engine.lookup_child(parent.ino, name).ok()?.ino != dir.ino
         {
             // The root, or a name that led elsewhere (a symlink).
+            return None;
+        }
+        // The directory the path's last name is in, as the walk reached it: the parent
+        // itself, not a symlink's target that happens to hold an entry of that name.
+        let container = &path[..path[..end].iter().rposition(|&b| b == b'/').unwrap_or(0)];
+        let reached = if trimmed(container).is_empty() {
+            at.base
+        } else {
+            let up = At {
+                base: at.base,
+                path: container.to_vec(),
+                follow: true,
+            };
+            self.resolve_directory(s, &up)
+                .ok()
+                .and_then(|reply| match reply {
+                    Reply::Attr(attr) => Some(attr.ino),
+                    _ => None,
+                })?
+        };
+        if reached != parent.ino {
             return None;
         }
         check(&self.engine, s.caller, &parent, MAY_READ | MAY_EXEC).ok()?;

@@ -446,6 +446,7 @@ impl Server {
             max,
             budget: budget - ENTRIES_HEADER_BYTES - listed,
             changes,
+            keep_open: walk != Walk::No,
         };
         let wanted = below;
         let mut below = Vec::new();
@@ -460,7 +461,8 @@ impl Server {
             let top = Frame::of(opened.attr.ino, Via::of(at, walk), &entries);
             let (ahead_of_walk, stack) = self.open_below(s, top, lower, &ahead);
             below = ahead_of_walk;
-            if let Some((next, stack)) = Frame::next(stack, at.follow) {
+            let walking = walk != Walk::No;
+            if let Some((next, stack)) = Frame::next(stack, at.follow).filter(|_| walking) {
                 // The walk's next `opendir`, if it goes on in order: answered ahead of it.
                 let request = Request::OpenDir {
                     at: next,

@@ -128,9 +128,11 @@ pub enum Request {
         flags: i32,
         max: u32,
         with_attrs: bool,
-        /// How many directories below this one (its subdirectories, theirs, breadth first)
-        /// the daemon may open and list with it (`Reply::OpenedDir::below`): a program
-        /// walking a tree (`find`, `du`, `git status`) then opens them without a round trip.
+        /// How many directories below this one (in the order a walk visits them) the daemon
+        /// may open and list with it (`Reply::OpenedDir::below`): a program walking a tree
+        /// then opens them without a round trip (a walk's step: they stay open for the
+        /// caller), or stats what is in them (no walk: they are listed and closed, their
+        /// handles 0).
         below: u32,
         /// Whether the open is a step of a walk through a tree that nothing changes, and
         /// how the walk names what it opens: the daemon may answer the walk's next step

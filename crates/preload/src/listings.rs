@@ -22,13 +22,13 @@ use crate::fds::{Holds, Known, OpenFile};
 use crate::{channel, mounts};
 
 /// Listings kept at most, and entries over all of them: a tool lists one directory and
-/// stats its entries, then moves on.
-const MAX_LISTINGS: usize = 64;
-const MAX_ENTRIES: usize = 32 * 1024;
+/// stats its entries, then moves on; a listing asked for by stats brings the directories
+/// under and after it too (`calls::stat::prefetch`), each a listing kept.
+const MAX_LISTINGS: usize = 1024;
+const MAX_ENTRIES: usize = 64 * 1024;
 
 struct Listing {
     mount: usize,
-    dir: u64,
     changes: u64,
     /// The directory's version the daemon vouched for with the listing.
     dir_version: Option<u32>,
@@ -68,19 +68,24 @@ pub fn want_attrs() -> bool {
 }
 
 struct Listings {
-    recent: VecDeque<Listing>,
+    /// By mount and directory; `order` has them oldest first (the first to go), and `last`
+    /// is the one kept last.
+    by_dir: Option<HashMap<(usize, u64), Listing>>,
+    order: VecDeque<(usize, u64)>,
+    last: Option<(usize, u64)>,
     entries: usize,
-    /// Directories a prefetch reached by path, newest last.
-    reached: VecDeque<Reached>,
+    /// Directories a prefetch reached by path, by mount, base and path; oldest first in
+    /// `reached_order`.
+    reached: Option<HashMap<ReachedKey, Reached>>,
+    reached_order: VecDeque<ReachedKey>,
 }
+
+type ReachedKey = (usize, u64, Box<[u8]>);
 
 /// A directory that `path` from directory `base` named when the change count was
 /// `changes`: it names the same one while the count stays (a rename anywhere moves it), or
 /// while the walk's witness holds (see `Reply::Exists`).
 struct Reached {
-    mount: usize,
-    base: u64,
-    path: Box<[u8]>,
     dir: u64,
     changes: u64,
     witness: Option<Vec<(u64, u32)>>,
@@ -96,12 +101,15 @@ struct Miss {
 }
 
 /// Directories reached by path kept at most.
-const MAX_REACHED: usize = 64;
+const MAX_REACHED: usize = 4096;
 
 static LISTINGS: RwLock<Listings> = RwLock::new(Listings {
-    recent: VecDeque::new(),
+    by_dir: None,
+    order: VecDeque::new(),
+    last: None,
     entries: 0,
-    reached: VecDeque::new(),
+    reached: None,
+    reached_order: VecDeque::new(),
 });
 
 thread_local! {
@@ -124,11 +132,8 @@ pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Optio
     let path = without_trailing_slashes(path);
     let state = mounts::all().get(mount)?.state.get()?;
     let listings = read_listings()?;
-    let found = listings
-        .reached
-        .iter()
-        .rev()
-        .find(|r| r.mount == mount && r.base == base && *r.path == *path)?;
+    let key: ReachedKey = (mount, base, path.into());
+    let found = listings.reached.as_ref()?.get(&key)?;
     let holds = state.changes() == found.changes
         || found
             .witness
@@ -152,20 +157,29 @@ pub fn remember_reached(
     let Some(mut listings) = listings() else {
         return;
     };
-    listings
-        .reached
-        .retain(|r| !(r.mount == mount && r.base == base && *r.path == *path));
-    listings.reached.push_back(Reached {
-        mount,
-        base,
-        path: path.into(),
+    let key: ReachedKey = (mount, base, path.into());
+    let reached = Reached {
         dir,
         changes,
         witness,
         who,
-    });
-    if listings.reached.len() > MAX_REACHED {
-        listings.reached.pop_front();
+    };
+    let listings = &mut *listings;
+    if listings
+        .reached
+        .get_or_insert_with(HashMap::new)
+        .insert(key.clone(), reached)
+        .is_none()
+    {
+        listings.reached_order.push_back(key);
+    }
+    while listings.reached_order.len() > MAX_REACHED {
+        if let (Some(oldest), Some(reached)) = (
+            listings.reached_order.pop_front(),
+            listings.reached.as_mut(),
+        ) {
+            reached.remove(&oldest);
+        }
     }
 }
 
@@ -218,9 +232,7 @@ pub fn last_prefetch_paid_off() -> bool {
     };
     read_listings().is_some_and(|listings| {
         listings
-            .recent
-            .iter()
-            .find(|l| l.mount == mount && l.dir == dir)
+            .get(mount, dir)
             .is_some_and(|l| l.hits.load(Ordering::Relaxed) >= PAID_OFF_HITS)
     })
 }
@@ -321,6 +333,29 @@ pub fn remember(
     dir_version: Option<u32>,
     page: &[DirEntryWire],
 ) {
+    keep(mount, dir, changes, dir_version, page, true);
+}
+
+/// `remember` of a directory listed ahead of the program's use (`calls::stat::prefetch`):
+/// it says nothing yet of whether the program uses listings' attributes.
+pub fn remember_ahead(
+    mount: usize,
+    dir: u64,
+    changes: u64,
+    dir_version: Option<u32>,
+    page: &[DirEntryWire],
+) {
+    keep(mount, dir, changes, dir_version, page, false);
+}
+
+fn keep(
+    mount: usize,
+    dir: u64,
+    changes: u64,
+    dir_version: Option<u32>,
+    page: &[DirEntryWire],
+    judges_previous: bool,
+) {
     let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
         return;
     };
@@ -330,31 +365,32 @@ pub fn remember(
         return;
     }
     let who = channel::who();
-    let Some(mut listings) = listings() else {
+    let Some(mut guard) = listings() else {
         return;
     };
-    let index = listings
-        .recent
-        .iter()
-        .position(|l| l.mount == mount && l.dir == dir);
-    let index = match index {
-        Some(index)
-            if listings.recent[index].changes == changes && listings.recent[index].who == who =>
-        {
-            index
+    let listings = &mut *guard;
+    let key = (mount, dir);
+    let current = listings
+        .get(mount, dir)
+        .is_some_and(|l| l.changes == changes && l.who == who);
+    if !current {
+        if listings.drop_listing(key) {
+            listings.order.retain(|kept| *kept != key);
         }
-        stale => {
-            if let Some(index) = stale {
-                listings.drop_at(index);
-            }
-            if listings.recent.back().is_some_and(|previous| {
+        let previous = listings
+            .last
+            .and_then(|(mount, dir)| listings.get(mount, dir));
+        if judges_previous
+            && previous.is_some_and(|previous| {
                 previous.hits.load(Ordering::Relaxed) == 0 && previous.subdirs > 0
-            }) {
-                WANT_ATTRS.store(false, Ordering::Relaxed);
-            }
-            listings.recent.push_back(Listing {
+            })
+        {
+            WANT_ATTRS.store(false, Ordering::Relaxed);
+        }
+        listings.by_dir.get_or_insert_with(HashMap::new).insert(
+            key,
+            Listing {
                 mount,
-                dir,
                 changes,
                 dir_version,
                 who,
@@ -362,12 +398,17 @@ pub fn remember(
                 hits: AtomicUsize::new(0),
                 more: None,
                 subdirs: 0,
-            });
-            listings.recent.len() - 1
+            },
+        );
+        listings.order.push_back(key);
+        if judges_previous {
+            listings.last = Some(key);
         }
+    }
+    let Some(listing) = listings.by_dir.as_mut().and_then(|map| map.get_mut(&key)) else {
+        return;
     };
     let mut added = 0;
-    let listing = &mut listings.recent[index];
     for entry in page {
         if let Some(attr) = entry.attr {
             if attr.mode & libc::S_IFMT == libc::S_IFDIR {
@@ -404,11 +445,7 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::W
     let Some(listings) = read_listings() else {
         return Looked::Unlisted;
     };
-    let Some(index) = listings
-        .recent
-        .iter()
-        .position(|l| l.mount == mount && l.dir == dir)
-    else {
+    let Some(listing) = listings.get(mount, dir) else {
         // A stat by name in a directory listed without attributes: ask for them again.
         WANT_ATTRS.store(true, Ordering::Relaxed);
         return Looked::Unlisted;
@@ -416,7 +453,6 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::W
     let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
         return Looked::Unlisted;
     };
-    let listing = &listings.recent[index];
     let holds = holding(state, listing.changes, dir, listing.dir_version);
     if holds == Holding::Not {
         // Replaced when the directory is listed again, or aged out (`trim`).
@@ -441,10 +477,7 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::W
 /// `Listing::more`); the caller lists the next page and gives it back (`keep_more`).
 pub fn take_more(mount: usize, dir: u64, name: &[u8]) -> Option<More> {
     let mut listings = listings()?;
-    let listing = listings
-        .recent
-        .iter_mut()
-        .find(|l| l.mount == mount && l.dir == dir)?;
+    let listing = listings.by_dir.as_mut()?.get_mut(&(mount, dir))?;
     if listing.more.as_ref()?.after.as_slice() >= name {
         return None;
     }
@@ -456,9 +489,10 @@ pub fn take_more(mount: usize, dir: u64, name: &[u8]) -> Option<More> {
 pub fn keep_more(mount: usize, dir: u64, handle: u64, more: Option<More>) {
     let kept = listings().and_then(|mut listings| {
         let listing = listings
-            .recent
-            .iter_mut()
-            .find(|l| l.mount == mount && l.dir == dir && l.more.is_none())?;
+            .by_dir
+            .as_mut()?
+            .get_mut(&(mount, dir))
+            .filter(|l| l.more.is_none())?;
         listing.more = Some(more?);
         Some(())
     });
@@ -468,25 +502,45 @@ pub fn keep_more(mount: usize, dir: u64, handle: u64, more: Option<More>) {
 }
 
 impl Listings {
-    fn drop_at(&mut self, index: usize) {
-        if let Some(listing) = self.recent.remove(index) {
-            self.entries -= listing.attrs.len();
-            if let Some(more) = listing.more {
-                channel::close(listing.mount, more.handle);
-            }
-        }
+    fn get(&self, mount: usize, dir: u64) -> Option<&Listing> {
+        self.by_dir.as_ref()?.get(&(mount, dir))
     }
 
-    /// Oldest listings out until within the bounds.
+    /// Drops the listing of `key`; whether there was one.
+    fn drop_listing(&mut self, key: (usize, u64)) -> bool {
+        let Some(listing) = self.by_dir.as_mut().and_then(|map| map.remove(&key)) else {
+            return false;
+        };
+        self.entries -= listing.attrs.len();
+        if let Some(more) = listing.more {
+            channel::close(listing.mount, more.handle);
+        }
+        true
+    }
+
+    /// Oldest listings out until within the bounds (`order` may name listings dropped
+    /// since: those cost nothing to pass).
     fn trim(&mut self) {
-        while self.recent.len() > MAX_LISTINGS
-            || (self.entries > MAX_ENTRIES && self.recent.len() > 1)
+        while self.by_dir.as_ref().map_or(0, HashMap::len) > MAX_LISTINGS
+            || (self.entries > MAX_ENTRIES && self.by_dir.as_ref().map_or(0, HashMap::len) > 1)
         {
-            self.drop_at(0);
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.drop_listing(oldest);
         }
         if self.entries > MAX_ENTRIES {
             // One listing over the bound alone: not kept at all.
-            self.drop_at(0);
+            if let Some(oldest) = self.order.pop_front() {
+                self.drop_listing(oldest);
+            }
+        }
+        // `order` keeps a key per insertion: bounded by what it could name.
+        let live = self.by_dir.as_ref().map_or(0, HashMap::len);
+        if self.order.len() > 4 * MAX_LISTINGS.max(live) {
+            let by_dir = self.by_dir.as_ref();
+            self.order
+                .retain(|key| by_dir.is_some_and(|map| map.contains_key(key)));
         }
     }
 }

@@ -153,7 +153,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         flags: libc::O_RDONLY | libc::O_DIRECTORY,
         max: PREFETCH_ENTRIES,
         with_attrs: true,
-        below: 0,
+        below: PREFETCH_BELOW,
         walk: shoal_fastpath::Walk::No,
     };
     let (handle, listed) = match crate::channel::call(mount, &request) {
@@ -166,7 +166,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
                 dir_version,
                 witness,
                 done,
-                below: _,
+                below,
             },
         )) => (
             opened.handle,
@@ -177,12 +177,13 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
                 dir_version,
                 witness,
                 done,
+                below,
             )),
         ),
         Ok((Status::Ok, Reply::Opened(opened))) => (opened.handle, None),
         _ => return None,
     };
-    let Some((dir, entries, changes, dir_version, witness, done)) = listed else {
+    let Some((dir, entries, changes, dir_version, witness, done, below)) = listed else {
         crate::channel::close(mount, handle);
         return None;
     };
@@ -191,8 +192,52 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
     if !parent.is_empty() {
         crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
     }
+    remember_below(mount, base, parent, dir, changes, &below);
     crate::listings::keep_more(mount, dir, handle, more_after(handle, &entries, done));
     Some(dir)
+}
+
+/// Directories listed with a listing asked for by stats: those the program's stats will
+/// reach next, as `git status` stats its index in order (`Request::OpenDir::below`).
+const PREFETCH_BELOW: u32 = 64;
+
+/// Keeps the listings of the directories `below` that came with the listing of `dir`
+/// (`parent` from `base`), and the paths from `base` that reach them: each is entry
+/// `name` of a directory listed before it in the reply, or of the one holding `dir`
+/// (the daemon sends those only where `parent`'s last name is `dir`'s own entry there).
+fn remember_below(
+    mount: usize,
+    base: u64,
+    parent: &[u8],
+    dir: u64,
+    changes: u64,
+    below: &[shoal_fastpath::DirBelow],
+) {
+    let parent = crate::listings::without_trailing_slashes(parent);
+    let mut paths: std::collections::HashMap<u64, Vec<u8>> = std::collections::HashMap::new();
+    paths.insert(dir, parent.to_vec());
+    let container = (!parent.is_empty()).then(|| {
+        let slash = parent.iter().rposition(|&b| b == b'/').unwrap_or(0);
+        crate::listings::without_trailing_slashes(&parent[..slash]).to_vec()
+    });
+    for listed in below {
+        let Some(holder) = paths
+            .get(&listed.parent)
+            .cloned()
+            .or_else(|| container.clone())
+        else {
+            continue;
+        };
+        let path = if holder.is_empty() {
+            listed.name.clone()
+        } else {
+            [holder.as_slice(), b"/", &listed.name].concat()
+        };
+        let ino = listed.opened.attr.ino;
+        crate::listings::remember_ahead(mount, ino, changes, listed.dir_version, &listed.entries);
+        crate::listings::remember_reached(mount, base, &path, ino, changes, None);
+        paths.insert(ino, path);
+    }
 }
 
 /// Where to go on listing after `entries`, unless they were the last.
