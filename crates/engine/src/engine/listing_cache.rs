@@ -44,6 +44,8 @@ pub(crate) enum Page {
 /// Per-entry bytes beyond names and inline content: the map slot, the vectors' headers,
 /// an inode's fixed fields.
 const ENTRY_OVERHEAD_BYTES: usize = 64;
+/// An inode's place in the index of pages (`Kept::pages_of`): a key and its share of a list.
+const INDEX_ENTRY_BYTES: usize = std::mem::size_of::<PageKey>() + 8;
 const INODE_BYTES: usize = std::mem::size_of::<Inode>();
 
 impl Page {
@@ -69,9 +71,12 @@ struct Kept {
     changes: u64,
     pages: HashMap<PageKey, Page>,
     /// For each inode, the pages a change of it drops: its own (as a directory) and those
-    /// that carry it as an entry with its attributes.
+    /// that carry it as an entry with its attributes. A dropped page's key stays in the
+    /// lists of its other inodes until the cache is emptied: its bytes count against the
+    /// budget until then (`index_bytes`), so the index is bounded with the pages.
     pages_of: HashMap<u64, Vec<PageKey>>,
     bytes: usize,
+    index_bytes: usize,
 }
 
 pub(crate) struct ListingCache {
@@ -99,16 +104,19 @@ impl ListingCache {
         if bytes > self.budget_bytes / 4 {
             return;
         }
+        let inodes = page.inodes(&key);
+        let index_bytes = inodes.len() * INDEX_ENTRY_BYTES;
         let mut kept = self.kept.lock();
         if changes() != read_at {
             return;
         }
-        if kept.bytes + bytes > self.budget_bytes {
+        if kept.bytes + kept.index_bytes + bytes + index_bytes > self.budget_bytes {
             kept.clear();
         }
-        for ino in page.inodes(&key) {
+        for ino in inodes {
             kept.pages_of.entry(ino).or_default().push(key.clone());
         }
+        kept.index_bytes += index_bytes;
         if let Some(old) = kept.pages.insert(key.clone(), page) {
             kept.bytes -= old.bytes(&key);
         }
@@ -136,7 +144,8 @@ impl ListingCache {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.kept.lock().bytes as u64
+        let kept = self.kept.lock();
+        (kept.bytes + kept.index_bytes) as u64
     }
 }
 
@@ -145,6 +154,7 @@ impl Kept {
         self.pages.clear();
         self.pages_of.clear();
         self.bytes = 0;
+        self.index_bytes = 0;
     }
 }
 
@@ -250,7 +260,7 @@ mod tests {
         assert_eq!(kept_len(cache.get(&key(1))), Some(3));
         cache.changed(&[1], || 10);
         assert_eq!(kept_len(cache.get(&key(1))), None, "its names changed");
-        assert_eq!(cache.bytes(), 0);
+        assert!(cache.bytes() < 1024, "what stays is the index's stale keys");
     }
 
     #[test]
@@ -258,6 +268,25 @@ mod tests {
         let cache = ListingCache::new(1 << 20);
         cache.put(key(1), names(3), 7, || 8);
         assert_eq!(kept_len(cache.get(&key(1))), None);
+    }
+
+    #[test]
+    fn pages_dropped_by_changes_leave_a_bounded_index() {
+        let cache = ListingCache::new(64 * 1024);
+        let entries: Vec<u64> = (100..200).collect();
+        for round in 0..5_000u64 {
+            let plus = PageKey {
+                with_inodes: true,
+                ..key(round % 7)
+            };
+            cache.put(plus, with_inodes(&entries), round, || round);
+            cache.changed(&[round % 7], || round + 1);
+            assert!(
+                cache.bytes() <= 64 * 1024,
+                "round {round}: {}",
+                cache.bytes()
+            );
+        }
     }
 
     #[test]
