@@ -2814,6 +2814,43 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
     m.finish();
 }
 
+/// Runs the command `program` makes for a changer (the door other processes change the
+/// tree through: `off`, the kernel's, or `on`, the fast path) as USER in a fresh directory
+/// of `m` made by `setup`, three times: through the kernel door with changes through it,
+/// under `shoal run --stats` with changes through the kernel door, and with changes on the
+/// fast path. Each run's door, changer, output, and the daemon's requests of `kind`.
+fn as_user_through_three_doors(
+    m: &Mounted,
+    kind: &str,
+    setup: impl Fn(&Path),
+    program: impl Fn(&'static str) -> Vec<std::ffi::OsString>,
+) -> Vec<(&'static str, &'static str, CmdOutput, u64)> {
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let dir = m.path(format!("{door}-{changer}"));
+        setup(&dir);
+        run_ok(
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{USER}:{USER}"))
+                .arg(&dir),
+            TOOL_TIMEOUT,
+        );
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if door == "fast" {
+            args.extend([SHOAL, "run", "--stats", "--"].map(Into::into));
+        }
+        args.extend(program(changer));
+        let args: Vec<&OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
+        let before = daemon_requests(&m.mnt, kind);
+        let out = run(as_user_command(&args).current_dir(&dir), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        let asked = daemon_requests(&m.mnt, kind) - before;
+        outputs.push((door, changer, out, asked));
+    }
+    outputs
+}
+
 /// Makes `d/sub` three times after each shell command in `argv` (run in turn, changing
 /// what the walk to it reads) and prints what each mkdir gave.
 const MKDIR_AGAIN_C: &str = r#"
@@ -2924,30 +2961,16 @@ fn mkdir_of_an_existing_directory_is_answered_locally_until_its_path_changes() {
         "mv e d",
         "mv d/sub d/sub2",
     ];
-    let mut outputs = Vec::new();
-    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
-        let dir = m.path(format!("{door}-{changer}"));
-        fs::create_dir_all(dir.join("d")).unwrap();
-        run_ok(
-            Command::new("chown")
-                .arg("-R")
-                .arg(format!("{USER}:{USER}"))
-                .arg(&dir),
-            TOOL_TIMEOUT,
-        );
-        let mut args: Vec<&OsStr> = Vec::new();
-        if door == "fast" {
-            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--stats")]);
-            args.push(OsStr::new("--"));
-        }
-        args.extend([binary.as_os_str(), OsStr::new(changer)]);
-        args.extend(changes.iter().map(OsStr::new));
-        let before = daemon_requests(&m.mnt, "mkdir");
-        let out = run(as_user_command(&args).current_dir(&dir), TOOL_TIMEOUT);
-        assert!(out.success(), "{}", out.describe());
-        let asked = daemon_requests(&m.mnt, "mkdir") - before;
-        outputs.push((door, changer, out, asked));
-    }
+    let outputs = as_user_through_three_doors(
+        &m,
+        "mkdir",
+        |dir| fs::create_dir_all(dir.join("d")).unwrap(),
+        |changer| {
+            let mut args = vec![binary.clone().into_os_string(), changer.into()];
+            args.extend(changes.iter().map(Into::into));
+            args
+        },
+    );
     let probes = |when: &str, results: [&str; 3]| -> String {
         results.iter().map(|r| format!("{when}: {r}\n")).collect()
     };
@@ -3141,10 +3164,6 @@ fn opened_ahead(out: &CmdOutput) -> usize {
 /// seen at the next open, which gives what the kernel gives. Run as an unprivileged user,
 /// whom permissions bind.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "the same walks through three doors, outputs compared with what the kernel gives"
-)]
 fn a_tree_walk_opens_directories_ahead_and_sees_every_change() {
     let programs = programs_dir();
     let binary = compile(programs.path(), "walk", WALK_C, &[]);
@@ -3158,39 +3177,14 @@ fn a_tree_walk_opens_directories_ahead_and_sees_every_change() {
         "mv t/a/b7 t/a/b7x",
         "rm -r t/a/b8/c2",
     ];
-    let mut outputs = Vec::new();
-    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
-        let dir = m.path(format!("{door}-{changer}"));
-        make_walk_tree(&dir);
-        run_ok(
-            Command::new("chown")
-                .arg("-R")
-                .arg(format!("{USER}:{USER}"))
-                .arg(&dir),
-            TOOL_TIMEOUT,
-        );
-        let mut args: Vec<&OsStr> = Vec::new();
-        if door == "fast" {
-            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--stats")]);
-            args.push(OsStr::new("--"));
-        }
-        // One process for the whole walk, then one per change.
-        let each =
-            r#"b=$1 c=$2; shift 2; "$b" || exit 2; for x; do "$b" "$c" "$x" || exit 2; done"#;
-        args.extend([
-            OsStr::new("sh"),
-            OsStr::new("-c"),
-            OsStr::new(each),
-            OsStr::new("sh"),
-        ]);
-        args.extend([binary.as_os_str(), OsStr::new(changer)]);
-        args.extend(changes.iter().map(OsStr::new));
-        let before = daemon_requests(&m.mnt, "open_dir");
-        let out = run(as_user_command(&args).current_dir(&dir), TOOL_TIMEOUT);
-        assert!(out.success(), "{}", out.describe());
-        let asked = daemon_requests(&m.mnt, "open_dir") - before;
-        outputs.push((door, changer, out, asked));
-    }
+    // One process for the whole walk, then one per change.
+    let each = r#"b=$1 c=$2; shift 2; "$b" || exit 2; for x; do "$b" "$c" "$x" || exit 2; done"#;
+    let outputs = as_user_through_three_doors(&m, "open_dir", make_walk_tree, |changer| {
+        let mut args: Vec<std::ffi::OsString> = ["sh", "-c", each, "sh"].map(Into::into).to_vec();
+        args.extend([binary.clone().into_os_string(), changer.into()]);
+        args.extend(changes.iter().map(Into::into));
+        args
+    });
     let kernel = &outputs[0].2.stdout;
     for needle in [
         "fd t/a/b3/c1: f0 f1 new",
