@@ -12,10 +12,11 @@
 //! moves (any change through either door) everything kept is dropped and its handles
 //! closed.
 //!
-//! They are asked for only while the process walks a tree that nothing changes: its
-//! `opendir` is of a directory in one it listed, and nothing changed on the mount since its
-//! last `opendir` was answered. A copy (`cp -a`) changes the mount between its opens, so
-//! it would never use them.
+//! They are asked for only while the process walks a tree that nothing changes (its
+//! `opendir` is of a directory in one it holds open, and nothing changed on the mount since
+//! its last `opendir` was answered: `to_ask`), slowly enough for them to pay. A copy
+//! (`cp -a`) changes the mount between its opens, so it would never use them. Directories
+//! the program closes are kept too (`recycle`), for the `..` a walk opens to go back up.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
