@@ -76,11 +76,16 @@ struct Listings {
     entries: usize,
     /// Directories a prefetch reached by path, by mount, base and path; oldest first in
     /// `reached_order`.
-    reached: Option<HashMap<ReachedKey, Reached>>,
+    /// Keyed by mount and base, then by path (looked up by a borrowed path: a stat by path
+    /// allocates nothing).
+    reached: Option<HashMap<(usize, u64), ReachedPaths>>,
     reached_order: VecDeque<ReachedKey>,
 }
 
 type ReachedKey = (usize, u64, Box<[u8]>);
+
+/// The directories paths from one base reached, by path.
+type ReachedPaths = HashMap<Box<[u8]>, Reached>;
 
 /// A directory that `path` from directory `base` named when the change count was
 /// `changes`: it names the same one while the count stays (a rename anywhere moves it), or
@@ -132,8 +137,7 @@ pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Optio
     let path = without_trailing_slashes(path);
     let state = mounts::all().get(mount)?.state.get()?;
     let listings = read_listings()?;
-    let key: ReachedKey = (mount, base, path.into());
-    let found = listings.reached.as_ref()?.get(&key)?;
+    let found = listings.reached.as_ref()?.get(&(mount, base))?.get(path)?;
     let holds = state.changes() == found.changes
         || found
             .witness
@@ -157,7 +161,6 @@ pub fn remember_reached(
     let Some(mut listings) = listings() else {
         return;
     };
-    let key: ReachedKey = (mount, base, path.into());
     let reached = Reached {
         dir,
         changes,
@@ -165,20 +168,26 @@ pub fn remember_reached(
         who,
     };
     let listings = &mut *listings;
-    if listings
+    let paths = listings
         .reached
         .get_or_insert_with(HashMap::new)
-        .insert(key.clone(), reached)
-        .is_none()
-    {
-        listings.reached_order.push_back(key);
+        .entry((mount, base))
+        .or_default();
+    if paths.insert(path.into(), reached).is_none() {
+        listings.reached_order.push_back((mount, base, path.into()));
     }
     while listings.reached_order.len() > MAX_REACHED {
-        if let (Some(oldest), Some(reached)) = (
+        let (Some((mount, base, path)), Some(reached)) = (
             listings.reached_order.pop_front(),
             listings.reached.as_mut(),
-        ) {
-            reached.remove(&oldest);
+        ) else {
+            break;
+        };
+        if let Some(paths) = reached.get_mut(&(mount, base)) {
+            paths.remove(&path);
+            if paths.is_empty() {
+                reached.remove(&(mount, base));
+            }
         }
     }
 }
