@@ -391,6 +391,7 @@ impl Server {
         let mut ahead: Option<Speculation> = None;
         loop {
             let waiting_since = Instant::now();
+            let waiting_since_stamp = shoal_fastpath::shared::stamp();
             // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
             let spin = if spinning_pays {
                 pace.spin()
@@ -403,12 +404,20 @@ impl Server {
                 _ => None,
             };
             drop(slot);
+            let slept = polled.is_none();
             let next = match polled {
                 Some(next) => Ok(next),
                 None => channel.next_request(seq, &mut request_buf, Duration::ZERO, &alive),
             };
             let arrived = Instant::now();
-            pace.observe(arrived.saturating_duration_since(waiting_since));
+            let waited = arrived.saturating_duration_since(waiting_since);
+            // After a sleep, the wait holds this thread's wake-up (and the client's, if it
+            // slept for its last reply): the client's own time is what a spin must cover.
+            pace.observe(if slept {
+                waited.min(channel.client_time(waiting_since_stamp))
+            } else {
+                waited
+            });
             let Ok(next) = next else { break };
             seq = next;
             self.close_deferred(channel, caller, process);
@@ -426,7 +435,7 @@ impl Server {
             };
             Reply::encode(status, &reply, &mut reply_buf);
             channel.let_client_spin(spinning_pays);
-            channel.reply(seq, &reply_buf);
+            channel.reply(seq, &reply_buf, arrived.elapsed());
             if let Some(predicted) = predicted {
                 ahead = Some(self.speculate(caller, process, predicted));
             }

@@ -32,6 +32,16 @@ const CLIENT_NO_SPIN: usize = 24;
 /// (client), how many the daemon has taken (daemon), then the handles, two words each.
 const CLOSES_WRITTEN: usize = 28;
 const CLOSES_TAKEN: usize = 32;
+/// Times (`stamp`) for the spins' learning (`Pace`), which must not count a side's wake-up
+/// from its sleep as the other's slowness: else one long wait (a program writing its
+/// output) puts a side to sleep, every later wait then holds its wake-up (20-60 µs on the
+/// 2-core VM), and it never spins again for that connection (`find` of 2000 directories:
+/// the daemon slept at 900 of them in some runs, and the run took 60-90 ms, not 40).
+/// Client: when it sent its request, and when it had the reply before that.
+const REQUEST_SENT_AT: usize = 36;
+const REPLY_SEEN_AT: usize = 40;
+/// Daemon: nanoseconds from taking the request to publishing its reply.
+const SERVICE_NS: usize = 44;
 const CLOSES_RING: usize = 64;
 /// Closes a client may leave waiting in the ring; a full ring sends its close as a message.
 pub const DEFERRED_CLOSES: u32 = 32;
@@ -147,7 +157,7 @@ impl SharedChannel {
         pace: &mut Pace,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
-        let seq = self.send(request);
+        let (seq, woke_server) = self.send_request(request);
         let sent = Instant::now();
         let spin = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
             pace.spin()
@@ -155,13 +165,25 @@ impl SharedChannel {
             Duration::ZERO
         };
         let answered = self.wait_reply(seq, reply, spin, alive);
-        pace.observe(sent.elapsed());
+        let waited = sent.elapsed();
+        // A daemon thread woken from its sleep answers late by its wake-up: only its time
+        // on the request says whether the answer comes soon enough to spin for.
+        pace.observe(if woke_server {
+            waited.min(self.service())
+        } else {
+            waited
+        });
         answered
     }
 
     /// Client: sends `request` and returns its sequence number, without waiting; its reply
     /// must be taken (`wait_reply`) before the next request is sent.
     pub fn send(&self, request: &[u8]) -> u32 {
+        self.send_request(request).0
+    }
+
+    /// `send`, and whether the daemon's thread slept (and is being woken).
+    fn send_request(&self, request: &[u8]) -> (u32, bool) {
         self.copy_in(REQUEST_AREA, request);
         self.word(REQUEST_LEN)
             .store(request.len() as u32, Ordering::Relaxed);
@@ -169,11 +191,18 @@ impl SharedChannel {
             .word(REQUEST_SEQ)
             .load(Ordering::Relaxed)
             .wrapping_add(1);
+        self.word(REQUEST_SENT_AT).store(stamp(), Ordering::Relaxed);
         self.word(REQUEST_SEQ).store(seq, Ordering::Release);
-        if self.word(SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
+        let sleeping = self.word(SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
+        if sleeping {
             futex_wake(self.word(REQUEST_SEQ));
         }
-        seq
+        (seq, sleeping)
+    }
+
+    /// Client: what the daemon said its last reply took it.
+    fn service(&self) -> Duration {
+        Duration::from_nanos(u64::from(self.word(SERVICE_NS).load(Ordering::Relaxed)))
     }
 
     /// Client: wakes the daemon's thread if it sleeps, without a request: one will follow
@@ -207,6 +236,7 @@ impl SharedChannel {
             spin,
             alive,
         )?;
+        self.word(REPLY_SEEN_AT).store(stamp(), Ordering::Relaxed);
         let len = self.word(REPLY_LEN).load(Ordering::Acquire) as usize;
         self.copy_out(REPLY_AREA, len, reply);
         Ok(())
@@ -258,7 +288,25 @@ impl SharedChannel {
             .store(u32::from(!spin), Ordering::Relaxed);
     }
 
-    pub fn reply(&self, seq: u32, reply: &[u8]) {
+    /// Daemon: the client's own time before its request, from its last reply or from
+    /// `waiting_since` (a `stamp`), whichever is later: what a spin for the request had
+    /// to cover, without the client's wake-up for that reply (nor the daemon's for this
+    /// request). The client writes the stamps: the caller bounds what it makes of them.
+    pub fn client_time(&self, waiting_since: u32) -> Duration {
+        let sent = self.word(REQUEST_SENT_AT).load(Ordering::Relaxed);
+        let seen = self.word(REPLY_SEEN_AT).load(Ordering::Relaxed);
+        let from = if stamp_after(seen, waiting_since) {
+            seen
+        } else {
+            waiting_since
+        };
+        Duration::from_nanos(u64::from(stamp_since(sent, from)))
+    }
+
+    /// Daemon: publishes the reply to request `seq`, which took `service` to make.
+    pub fn reply(&self, seq: u32, reply: &[u8], service: Duration) {
+        let service_ns = u32::try_from(service.as_nanos()).unwrap_or(u32::MAX);
+        self.word(SERVICE_NS).store(service_ns, Ordering::Relaxed);
         self.copy_in(REPLY_AREA, reply);
         self.word(REPLY_LEN)
             .store(reply.len() as u32, Ordering::Relaxed);
@@ -328,6 +376,34 @@ fn map(fd: &OwnedFd) -> io::Result<SharedChannel> {
         return Err(io::Error::last_os_error());
     }
     Ok(SharedChannel { base: base.cast() })
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, its low 32 bits: both sides of a channel read the same
+/// clock, and the intervals compared are far below the 4.3 s it takes to wrap.
+pub fn stamp() -> u32 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a valid out-parameter (the vDSO: no system call).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(now.tv_nsec as u64) as u32
+}
+
+/// Whether stamp `a` is later than stamp `b`.
+fn stamp_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Nanoseconds from stamp `from` to stamp `to`; 0 if `to` is not later.
+fn stamp_since(to: u32, from: u32) -> u32 {
+    if stamp_after(to, from) {
+        to.wrapping_sub(from)
+    } else {
+        0
+    }
 }
 
 /// How often a sleeper looks at whether its peer still lives.
@@ -444,7 +520,7 @@ mod tests {
                     .next_request(last, &mut request, Duration::from_micros(50), &|| true)
                     .expect("request");
                 request.reverse();
-                server.reply(last, &request);
+                server.reply(last, &request, Duration::ZERO);
             }
         });
         let mut reply = Vec::new();
@@ -498,6 +574,51 @@ mod tests {
         assert!(client.defer_close(5));
         server.take_deferred_closes(&mut taken);
         assert_eq!(taken, [5]);
+    }
+
+    #[test]
+    fn a_wait_after_a_sleep_counts_only_the_other_sides_own_time() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let (mut request, mut reply) = (Vec::new(), Vec::new());
+        let waiting_since = stamp();
+        let seq = client.send(b"a");
+        let taken = server.next_request(0, &mut request, Duration::ZERO, &|| true);
+        assert_eq!(taken, Ok(seq));
+        server.reply(seq, b"r", Duration::from_micros(3));
+        assert_eq!(client.service(), Duration::from_micros(3));
+        client
+            .wait_reply(seq, &mut reply, Duration::ZERO, &|| true)
+            .expect("reply");
+        // The client works 5 ms before its next request; the daemon, asleep since before
+        // the reply was seen, takes the request 100 ms later: its wait is the client's 5.
+        std::thread::sleep(Duration::from_millis(5));
+        let seq = client.send(b"b");
+        std::thread::sleep(Duration::from_millis(100));
+        let own = server.client_time(waiting_since);
+        assert!(
+            own >= Duration::from_millis(5) && own < Duration::from_millis(100),
+            "{own:?}"
+        );
+        // A daemon that began to wait after the client had its reply counts from then.
+        let taken =
+            server.next_request(seq.wrapping_sub(1), &mut request, Duration::ZERO, &|| true);
+        assert_eq!(taken, Ok(seq));
+        server.reply(seq, b"r", Duration::ZERO);
+        client
+            .wait_reply(seq, &mut reply, Duration::ZERO, &|| true)
+            .expect("reply");
+        std::thread::sleep(Duration::from_millis(5));
+        let since_at = Instant::now();
+        let since = stamp();
+        std::thread::sleep(Duration::from_millis(5));
+        client.send(b"c");
+        let bound = since_at.elapsed();
+        let own = server.client_time(since);
+        assert!(
+            own >= Duration::from_millis(5) && own <= bound,
+            "{own:?} against {bound:?}"
+        );
     }
 
     #[test]

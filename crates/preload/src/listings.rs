@@ -403,7 +403,7 @@ fn keep(
                 changes,
                 dir_version,
                 who,
-                attrs: HashMap::new(),
+                attrs: HashMap::with_capacity(page.len()),
                 hits: AtomicUsize::new(0),
                 more: None,
                 subdirs: 0,
@@ -418,6 +418,8 @@ fn keep(
         return;
     };
     let mut added = 0;
+    // One allocation for the page, not a rehash at each doubling (a walk keeps thousands).
+    listing.attrs.reserve(page.len());
     for entry in page {
         if let Some(attr) = entry.attr {
             if attr.mode & libc::S_IFMT == libc::S_IFDIR {
