@@ -1939,6 +1939,55 @@ fn a_static_binary_works_through_the_kernel() {
     m.finish();
 }
 
+/// Where the library keeps its scan of libc for processes of this user (scan_cache.rs).
+fn kept_scans_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(runtime) => PathBuf::from(runtime).join("shoal-preload"),
+        // SAFETY: geteuid has no preconditions.
+        None => PathBuf::from(format!("/tmp/shoal-preload-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+#[test]
+fn a_kept_scan_of_libc_that_does_not_match_it_is_scanned_again() {
+    let m = mount_with_fast_path(&[]);
+    fs::write(m.path("f"), "kept\n").unwrap();
+    assert_served(&fast(&m.mnt, &["cat", "f"]), 1, "cat, first");
+    let dir = kept_scans_dir();
+    let kept: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| !path.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(
+        !kept.is_empty(),
+        "a preloaded process keeps its scan in {dir:?}"
+    );
+    let mode = fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{dir:?} is the user's alone");
+    // The first patch site, given another system call number: read as it is, a call
+    // would reach the handler as another call. Its layout: magic, text length, site
+    // count, then the site's number.
+    let lies: Vec<(PathBuf, Vec<u8>)> = kept
+        .iter()
+        .map(|path| {
+            let mut bytes = fs::read(path).unwrap();
+            bytes[24] ^= 1;
+            fs::write(path, &bytes).unwrap();
+            (path.clone(), bytes)
+        })
+        .collect();
+    let out = fast(&m.mnt, &["cat", "f"]);
+    assert_served(&out, 1, "cat, after the lie");
+    assert_eq!(out.stdout, "kept\n");
+    for (path, lie) in lies {
+        // Written again from a fresh scan (or removed as another build's).
+        let now = fs::read(&path).ok();
+        assert!(now.as_deref() != Some(&lie[..]), "{path:?} still lies");
+    }
+    m.finish();
+}
+
 const SETUID_C: &str = r#"
 #include <stdio.h>
 #include <unistd.h>

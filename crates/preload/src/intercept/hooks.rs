@@ -54,10 +54,13 @@ pub(crate) fn wanted(numbers: &[i64]) -> Vec<EntryHook> {
 /// The runtime address of `hook`'s function, if a jump can safely replace its first
 /// bytes: it lies in libc's text, is at least 5 bytes long, starts a function in the
 /// unwind tables, and no direct branch in that function lands inside those 5 bytes.
+/// `hookable`: offsets in the text of functions a process of this same libc and library
+/// found so (`scan_cache`): their branches need no decoding again.
 pub(crate) fn locate(
     image: &LibcImage,
     table: &FunctionTable,
     hook: &EntryHook,
+    hookable: &[u64],
 ) -> Result<u64, &'static str> {
     let addr = lookup(hook.symbol)?;
     if addr < image.text_start || addr + JMP_LEN > image.text_start + image.text_len {
@@ -72,7 +75,9 @@ pub(crate) fn locate(
     if function.1 - function.0 < JMP_LEN {
         return Err("shorter than a jump");
     }
-    if scan::branch_into(image.text(), image.text_start, function, addr, JMP_LEN) {
+    if !hookable.contains(&(addr - image.text_start))
+        && scan::branch_into(image.text(), image.text_start, function, addr, JMP_LEN)
+    {
         return Err("a branch lands inside its first 5 bytes");
     }
     Ok(addr)

@@ -22,6 +22,7 @@ mod patch;
 mod raw;
 mod report;
 mod scan;
+mod scan_cache;
 mod trampoline;
 mod unwind;
 
@@ -78,17 +79,13 @@ pub fn install(handler: Handler, numbers: &[i64]) -> Result<InstallReport, Insta
         image.unwind_start,
         image.eh_frame_hdr,
     )?;
-    let scanned = scan::scan(image.text(), image.text_start, &table);
+    let hooks = hooks::wanted(numbers);
+    let (scanned, located) = scan_and_locate(&image, &table, &hooks);
     let sites: Vec<Site> = scanned
         .sites
         .iter()
         .filter(|s| numbers.contains(&s.nr))
         .cloned()
-        .collect();
-    let hooks = hooks::wanted(numbers);
-    let located: Vec<_> = hooks
-        .iter()
-        .map(|hook| hooks::locate(&image, &table, hook))
         .collect();
 
     let text_end = image.text_start + image.text_len;
@@ -133,6 +130,33 @@ pub fn install(handler: Handler, numbers: &[i64]) -> Result<InstallReport, Insta
         &entry_hooks,
         trampoline_bytes,
     ))
+}
+
+/// Every `syscall` site of libc, and where each hook goes (or why it cannot): as a process
+/// of this libc and library found them before (`scan_cache`), else scanned and kept.
+fn scan_and_locate(
+    image: &image::LibcImage,
+    table: &unwind::FunctionTable,
+    hooks: &[hooks::EntryHook],
+) -> (scan::ScanResult, Vec<Result<u64, &'static str>>) {
+    let kept = scan_cache::load(image);
+    let fresh = kept.is_none();
+    let kept = kept.unwrap_or_else(|| scan_cache::Kept {
+        scan: scan::scan(image.text(), image.text_start, table),
+        hookable: Vec::new(),
+    });
+    let located: Vec<_> = hooks
+        .iter()
+        .map(|hook| hooks::locate(image, table, hook, &kept.hookable))
+        .collect();
+    if fresh {
+        let hookable: Vec<u64> = located
+            .iter()
+            .filter_map(|at| at.as_ref().ok().map(|addr| addr - image.text_start))
+            .collect();
+        scan_cache::store(image, &kept.scan, &hookable);
+    }
+    (kept.scan, located)
 }
 
 /// Performs system call `nr` in the kernel, bypassing libc and the handler: the handler's
