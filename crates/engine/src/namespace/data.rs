@@ -84,6 +84,15 @@ impl Engine {
         let first = offset / chunk_bytes;
         let last = (end - 1) / chunk_bytes;
         let start_key = keys::chunk_key(ino, first);
+        if first == last {
+            // One chunk (every small file): a point read. A range scan sets up a merge of
+            // the memtables and every table first, 10-20 µs; `cp -a` of a tree of small
+            // files spent 8% of the daemon's time there.
+            if let Some(value) = self.store().get(Space::Data, &start_key)? {
+                copy_chunk(&mut out, offset, end, first * chunk_bytes, &value);
+            }
+            return Ok(out);
+        }
         let end_key = keys::chunk_key(ino, last + 1);
         let mut decode_error = None;
         self.store()
@@ -95,15 +104,7 @@ impl Engine {
                         return Scan::Stop;
                     }
                 };
-                let chunk_start = chunk * chunk_bytes;
-                let copy_start = offset.max(chunk_start);
-                let copy_end = end.min(chunk_start + value.len() as u64);
-                if copy_start < copy_end {
-                    let src = &value
-                        [(copy_start - chunk_start) as usize..(copy_end - chunk_start) as usize];
-                    let dst_start = (copy_start - offset) as usize;
-                    out[dst_start..dst_start + src.len()].copy_from_slice(src);
-                }
+                copy_chunk(&mut out, offset, end, chunk * chunk_bytes, value);
                 Scan::Continue
             })?;
         match decode_error {
@@ -464,6 +465,18 @@ impl Txn<'_> {
         inode.allocated_bytes = inode.size;
         inode.content = Content::Inline(bytes);
         Ok(())
+    }
+}
+
+/// Copies the part of the chunk starting at byte `chunk_start` (its stored bytes `value`)
+/// that falls in `[offset, end)` into `out`, which holds `[offset, end)`.
+fn copy_chunk(out: &mut [u8], offset: u64, end: u64, chunk_start: u64, value: &[u8]) {
+    let copy_start = offset.max(chunk_start);
+    let copy_end = end.min(chunk_start + value.len() as u64);
+    if copy_start < copy_end {
+        let src = &value[(copy_start - chunk_start) as usize..(copy_end - chunk_start) as usize];
+        let dst_start = (copy_start - offset) as usize;
+        out[dst_start..dst_start + src.len()].copy_from_slice(src);
     }
 }
 
