@@ -7,7 +7,10 @@
 //! (fork, exec, a call the library does not serve) it becomes a kernel descriptor of the
 //! same file through the mount, at the same offset and flags (`to_kernel`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
