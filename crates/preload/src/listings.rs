@@ -12,6 +12,7 @@
 //! caller's now is not used.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,7 +37,7 @@ struct Listing {
     dir_version: Option<u32>,
     who: channel::Who,
     /// Each entry's attributes and the version they hold for.
-    attrs: HashMap<Box<[u8]>, (Attr, Option<u32>)>,
+    attrs: Entries,
     /// Stats it answered: a listing of a new directory whose predecessor answered none
     /// although it had subdirectories turns attributes off (`want_attrs`).
     hits: AtomicUsize,
@@ -49,6 +50,99 @@ struct Listing {
     /// page: the next one is asked for, not the name alone (`ls`-less stats through a
     /// directory of 20k files).
     more: Option<More>,
+}
+
+/// A listing's entries by name: the names back to back in one buffer and an index into
+/// them, so a page of a walk (thousands of them) costs a few allocations, not one per name.
+#[derive(Default)]
+struct Entries {
+    names: Vec<u8>,
+    slots: Vec<Slot>,
+    /// Positions in `slots`, by the hash of the name.
+    index: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+struct Slot {
+    name_at: u32,
+    name_len: u32,
+    attr: Attr,
+    version: Option<u32>,
+}
+
+impl Entries {
+    fn with_capacity(entries: usize) -> Entries {
+        Entries {
+            slots: Vec::with_capacity(entries),
+            index: hashbrown::HashTable::with_capacity(entries),
+            ..Entries::default()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn name(&self, slot: &Slot) -> &[u8] {
+        let at = slot.name_at as usize;
+        &self.names[at..at + slot.name_len as usize]
+    }
+
+    fn position(&self, name: &[u8]) -> Option<usize> {
+        let hash = self.hasher.hash_one(name);
+        self.index
+            .find(hash, |&i| self.name(&self.slots[i as usize]) == name)
+            .map(|&i| i as usize)
+    }
+
+    fn get(&self, name: &[u8]) -> Option<(&Attr, &Option<u32>)> {
+        let slot = &self.slots[self.position(name)?];
+        Some((&slot.attr, &slot.version))
+    }
+
+    /// Keeps `name`'s attributes; whether it is new here.
+    fn insert(&mut self, name: &[u8], attr: Attr, version: Option<u32>) -> bool {
+        if let Some(at) = self.position(name) {
+            let slot = &mut self.slots[at];
+            (slot.attr, slot.version) = (attr, version);
+            return false;
+        }
+        // A listing holds at most MAX_ENTRIES names of at most NAME_MAX bytes: far below
+        // what u32 positions reach.
+        let (Ok(name_at), Ok(name_len), Ok(position)) = (
+            u32::try_from(self.names.len()),
+            u32::try_from(name.len()),
+            u32::try_from(self.slots.len()),
+        ) else {
+            return false;
+        };
+        self.names.extend_from_slice(name);
+        self.slots.push(Slot {
+            name_at,
+            name_len,
+            attr,
+            version,
+        });
+        let hash = self.hasher.hash_one(name);
+        let (hasher, names, slots) = (&self.hasher, &self.names, &self.slots);
+        self.index.insert_unique(hash, position, |&i| {
+            rehash(hasher, names, &slots[i as usize])
+        });
+        true
+    }
+
+    fn reserve(&mut self, more: usize) {
+        self.slots.reserve(more);
+        let (hasher, names, slots) = (&self.hasher, &self.names, &self.slots);
+        self.index
+            .reserve(more, |&i| rehash(hasher, names, &slots[i as usize]));
+    }
+}
+
+/// The hash of `slot`'s name, for the index's growth.
+fn rehash(hasher: &foldhash::fast::RandomState, names: &[u8], slot: &Slot) -> u64 {
+    let at = slot.name_at as usize;
+    hasher.hash_one(&names[at..at + slot.name_len as usize])
 }
 
 /// A directory handle to go on listing from, after `after`.
@@ -405,7 +499,7 @@ fn keep(
                 changes,
                 dir_version,
                 who,
-                attrs: HashMap::with_capacity(page.len()),
+                attrs: Entries::with_capacity(page.len()),
                 hits: AtomicUsize::new(0),
                 more: None,
                 subdirs: 0,
@@ -427,11 +521,7 @@ fn keep(
             if attr.mode & libc::S_IFMT == libc::S_IFDIR {
                 listing.subdirs += 1;
             }
-            if listing
-                .attrs
-                .insert(entry.name.clone().into_boxed_slice(), (attr, entry.version))
-                .is_none()
-            {
+            if listing.attrs.insert(&entry.name, attr, entry.version) {
                 added += 1;
             }
         }
@@ -555,5 +645,39 @@ impl Listings {
             self.order
                 .retain(|key| by_dir.is_some_and(|map| map.contains_key(key)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(ino: u64) -> Attr {
+        Attr {
+            ino,
+            ..Attr::default()
+        }
+    }
+
+    #[test]
+    fn entries_find_each_name_and_a_name_kept_again_replaces_its_attributes() {
+        let mut entries = Entries::with_capacity(4);
+        let names: Vec<Vec<u8>> = (0..5000u32)
+            .map(|i| format!("name-{i}").into_bytes())
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(entries.insert(name, attr(i as u64), Some(i as u32)));
+        }
+        assert_eq!(entries.len(), names.len());
+        for (i, name) in names.iter().enumerate() {
+            let (found, version) = entries.get(name).expect("kept");
+            assert_eq!((found.ino, *version), (i as u64, Some(i as u32)));
+        }
+        assert!(entries.get(b"name-").is_none());
+        assert!(entries.get(b"name-50000").is_none());
+        assert!(!entries.insert(b"name-7", attr(99), None));
+        assert_eq!(entries.len(), names.len());
+        let (found, version) = entries.get(b"name-7").expect("kept");
+        assert_eq!((found.ino, *version), (99, None));
     }
 }
