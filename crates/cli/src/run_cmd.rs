@@ -105,28 +105,37 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N`) into one
-/// table.
+/// The counters each process adds after its calls, and how the report names them.
+const COUNTED: [(&str, &str); 4] = [
+    (
+        "listed=",
+        "stats answered from directory listings (no round trip)",
+    ),
+    (
+        "ahead=",
+        "directories opened from those opened ahead (no round trip)",
+    ),
+    (
+        "whole=",
+        "reads answered from files sent with their open (no round trip)",
+    ),
+    ("lost=", "descriptors that could not become kernel ones"),
+];
+
+/// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N
+/// whole=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;
-    let mut lost = 0u64;
-    let mut listed = 0u64;
-    let mut ahead = 0u64;
+    let mut counted = [0u64; COUNTED.len()];
     for line in text.lines() {
         processes += 1;
-        for field in line.split_whitespace().skip(1) {
-            if let Some(n) = field.strip_prefix("lost=") {
-                lost += n.parse::<u64>().unwrap_or(0);
-                continue;
-            }
-            if let Some(n) = field.strip_prefix("listed=") {
-                listed += n.parse::<u64>().unwrap_or(0);
-                continue;
-            }
-            if let Some(n) = field.strip_prefix("ahead=") {
-                ahead += n.parse::<u64>().unwrap_or(0);
-                continue;
+        'field: for field in line.split_whitespace().skip(1) {
+            for (total, (prefix, _)) in counted.iter_mut().zip(COUNTED) {
+                if let Some(n) = field.strip_prefix(prefix) {
+                    *total += n.parse::<u64>().unwrap_or(0);
+                    continue 'field;
+                }
             }
             let parts: Vec<u64> = field.split(':').filter_map(|p| p.parse().ok()).collect();
             if let [nr, fast, fell] = parts[..] {
@@ -143,20 +152,10 @@ fn render_report(text: &str) -> String {
     for (nr, [fast, fell]) in totals {
         out.push_str(&format!("{:<16} {fast:>10} {fell:>12}\n", syscall_name(nr)));
     }
-    if listed > 0 {
-        out.push_str(&format!(
-            "stats answered from directory listings (no round trip): {listed}\n"
-        ));
-    }
-    if ahead > 0 {
-        out.push_str(&format!(
-            "directories opened from those opened ahead (no round trip): {ahead}\n"
-        ));
-    }
-    if lost > 0 {
-        out.push_str(&format!(
-            "descriptors that could not become kernel ones: {lost}\n"
-        ));
+    for (total, (_, label)) in counted.iter().zip(COUNTED) {
+        if *total > 0 {
+            out.push_str(&format!("{label}: {total}\n"));
+        }
     }
     out
 }

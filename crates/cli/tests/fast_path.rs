@@ -1554,6 +1554,8 @@ fn a_start_named_by_inode_alone_is_left_to_the_kernel() {
         flags: libc::O_RDONLY,
         mode: 0,
         umask: 0o022,
+        // And its bytes with the answer, were it given.
+        read_ahead: 16384,
     }
     .encode(&mut forged);
     let answer = common::as_user(USER, || forged_request(&name, &hello, &forged));
@@ -2760,6 +2762,95 @@ fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
         assert_eq!(out.stdout, expected, "{}", out.describe());
     }
     assert_served(&outputs[1], 10, "open, fstat, flistxattr, copy_file_range");
+    m.finish();
+}
+
+/// Opens argv[2] for reading (a small file: on the fast path its bytes come with the
+/// open), reads part of it, has `argv[1]` (a shell command) change it, then reads it
+/// again through the same descriptor: from where it was, and from the start.
+const READ_THEN_CHANGED_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void show(const char *when, int fd, off_t at) {
+    char buf[64] = {0};
+    ssize_t n = at < 0 ? read(fd, buf, sizeof buf - 1) : pread(fd, buf, sizeof buf - 1, at);
+    printf("%s: %zd [%s]\n", when, n, buf);
+}
+int main(int argc, char **argv) {
+    int fd = open(argv[2], O_RDONLY);
+    if (fd < 0) { perror("open"); return 1; }
+    char head[3];
+    if (read(fd, head, 3) != 3) return 3;
+    show("before, at 3", fd, 3);
+    if (system(argv[1]) != 0) return 2;
+    show("after, on", fd, -1);
+    show("after, from 0", fd, 0);
+    show("after, at the end", fd, -1);
+    return close(fd);
+}
+"#;
+
+/// A small file's bytes sent with its open on the fast path (`whole_file.rs`) are read
+/// only while the file stays as it was: after a write, an append, a truncation, by
+/// another process through either door, the same descriptor reads what the kernel door
+/// reads.
+#[test]
+fn a_file_read_from_its_open_follows_changes_from_either_door() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "readchanged", READ_THEN_CHANGED_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let changes = [
+        (
+            "overwrite",
+            "printf XY | dd of=\"$F\" bs=1 seek=4 conv=notrunc 2>/dev/null",
+        ),
+        ("append", "printf 'and more' >> \"$F\""),
+        ("truncate", "truncate -s 5 \"$F\""),
+    ];
+    for (what, change) in changes {
+        let mut outputs = Vec::new();
+        for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+            let file = m.path(format!("{what}-{door}-{changer}"));
+            fs::write(&file, b"abcdefghij").unwrap();
+            let command = format!(
+                "F='{}'; SHOAL_RUN={changer}; export SHOAL_RUN; {change}",
+                file.display()
+            );
+            let args = [binary.as_os_str(), OsStr::new(&command), file.as_os_str()];
+            let out = through(door, &m.mnt, &args);
+            assert!(out.success(), "{what}: {}", out.describe());
+            outputs.push(out);
+        }
+        for out in &outputs[1..] {
+            assert_eq!(out.stdout, outputs[0].stdout, "{what}: {}", out.describe());
+        }
+        assert!(
+            outputs[0].stdout.starts_with("before, at 3: 7 [defghij]\n"),
+            "{what}: {}",
+            outputs[0].describe()
+        );
+        assert_ne!(
+            outputs[0].stdout.lines().nth(2),
+            Some("after, from 0: 10 [abcdefghij]"),
+            "{what}: the change is seen"
+        );
+    }
+    // Unchanged, the reads come from the bytes sent with the open.
+    let file = m.path("unchanged");
+    fs::write(&file, b"abcdefghij").unwrap();
+    let out = fast(
+        &m.mnt,
+        &[binary.as_os_str(), OsStr::new("true"), file.as_os_str()],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("reads answered from files sent with their open"),
+        "{}",
+        out.describe()
+    );
     m.finish();
 }
 

@@ -162,8 +162,44 @@ impl Server {
         Ok(Reply::Empty)
     }
 
-    pub fn open(&self, s: &Session, at: &At, flags: i32, mode: u32, umask: u32) -> Served<Reply> {
-        self.open_witnessed(s, at, flags, mode, umask, None)
+    /// `open`; with the file's bytes when it is a regular file opened for reading, no
+    /// longer than `read_ahead` (the client then reads it without a round trip).
+    pub fn open(
+        &self,
+        s: &Session,
+        at: &At,
+        (flags, mode, umask): (i32, u32, u32),
+        read_ahead: u32,
+    ) -> Served<Reply> {
+        let reply = self.open_witnessed(s, at, flags, mode, umask, None)?;
+        Ok(match reply {
+            Reply::Opened(opened) => match self.whole_file(&opened, flags, read_ahead) {
+                Some(data) => Reply::OpenedWithData { opened, data },
+                None => Reply::Opened(opened),
+            },
+            other => other,
+        })
+    }
+
+    /// The bytes of the file `opened`, if it is a regular file opened for reading, of at
+    /// most `read_ahead` bytes, and the daemon keeps versions: read after the version the
+    /// answer carries, they hold while it stays. A read that fails sends none (the
+    /// program's own read then gets the error, as through the kernel).
+    fn whole_file(&self, opened: &Opened, flags: i32, read_ahead: u32) -> Option<Vec<u8>> {
+        let limit = u64::from(read_ahead).min(shoal_fastpath::MAX_READ_AHEAD_BYTES as u64);
+        let wanted = opened.version.is_some()
+            && flags & libc::O_ACCMODE != libc::O_WRONLY
+            && opened.attr.mode & libc::S_IFMT == libc::S_IFREG
+            && opened.attr.size <= limit;
+        if !wanted {
+            return None;
+        }
+        let data = self
+            .engine
+            .read(opened.attr.ino, 0, opened.attr.size as u32)
+            .ok()?;
+        // The file changed between the attributes and the read: the program reads anew.
+        (data.len() as u64 == opened.attr.size).then_some(data)
     }
 
     /// `open`, noting its walk in `witness`.

@@ -571,7 +571,8 @@ impl Server {
                 flags,
                 mode,
                 umask,
-            } => self.open(s, at, *flags, *mode, *umask),
+                read_ahead,
+            } => self.open(s, at, (*flags, *mode, *umask), *read_ahead),
             Request::OpenDir { at, .. } => self.open_dir(s, at, OpenDirAsked::of(request)),
             Request::Close { handle } => self.close(s, *handle),
             Request::Read {

@@ -35,7 +35,7 @@ pub use message::{
 
 /// Bumped on any change of the messages; a client and a daemon that differ fall back to the
 /// kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;
@@ -45,6 +45,8 @@ pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;
 /// socket's default send buffer (net.core.wmem_default, 208 KiB), which only
 /// CAP_NET_ADMIN may raise.
 pub const MAX_IO_BYTES: usize = 128 * 1024;
+/// The most file bytes an open's answer carries (`Request::Open::read_ahead`).
+pub const MAX_READ_AHEAD_BYTES: usize = 64 * 1024;
 
 /// Longest path a request carries (PATH_MAX, terminating NUL included).
 pub const PATH_MAX_BYTES: usize = 4096;

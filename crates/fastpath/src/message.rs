@@ -3,7 +3,7 @@
 //! the daemon gave out at open.
 
 use crate::codec::{Decoder, Encoder, WireError};
-use crate::{MAX_IO_BYTES, PATH_MAX_BYTES, WITNESS_MAX};
+use crate::{MAX_IO_BYTES, MAX_READ_AHEAD_BYTES, PATH_MAX_BYTES, WITNESS_MAX};
 
 /// Longest xattr name or value carried (the kernel's XATTR_SIZE_MAX is 64 KiB).
 const XATTR_MAX_BYTES: usize = 64 * 1024;
@@ -99,6 +99,9 @@ pub enum Request {
         flags: i32,
         mode: u32,
         umask: u32,
+        /// Send the file's bytes with the answer if it is a regular file opened for
+        /// reading no longer than this (`Opened::data`); 0: not wanted.
+        read_ahead: u32,
     },
     Close {
         handle: u64,
@@ -328,6 +331,12 @@ pub enum Reply {
     Hello(Hello),
     Attr(Attr),
     Opened(Opened),
+    /// `Opened`, and the whole file (`Request::Open::read_ahead`), read after its
+    /// `version` was: the bytes hold while that version stays.
+    OpenedWithData {
+        opened: Opened,
+        data: Vec<u8>,
+    },
     Data(Vec<u8>),
     Written {
         written: u64,
@@ -555,9 +564,10 @@ impl Request {
                 flags,
                 mode,
                 umask,
+                read_ahead,
             } => {
                 at.encode(&mut e);
-                e.i32(*flags).u32(*mode).u32(*umask);
+                e.i32(*flags).u32(*mode).u32(*umask).u32(*read_ahead);
             }
             Request::OpenDir {
                 at,
@@ -677,6 +687,7 @@ impl Request {
                 flags: d.i32()?,
                 mode: d.u32()?,
                 umask: d.u32()?,
+                read_ahead: d.u32()?,
             },
             25 => Request::OpenDir {
                 at: At::decode(&mut d)?,
@@ -823,6 +834,10 @@ impl Reply {
                 attr.encode(&mut e);
             }
             Reply::Opened(opened) => opened.encode(e.u8(3)),
+            Reply::OpenedWithData { opened, data } => {
+                opened.encode(e.u8(11));
+                e.bytes(data);
+            }
             Reply::AttrAt {
                 attr,
                 version,
@@ -857,23 +872,7 @@ impl Reply {
                 changes,
                 dir_version,
             } => encode_entries(e.u8(6), entries, *done, *changes, *dir_version),
-            Reply::OpenedDir {
-                opened,
-                entries,
-                done,
-                changes,
-                dir_version,
-                witness,
-                below,
-            } => {
-                opened.encode(e.u8(8));
-                match witness {
-                    Some(witness) => encode_witness(e.u8(1), witness),
-                    None => void(e.u8(0)),
-                }
-                encode_entries(&mut e, entries, *done, *changes, *dir_version);
-                encode_below(&mut e, below, *changes);
-            }
+            Reply::OpenedDir { .. } => encode_opened_dir(e.u8(8), reply),
         }
     }
 
@@ -897,6 +896,10 @@ impl Reply {
             }),
             2 => Reply::Attr(Attr::decode(&mut d)?),
             3 => Reply::Opened(Opened::decode(&mut d)?),
+            11 => Reply::OpenedWithData {
+                opened: Opened::decode(&mut d)?,
+                data: d.bytes(MAX_READ_AHEAD_BYTES)?.to_vec(),
+            },
             9 => Reply::AttrAt {
                 attr: Attr::decode(&mut d)?,
                 version: decode_option_u32(&mut d)?,
@@ -916,24 +919,7 @@ impl Reply {
                     dir_version,
                 }
             }
-            8 => {
-                let opened = Opened::decode(&mut d)?;
-                let witness = match d.u8()? {
-                    0 => None,
-                    1 => Some(decode_witness(&mut d)?),
-                    tag => return Err(WireError::UnknownTag(u32::from(tag))),
-                };
-                let (entries, done, changes, dir_version) = decode_entries(&mut d)?;
-                Reply::OpenedDir {
-                    opened,
-                    entries,
-                    done,
-                    changes,
-                    dir_version,
-                    witness,
-                    below: decode_below(&mut d)?,
-                }
-            }
+            8 => decode_opened_dir(&mut d)?,
             7 => Reply::Changed {
                 attr: Attr::decode(&mut d)?,
                 kernel_holds: d.bool()?,
@@ -948,6 +934,49 @@ impl Reply {
         d.finish()?;
         Ok((status, reply))
     }
+}
+
+/// `Reply::OpenedDir`'s fields, after its tag: the open, the witness (tagged), the first
+/// page, the directories below.
+fn encode_opened_dir(e: &mut Encoder, reply: &Reply) {
+    let Reply::OpenedDir {
+        opened,
+        entries,
+        done,
+        changes,
+        dir_version,
+        witness,
+        below,
+    } = reply
+    else {
+        return;
+    };
+    opened.encode(e);
+    match witness {
+        Some(witness) => encode_witness(e.u8(1), witness),
+        None => void(e.u8(0)),
+    }
+    encode_entries(e, entries, *done, *changes, *dir_version);
+    encode_below(e, below, *changes);
+}
+
+fn decode_opened_dir(d: &mut Decoder) -> Result<Reply, WireError> {
+    let opened = Opened::decode(d)?;
+    let witness = match d.u8()? {
+        0 => None,
+        1 => Some(decode_witness(d)?),
+        tag => return Err(WireError::UnknownTag(u32::from(tag))),
+    };
+    let (entries, done, changes, dir_version) = decode_entries(d)?;
+    Ok(Reply::OpenedDir {
+        opened,
+        entries,
+        done,
+        changes,
+        dir_version,
+        witness,
+        below: decode_below(d)?,
+    })
 }
 
 /// A page of entries: count, the change count, the directory's version, each entry
@@ -1095,6 +1124,7 @@ mod tests {
                 flags: 0o1101,
                 mode: 0o644,
                 umask: 0o22,
+                read_ahead: 16384,
             },
             Request::Close { handle: 3 },
             Request::Read {
@@ -1225,6 +1255,16 @@ mod tests {
                 version: Some(7),
                 no_xattrs: true,
             }),
+            Reply::OpenedWithData {
+                opened: Opened {
+                    handle: 3,
+                    attr,
+                    created: false,
+                    version: Some(8),
+                    no_xattrs: false,
+                },
+                data: b"the whole file".to_vec(),
+            },
             Reply::AttrAt {
                 attr,
                 version: None,

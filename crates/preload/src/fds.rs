@@ -60,6 +60,8 @@ pub struct OpenFile {
     /// For a directory opened on the fast path: what lets it be opened again without a
     /// round trip once the program closes it, and `..` from it (`below.rs`).
     pub origin: Option<DirOrigin>,
+    /// A small file's bytes, sent with its open (`whole_file.rs`).
+    pub whole: Mutex<Option<crate::whole_file::WholeFile>>,
 }
 
 /// How a directory came to be open: where, by whom, with what answer.

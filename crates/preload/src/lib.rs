@@ -25,6 +25,7 @@ mod resolve;
 mod spawn;
 mod stats;
 mod sys;
+mod whole_file;
 mod witnessed;
 
 /// Loaded as LD_PRELOAD: set up and install the interception before main.

@@ -20,6 +20,7 @@ struct Counters {
     fell_back: [AtomicU64; CALLS],
     lost_conversions: AtomicU64,
     listed: AtomicU64,
+    whole_file_reads: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
@@ -27,6 +28,7 @@ static COUNTERS: Counters = Counters {
     fell_back: [const { AtomicU64::new(0) }; CALLS],
     lost_conversions: AtomicU64::new(0),
     listed: AtomicU64::new(0),
+    whole_file_reads: AtomicU64::new(0),
 };
 
 static REPORT_PATH: OnceLock<Option<Vec<u8>>> = OnceLock::new();
@@ -55,7 +57,12 @@ pub fn note(nr: i64, way: Way) {
 /// parent reports.
 pub fn forget_inherited() {
     let all = COUNTERS.fast.iter().chain(&COUNTERS.fell_back);
-    for counter in all.chain([&COUNTERS.lost_conversions, &COUNTERS.listed]) {
+    let others = [
+        &COUNTERS.lost_conversions,
+        &COUNTERS.listed,
+        &COUNTERS.whole_file_reads,
+    ];
+    for counter in all.chain(others) {
         counter.store(0, Ordering::Relaxed);
     }
 }
@@ -65,13 +72,18 @@ pub fn note_lost_conversion() {
     COUNTERS.lost_conversions.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A read answered from the file's bytes sent with its open (counted as fast too).
+pub fn note_whole_file_read() {
+    COUNTERS.whole_file_reads.fetch_add(1, Ordering::Relaxed);
+}
+
 /// A stat answered from a directory listing's attributes (counted as fast too).
 pub fn note_listed() {
     COUNTERS.listed.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Appends this process's counts as one line:
-/// `pid nr:fast:fellback ... lost=N listed=N ahead=N`.
+/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -85,10 +97,11 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={} listed={} ahead={}\n",
+        " lost={} listed={} ahead={} whole={}\n",
         COUNTERS.lost_conversions.load(Ordering::Relaxed),
         COUNTERS.listed.load(Ordering::Relaxed),
         crate::below::opened(),
+        COUNTERS.whole_file_reads.load(Ordering::Relaxed),
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

@@ -69,15 +69,17 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         flags,
         mode,
         umask: process_state::umask(),
+        read_ahead: crate::whole_file::to_ask(flags),
     };
     let changes_before = crate::listings::changes_now(mount);
-    let opened = match ask(nr, mount, &request) {
-        Answer::Done(Reply::Opened(opened)) => opened,
+    let (opened, data) = match ask(nr, mount, &request) {
+        Answer::Done(Reply::Opened(opened)) => (opened, None),
+        Answer::Done(Reply::OpenedWithData { opened, data }) => (opened, Some(data)),
         Answer::Done(_) => return Some(fail(libc::EPROTO)),
         Answer::Errno(errno) => return Some(fail(errno)),
         Answer::Kernel => return Some(kernel(nr, args, dirfd_position)),
     };
-    Some(install(
+    let fd = install(
         mount,
         dirfd,
         &path,
@@ -86,7 +88,11 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         None,
         changes_before,
         None,
-    ))
+    );
+    if let (Some(data), Some(version)) = (data, opened.version) {
+        crate::whole_file::keep(fd, data, version);
+    }
+    Some(fd)
 }
 
 /// `open` with O_DIRECTORY (not O_CREAT): answered from a directory kept open (`below.rs`)
@@ -324,6 +330,7 @@ fn install(
         path: resolve::absolute(dirfd, path),
         known: Mutex::new(holds_at_open(mount, opened, changes_before)),
         origin,
+        whole: Mutex::new(None),
     });
     let fd = internal_fds::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {
