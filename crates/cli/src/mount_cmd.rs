@@ -203,7 +203,15 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
             journal_bytes: options.journal_bytes,
         },
         checkpoint_bytes: options.checkpoint_bytes,
+        read_cache_bytes: read_cache_bytes(options.memory_bytes),
     }
+}
+
+/// The metadata read cache within `-o memory=`: the default (32 MiB), or an eighth of a
+/// smaller budget.
+fn read_cache_bytes(memory_bytes: u64) -> usize {
+    let share = usize::try_from(memory_bytes / 8).unwrap_or(usize::MAX);
+    shoal_engine::defaults::READ_CACHE_BYTES.min(share)
 }
 
 fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {

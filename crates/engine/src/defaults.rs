@@ -19,6 +19,12 @@ pub const JOURNAL_BYTES: u64 = 512 << 20;
 /// Directory listings kept while nothing changes (`engine/listing_cache.rs`): about 65k
 /// entries with their attributes, a 30k-entry source tree's whole `du -s`.
 pub const LISTING_CACHE_BYTES: usize = 16 << 20;
+/// Point reads of metadata kept (`store/read_cache.rs`): an entry and an inode of each of
+/// about 120k files, so the opens of a 30k-file tree read again (`grep -r`, a build) find
+/// theirs (8 MiB did not: each pass emptied the shards the next one needed; 459 -> 395-418
+/// ms for a warm `grep -r` of the bench tree under `shoal run`). A mount gives it an
+/// eighth of a smaller `memory=` budget.
+pub const READ_CACHE_BYTES: usize = 32 << 20;
 /// Staged key and value bytes at which a write first checkpoints (`checkpoint=`;
 /// docs/tuning.md says why 32 MiB: fewer checkpoint threads taking a CPU from callers).
 pub const CHECKPOINT_BYTES: u64 = 32 << 20;

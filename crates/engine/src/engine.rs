@@ -26,6 +26,7 @@ use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
 use crate::stats::{Op, Stats, StatsSnapshot};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::poison::{Poison, PoisonChecked};
+use crate::store::read_cache::CachedStore;
 use crate::store::{
     Batch, FjallStore, FjallTuning, MemoryStore, Scan, Space, StagedStore, Store, StoreMetrics,
 };
@@ -60,6 +61,8 @@ pub struct EngineConfig {
     /// together (see `store::StagedStore`), in key and value bytes. 0: none are; each
     /// reaches the store's journal (and the OS) before it completes.
     pub checkpoint_bytes: u64,
+    /// Point reads of metadata kept in memory (`store::read_cache`).
+    pub read_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +72,7 @@ impl Default for EngineConfig {
             commit_interval: Some(crate::defaults::COMMIT_INTERVAL),
             tuning: FjallTuning::default(),
             checkpoint_bytes: crate::defaults::CHECKPOINT_BYTES,
+            read_cache_bytes: crate::defaults::READ_CACHE_BYTES,
         }
     }
 }
@@ -277,7 +281,7 @@ impl Engine {
         space: Option<SpaceReserve>,
     ) -> Result<Arc<Engine>, OpenError> {
         // Path walks through both doors read the same metadata keys again and again.
-        let store: Box<dyn Store> = Box::new(crate::store::read_cache::CachedStore::new(store));
+        let store: Box<dyn Store> = Box::new(CachedStore::new(store, config.read_cache_bytes));
         let poison = Arc::new(Poison::default());
         let store: Box<dyn Store> = Box::new(PoisonChecked::new(store, poison.clone()));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
