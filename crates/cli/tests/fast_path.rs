@@ -2854,6 +2854,48 @@ fn a_file_read_from_its_open_follows_changes_from_either_door() {
     m.finish();
 }
 
+/// Four processes open the same 2000 new names with O_CREAT (no O_EXCL), in the same
+/// order: each open must succeed, whoever created the name.
+const CREATE_RACE_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    for (int p = 0; p < 4; p++) {
+        if (fork() == 0) {
+            int failed = 0;
+            char name[32];
+            for (int i = 0; i < 2000; i++) {
+                snprintf(name, sizeof name, "n%d", i);
+                int fd = open(name, O_CREAT | O_WRONLY, 0644);
+                if (fd < 0) { if (!failed++) perror(name); } else close(fd);
+            }
+            exit(failed != 0);
+        }
+    }
+    int status, bad = 0;
+    while (wait(&status) > 0) bad |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    puts(bad ? "an open failed" : "all opened");
+    return bad;
+}
+"#;
+
+/// An O_CREAT open whose name another process creates between the daemon's walk and its
+/// create opens that file, as the kernel's `atomic_open` does (it returned EEXIST).
+#[test]
+fn opens_that_create_the_same_name_at_once_all_succeed() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "createrace", CREATE_RACE_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let out = fast(&m.mnt, &[binary.as_os_str()]);
+    assert_served(&out, 8000, "racing creates");
+    assert_eq!(out.stdout, "all opened\n", "{}", out.describe());
+    assert_eq!(names_in(&m.mnt).len(), 2000);
+    m.finish();
+}
+
 /// C shared by the stat programs below: `show(when, path)` prints what lstat says of
 /// `path` (mode and size, or "gone"), the line the tests compare between the doors; with
 /// `BEFORE_AND_AFTER`, a `main` that runs `look` ("before"), the shell command `argv[1]`,

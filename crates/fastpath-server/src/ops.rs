@@ -111,6 +111,10 @@ pub fn attr(inode: &Inode) -> Attr {
     }
 }
 
+/// Walks an O_CREAT open makes when other callers keep creating and removing its name
+/// between its walk and its create.
+const CREATE_ATTEMPTS: usize = 3;
+
 impl Server {
     /// Walks `at` from a start the process holds (`starts`); the kernel walks any other.
     fn walk_from(&self, s: &Session, at: &At) -> Served<Walked> {
@@ -219,20 +223,7 @@ impl Server {
         require(accmode != libc::O_ACCMODE)?;
         let creating = flags & libc::O_CREAT != 0;
         require(!(creating && flags & libc::O_DIRECTORY != 0))?;
-        let walked = self.walk_from_witnessed(s, at, witness)?;
-        let (inode, created) = match &walked.found {
-            Some(inode) => {
-                ensure(!(creating && flags & libc::O_EXCL != 0), libc::EEXIST)?;
-                // O_CREAT never opens a directory, even read-only (do_open's EISDIR).
-                ensure(
-                    !(creating && inode.kind == FileKind::Directory),
-                    libc::EISDIR,
-                )?;
-                (inode.clone(), false)
-            }
-            None if creating => (self.create_file(s, &walked, mode, umask)?, true),
-            None => return Err(Refusal::Errno(libc::ENOENT)),
-        };
+        let (inode, created) = self.find_or_create(s, at, witness, flags, (mode, umask))?;
         if !created {
             self.may_open(s, &inode, flags)?;
         }
@@ -270,6 +261,44 @@ impl Server {
             version,
             no_xattrs: !inode.may_have_xattrs,
         }))
+    }
+
+    /// What an open names: the existing file, or (O_CREAT) the file it creates; and
+    /// whether it created it. A name another caller creates between the walk and the
+    /// create is opened (without O_EXCL), as the kernel's `atomic_open` looks up again:
+    /// three appenders opening one log with O_CREAT|O_APPEND got EEXIST here before.
+    fn find_or_create(
+        &self,
+        s: &Session,
+        at: &At,
+        mut witness: Option<&mut Witness>,
+        flags: i32,
+        (mode, umask): (u32, u32),
+    ) -> Served<(Inode, bool)> {
+        let creating = flags & libc::O_CREAT != 0;
+        let exclusive = creating && flags & libc::O_EXCL != 0;
+        for _ in 0..CREATE_ATTEMPTS {
+            let walked = self.walk_from_witnessed(s, at, witness.as_deref_mut())?;
+            match &walked.found {
+                Some(inode) => {
+                    ensure(!exclusive, libc::EEXIST)?;
+                    // O_CREAT never opens a directory, even read-only (do_open's EISDIR).
+                    ensure(
+                        !(creating && inode.kind == FileKind::Directory),
+                        libc::EISDIR,
+                    )?;
+                    return Ok((inode.clone(), false));
+                }
+                None if creating => match self.create_file(s, &walked, mode, umask) {
+                    Ok(inode) => return Ok((inode, true)),
+                    Err(Refusal::Errno(libc::EEXIST)) if !exclusive => continue,
+                    Err(refusal) => return Err(refusal),
+                },
+                None => return Err(Refusal::Errno(libc::ENOENT)),
+            }
+        }
+        // Made and removed again at every try: the kernel decides.
+        Err(Refusal::Fallback(Why::KernelRule))
     }
 
     /// `may_open`: the type and access checks on an existing file.
