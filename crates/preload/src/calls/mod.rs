@@ -255,6 +255,7 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_fadvise64 => io::fadvise(args),
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
+        libc::SYS_brk => Some(readable_pages::brk(args[0] as u64, || raw(nr, args))),
         _ if may_take_memory_away(nr, args) => Some(readable_pages::around_mapping_change(|| {
             kernel(nr, args, descriptor_arguments(nr))
         })),
@@ -296,7 +297,6 @@ fn may_take_memory_away(nr: i64, args: [i64; 6]) -> bool {
         libc::SYS_madvise => !READABLE_AFTER.contains(&(args[2] as i32)),
         libc::SYS_mprotect
         | libc::SYS_munmap
-        | libc::SYS_brk
         | libc::SYS_mremap
         | libc::SYS_shmat
         | libc::SYS_shmdt
