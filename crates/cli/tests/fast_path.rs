@@ -2854,6 +2854,63 @@ fn a_file_read_from_its_open_follows_changes_from_either_door() {
     m.finish();
 }
 
+/// Writes argv[2] and looks at it with fstat after each write (as git does for each file
+/// it checks out), has `argv[1]` (a shell command) change it, and looks again.
+const WRITE_THEN_FSTAT_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static void look(const char *when, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) { perror("fstat"); exit(3); }
+    printf("%s: size %lld mode %o\n", when, (long long)st.st_size, st.st_mode & 07777);
+}
+int main(int argc, char **argv) {
+    int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror("open"); return 1; }
+    for (int i = 1; i <= 3; i++) {
+        if (write(fd, "0123456789", 10) != 10) return 2;
+        char when[16];
+        snprintf(when, sizeof when, "write %d", i);
+        look(when, fd);
+    }
+    if (system(argv[1]) != 0) return 4;
+    look("changed", fd);
+    return close(fd);
+}
+"#;
+
+/// What a write's answer says of the file (`Reply::WrittenAt`, once the process has
+/// fstat'ed a file it writes) answers the next fstat only while the file stays as the
+/// write left it: a change by another process through either door is seen.
+#[test]
+fn a_write_answered_with_attributes_follows_changes_from_either_door() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "writefstat", WRITE_THEN_FSTAT_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let change = "printf 12345 >> \"$F\"; chmod 600 \"$F\"";
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let file = m.path(format!("{door}-{changer}"));
+        let command = format!(
+            "F='{}'; SHOAL_RUN={changer}; export SHOAL_RUN; {change}",
+            file.display()
+        );
+        let args = [binary.as_os_str(), OsStr::new(&command), file.as_os_str()];
+        let out = through(door, &m.mnt, &args);
+        assert!(out.success(), "{}", out.describe());
+        outputs.push(out);
+    }
+    let expected = "write 1: size 10 mode 644\nwrite 2: size 20 mode 644\n\
+                    write 3: size 30 mode 644\nchanged: size 35 mode 600\n";
+    for out in &outputs {
+        assert_eq!(out.stdout, expected, "{}", out.describe());
+    }
+    m.finish();
+}
+
 /// Four processes open the same 2000 new names with O_CREAT (no O_EXCL), in the same
 /// order: each open must succeed, whoever created the name.
 const CREATE_RACE_C: &str = r#"

@@ -387,13 +387,15 @@ impl Server {
         Ok(Reply::Data(self.engine.read(handle.ino, offset, len)?))
     }
 
+    /// A write at `offset` (or at the end, `append`); with the file's attributes after it
+    /// when `with_attr`.
     pub fn write(
         &self,
         s: &Session,
         id: u64,
-        offset: u64,
-        append: bool,
+        (offset, append): (u64, bool),
         data: &[u8],
+        with_attr: bool,
     ) -> Served<Reply> {
         let handle = s.handle(id)?;
         ensure(handle.writable && !handle.directory, libc::EBADF)?;
@@ -411,9 +413,19 @@ impl Server {
             .write_killing_privileges(handle.ino, offset, data, kill)?
             .bytes;
         self.kernel.inode_changed(handle.ino, true);
-        Ok(Reply::Written {
-            written: u64::from(written),
-            end: offset + u64::from(written),
+        let (written, end) = (u64::from(written), offset + u64::from(written));
+        if !with_attr {
+            return Ok(Reply::Written { written, end });
+        }
+        // As `changed`: the version first, then the attributes it vouches for.
+        let version = self.version_of(handle.ino);
+        let inode = self.engine.getattr(handle.ino)?;
+        Ok(Reply::WrittenAt {
+            written,
+            end,
+            attr: attr(&inode),
+            version,
+            no_xattrs: !inode.may_have_xattrs,
         })
     }
 

@@ -585,7 +585,8 @@ impl Server {
                 offset,
                 append,
                 data,
-            } => self.write(s, *handle, *offset, *append, data),
+                with_attr,
+            } => self.write(s, *handle, (*offset, *append), data, *with_attr),
             Request::Fstat { handle } => self.fstat(s, *handle),
             Request::Fsync { handle } => self.fsync(s, *handle),
             Request::ReadDir {

@@ -116,6 +116,9 @@ pub enum Request {
         offset: u64,
         append: bool,
         data: Vec<u8>,
+        /// Answer with the file's attributes after the write (`Reply::WrittenAt`): the
+        /// caller asks for them with an `fstat` next (git records each file it writes).
+        with_attr: bool,
     },
     Fstat {
         handle: u64,
@@ -341,6 +344,15 @@ pub enum Reply {
     Written {
         written: u64,
         end: u64,
+    },
+    /// `Written`, and the file's attributes read after the inode's `version` that
+    /// followed the write (as `Reply::Changed` carries them).
+    WrittenAt {
+        written: u64,
+        end: u64,
+        attr: Attr,
+        version: Option<u32>,
+        no_xattrs: bool,
     },
     Entries {
         entries: Vec<DirEntryWire>,
@@ -599,8 +611,13 @@ impl Request {
                 offset,
                 append,
                 data,
+                with_attr,
             } => {
-                e.u64(*handle).u64(*offset).bool(*append).bytes(data);
+                e.u64(*handle)
+                    .u64(*offset)
+                    .bool(*append)
+                    .bytes(data)
+                    .bool(*with_attr);
             }
             Request::ReadDir {
                 handle,
@@ -708,6 +725,7 @@ impl Request {
                 offset: d.u64()?,
                 append: d.bool()?,
                 data: d.bytes(MAX_IO_BYTES)?.to_vec(),
+                with_attr: d.bool()?,
             },
             8 => Request::Fstat { handle: d.u64()? },
             9 => Request::Fsync { handle: d.u64()? },
@@ -853,6 +871,18 @@ impl Reply {
             Reply::Written { written, end } => {
                 e.u8(5).u64(*written).u64(*end);
             }
+            Reply::WrittenAt {
+                written,
+                end,
+                attr,
+                version,
+                no_xattrs,
+            } => {
+                e.u8(12).u64(*written).u64(*end);
+                attr.encode(&mut e);
+                encode_option_u32(&mut e, *version);
+                e.bool(*no_xattrs);
+            }
             Reply::Changed {
                 attr,
                 kernel_holds,
@@ -909,6 +939,13 @@ impl Reply {
             5 => Reply::Written {
                 written: d.u64()?,
                 end: d.u64()?,
+            },
+            12 => Reply::WrittenAt {
+                written: d.u64()?,
+                end: d.u64()?,
+                attr: Attr::decode(&mut d)?,
+                version: decode_option_u32(&mut d)?,
+                no_xattrs: d.bool()?,
             },
             6 => {
                 let (entries, done, changes, dir_version) = decode_entries(&mut d)?;
@@ -1137,6 +1174,7 @@ mod tests {
                 offset: 0,
                 append: true,
                 data: b"hello".to_vec(),
+                with_attr: true,
             },
             Request::Fstat { handle: 3 },
             Request::Fsync { handle: 3 },
@@ -1264,6 +1302,13 @@ mod tests {
                     no_xattrs: false,
                 },
                 data: b"the whole file".to_vec(),
+            },
+            Reply::WrittenAt {
+                written: 5,
+                end: 9,
+                attr,
+                version: Some(4),
+                no_xattrs: true,
             },
             Reply::AttrAt {
                 attr,

@@ -1,5 +1,7 @@
 //! Reads, writes, seeks, directory listings and syncs on fast descriptors.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use shoal_fastpath::{DirEntryWire, Reply, Request, MAX_IO_BYTES, READDIR_BATCH_ENTRIES};
 
 use super::{ask, copy_out, fail, kernel, Answer};
@@ -9,6 +11,17 @@ use crate::{mounts, stats};
 /// A read or write the daemon left to the kernel: made there once the offset lock is
 /// released (the conversion to a kernel descriptor reads the offset).
 const TO_KERNEL: i64 = i64::MIN;
+
+/// Whether writes ask for the file's attributes with their answer: once the process has
+/// asked the daemon for those of a file open for writing (an `fstat` after a write, which
+/// made what was known stale: `git` records every file it checks out), from then on.
+/// `tar x`, which never does, pays nothing for them.
+static WRITES_WANT_ATTRS: AtomicBool = AtomicBool::new(false);
+
+/// An `fstat` of a file open for writing had to ask the daemon (see `WRITES_WANT_ATTRS`).
+pub fn attrs_wanted_after_writes() {
+    WRITES_WANT_ATTRS.store(true, Ordering::Relaxed);
+}
 
 /// The call's result, or the kernel's when the daemon left it to the kernel.
 fn finish(nr: i64, args: [i64; 6], result: i64) -> i64 {
@@ -225,9 +238,20 @@ fn write_at(
             offset: position,
             append,
             data,
+            with_attr: total + n == wanted && WRITES_WANT_ATTRS.load(Ordering::Relaxed),
         };
         let (written, end) = match ask(nr, file.mount, &request) {
             Answer::Done(Reply::Written { written, end }) => (written as usize, end),
+            Answer::Done(Reply::WrittenAt {
+                written,
+                end,
+                attr,
+                version,
+                no_xattrs,
+            }) => {
+                crate::listings::remember_known(file, version, attr, no_xattrs);
+                (written as usize, end)
+            }
             Answer::Done(_) => return Err(fail(libc::EPROTO)),
             Answer::Errno(errno) if total == 0 => return Err(fail(errno)),
             Answer::Errno(_) => break,

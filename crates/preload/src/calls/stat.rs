@@ -71,6 +71,9 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
         stats::note(nr, stats::Way::Fast);
         return Ok(Some((file.mount, attr)));
     }
+    if file.writable() {
+        super::io::attrs_wanted_after_writes();
+    }
     let request = Request::Fstat {
         handle: file.handle,
     };
