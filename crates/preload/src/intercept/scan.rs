@@ -20,7 +20,7 @@ pub(crate) const MOV_LEN: usize = 5;
 
 /// A sequence to patch: `mov $nr,%eax` at `mov_addr`, then `moved` (bytes of the
 /// instructions the trampoline replays), then the 2-byte `syscall` at `syscall_addr`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Site {
     pub nr: i64,
     pub mov_addr: u64,
@@ -40,7 +40,7 @@ pub enum SkipReason {
 }
 
 /// A real `syscall` with a known number that is not patched.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Skipped {
     pub nr: i64,
     pub syscall_addr: u64,
@@ -49,7 +49,7 @@ pub(crate) struct Skipped {
 }
 
 /// Everything the scan found.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct ScanResult {
     pub sites: Vec<Site>,
     pub skipped: Vec<Skipped>,
@@ -313,21 +313,9 @@ mod tests {
         let (text, start) = (libc_image.text(), libc_image.text_start);
         let fast = scan(text, start, &table);
         let full = scan_by_full_decode(text, start, &table);
-        let sites = |r: &ScanResult| -> Vec<_> {
-            r.sites
-                .iter()
-                .map(|s| (s.nr, s.mov_addr, s.moved.clone(), s.syscall_addr))
-                .collect()
-        };
-        let skipped = |r: &ScanResult| -> Vec<_> {
-            r.skipped
-                .iter()
-                .map(|s| (s.nr, s.syscall_addr, s.function, s.reason))
-                .collect()
-        };
         assert!(!full.sites.is_empty());
-        assert_eq!(sites(&fast), sites(&full));
-        assert_eq!(skipped(&fast), skipped(&full));
+        assert_eq!(fast.sites, full.sites);
+        assert_eq!(fast.skipped, full.skipped);
         assert_eq!(fast.dynamic, full.dynamic);
         assert_eq!(fast.outside_functions, full.outside_functions);
     }
