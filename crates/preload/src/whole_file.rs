@@ -8,9 +8,11 @@
 //!
 //! Programs that open files they do not read (`cp -a` copies inside the daemon) would pay
 //! for bytes sent for nothing: after `MISSES_TO_STOP` opens in a row whose bytes went
-//! unread, the process stops asking, and asks again once every `PROBE_EVERY` opens.
+//! unread, the process stops asking, and asks again once every `PROBE_EVERY` opens. A
+//! process keeps at most `MAX_HELD_BYTES` of such bytes at once (one that holds thousands
+//! of small files open would otherwise hold all of them): past that, opens do not ask.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::fds::OpenFile;
 use crate::mounts;
@@ -19,6 +21,11 @@ use crate::mounts;
 pub const READ_AHEAD_BYTES: u32 = 16 * 1024;
 const MISSES_TO_STOP: u32 = 8;
 const PROBE_EVERY: u32 = 64;
+/// Bytes of open files' contents a process holds at most.
+const MAX_HELD_BYTES: usize = 4 << 20;
+
+/// Bytes held now, in every `WholeFile` of the process.
+static HELD_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Opens in a row whose bytes went unread (at most MISSES_TO_STOP).
 static MISSES: AtomicU32 = AtomicU32::new(0);
@@ -38,6 +45,7 @@ pub fn keep(fd: i64, data: Vec<u8>, version: u32) {
     let Some(file) = crate::fds::get(fd) else {
         return;
     };
+    HELD_BYTES.fetch_add(data.len(), Ordering::Relaxed);
     let kept = WholeFile {
         data,
         version,
@@ -50,6 +58,7 @@ pub fn keep(fd: i64, data: Vec<u8>, version: u32) {
 
 impl Drop for WholeFile {
     fn drop(&mut self) {
+        HELD_BYTES.fetch_sub(self.data.len(), Ordering::Relaxed);
         if self.used {
             MISSES.store(0, Ordering::Relaxed);
         } else {
@@ -63,7 +72,8 @@ impl Drop for WholeFile {
 pub fn to_ask(flags: i32) -> u32 {
     let reading_only = flags & libc::O_ACCMODE == libc::O_RDONLY
         && flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECTORY) == 0;
-    if !reading_only {
+    let room = HELD_BYTES.load(Ordering::Relaxed) + READ_AHEAD_BYTES as usize <= MAX_HELD_BYTES;
+    if !reading_only || !room {
         return 0;
     }
     if MISSES.load(Ordering::Relaxed) < MISSES_TO_STOP {
@@ -96,4 +106,26 @@ pub fn read(file: &OpenFile, offset: u64, fill: impl FnOnce(&[u8]) -> usize) -> 
     let taken = fill(&kept.data[start..]);
     crate::stats::note_whole_file_read();
     Some(taken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_ask_only_while_the_bytes_held_leave_room() {
+        let read_only = libc::O_RDONLY | libc::O_CLOEXEC;
+        assert_eq!(to_ask(read_only), READ_AHEAD_BYTES);
+        assert_eq!(to_ask(libc::O_WRONLY), 0);
+        assert_eq!(to_ask(libc::O_RDONLY | libc::O_CREAT), 0);
+        let held = WholeFile {
+            data: vec![0; MAX_HELD_BYTES - READ_AHEAD_BYTES as usize + 1],
+            version: 1,
+            used: true,
+        };
+        HELD_BYTES.fetch_add(held.data.len(), Ordering::Relaxed);
+        assert_eq!(to_ask(read_only), 0, "no room left");
+        drop(held);
+        assert_eq!(to_ask(read_only), READ_AHEAD_BYTES, "room again");
+    }
 }
