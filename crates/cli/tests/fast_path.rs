@@ -1941,13 +1941,16 @@ fn a_static_binary_works_through_the_kernel() {
     m.finish();
 }
 
-/// Where the library keeps its scan of libc for processes of this user (scan_cache.rs).
+/// Where the library keeps its scan of libc for processes of this user (scan_cache.rs):
+/// the runtime directory's, else /tmp's.
 fn kept_scans_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(runtime) => PathBuf::from(runtime).join("shoal-preload"),
-        // SAFETY: geteuid has no preconditions.
-        None => PathBuf::from(format!("/tmp/shoal-preload-{}", unsafe { libc::geteuid() })),
-    }
+    // SAFETY: geteuid has no preconditions.
+    let in_tmp = PathBuf::from(format!("/tmp/shoal-preload-{}", unsafe { libc::geteuid() }));
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|runtime| PathBuf::from(runtime).join("shoal-preload"))
+        .filter(|dir| dir.is_dir())
+        .unwrap_or(in_tmp)
 }
 
 #[test]

@@ -100,18 +100,24 @@ fn file_path(image: &LibcImage) -> Option<PathBuf> {
     Some(private_directory()?.join(format!("{}-{}", hex(libc_id), hex(&own_id))))
 }
 
-/// `$XDG_RUNTIME_DIR/shoal-preload`, else `/tmp/shoal-preload-<euid>`: made 0700 if
-/// missing, and used only if it is a directory of this user that nobody else may enter.
+/// `$XDG_RUNTIME_DIR/shoal-preload`, else (unset or unusable) `/tmp/shoal-preload-<euid>`:
+/// made 0700 if missing, and used only if it is a directory of this user that nobody else
+/// may enter.
 fn private_directory() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let directory = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(runtime) => PathBuf::from(runtime).join("shoal-preload"),
-        None => PathBuf::from(format!("/tmp/shoal-preload-{euid}")),
-    };
-    let _ = fs::DirBuilder::new().mode(0o700).create(&directory);
-    let meta = fs::symlink_metadata(&directory).ok()?;
-    (meta.is_dir() && meta.uid() == euid && meta.mode() & 0o077 == 0).then_some(directory)
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|runtime| PathBuf::from(runtime).join("shoal-preload"));
+    // A runtime directory that is gone (a session that ended) or not the user's: /tmp.
+    runtime
+        .into_iter()
+        .chain([PathBuf::from(format!("/tmp/shoal-preload-{euid}"))])
+        .find(|directory| {
+            let _ = fs::DirBuilder::new().mode(0o700).create(directory);
+            fs::symlink_metadata(directory)
+                .is_ok_and(|meta| meta.is_dir() && meta.uid() == euid && meta.mode() & 0o077 == 0)
+        })
 }
 
 /// The file's bytes, if it is a plain file of this user that nobody else may write.
