@@ -3185,6 +3185,110 @@ fn daemon_requests(mnt: &Path, kind: &str) -> u64 {
         .sum()
 }
 
+/// Opens every `f0` of a tree `t/a/bB/cC` by its whole path from the working directory,
+/// twice (as `cp -a` and `tar` open their files), and creates `n` beside it, after each
+/// shell command in argv (run in turn, changing the directories those walks pass through);
+/// prints what each call gave.
+const OPEN_BY_PATH_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void report(const char *path, int fd) {
+    if (fd < 0) { printf("%s: %s\n", path, strerror(errno)); return; }
+    char buf[16] = {0};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    printf("%s: %s\n", path, n >= 0 ? buf : strerror(errno));
+    close(fd);
+}
+static void probe(const char *when) {
+    printf("== %s\n", when);
+    for (int b = 0; b < 6; b++) {
+        for (int c = 0; c < 3; c++) {
+            char path[64];
+            snprintf(path, sizeof path, "t/a/b%d/c%d/f0", b, c);
+            for (int round = 0; round < 2; round++) report(path, open(path, O_RDONLY));
+            snprintf(path, sizeof path, "t/a/b%d/c%d/n", b, c);
+            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            printf("%s: %s\n", path, fd >= 0 ? "made" : strerror(errno));
+            if (fd >= 0) close(fd);
+        }
+    }
+}
+int main(int argc, char **argv) {
+    probe("start");
+    for (int i = 2; i < argc; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[i]);
+        if (system(command) != 0) return 2;
+        probe(argv[i]);
+    }
+    return 0;
+}
+"#;
+
+/// The daemon keeps, per connection, the directories its walks passed through while their
+/// versions stay (`walk_cache.rs`): opens by whole paths see every change on the way, made
+/// by another process through either door (search permission taken and given back,
+/// directories renamed, moved, replaced by a symlink, emptied and made again), exactly as
+/// through the kernel. Run as an unprivileged user, whom permissions bind.
+#[test]
+fn opens_by_whole_paths_see_every_change_to_the_directories_on_the_way() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "open_by_path", OPEN_BY_PATH_C, &[]);
+    let m = mount_with_fast_path(&["allow_other"]);
+    let changes = [
+        "chmod 600 t/a/b1",
+        "chmod 755 t/a/b1",
+        "mv t/a/b2 t/a/b2x && mv t/a/b3 t/a/b2",
+        "mv t/a/b4/c0 t/a/b5/c9 && mkdir t/a/b4/c0",
+        "rm -r t/a/b5 && ln -s b0 t/a/b5",
+        "chmod 0 t/a",
+        "chmod 755 t/a",
+        "rm -r t/a/b0/c1 && mkdir t/a/b0/c1 && echo again > t/a/b0/c1/f0",
+    ];
+    let make_tree = |dir: &Path| {
+        for b in 0..6 {
+            for c in 0..3 {
+                let leaf = dir.join(format!("t/a/b{b}/c{c}"));
+                fs::create_dir_all(&leaf).unwrap();
+                fs::write(leaf.join("f0"), format!("b{b}c{c}")).unwrap();
+            }
+        }
+    };
+    let outputs = as_user_through_three_doors(&m, "open", make_tree, |changer| {
+        let mut args = vec![binary.clone().into_os_string(), changer.into()];
+        args.extend(changes.iter().map(Into::into));
+        args
+    });
+    let kernel = &outputs[0].2.stdout;
+    for needle in [
+        "== chmod 600 t/a/b1\nt/a/b0/c0/f0: b0c0\n",
+        "t/a/b1/c2/f0: Permission denied\n",
+        "== chmod 755 t/a/b1\n",
+        "t/a/b2/c1/f0: b3c1\n",
+        "t/a/b4/c0/f0: No such file or directory\nt/a/b4/c0/f0: No such file or directory\n\
+         t/a/b4/c0/n: made\n",
+        "t/a/b5/c2/f0: b0c2\n",
+        "t/a/b3/c0/f0: No such file or directory\n",
+        "== chmod 0 t/a\nt/a/b0/c0/f0: Permission denied\n",
+        "t/a/b0/c1/f0: again\n",
+    ] {
+        assert!(kernel.contains(needle), "no `{needle}` in:\n{kernel}");
+    }
+    for (door, changer, out, _) in &outputs[1..] {
+        assert_eq!(
+            &out.stdout,
+            kernel,
+            "{door} door, changes {changer}: {}",
+            out.describe()
+        );
+    }
+    m.finish();
+}
+
 /// A mkdir of a directory that exists is answered by the library itself while what the
 /// daemon's walk read stays (`mkdir -p`, fs_mark): every change on the way (the directory
 /// removed or renamed, the parent's search permission taken away or given back, an ancestor

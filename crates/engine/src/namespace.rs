@@ -100,17 +100,23 @@ impl Engine {
     /// looks names up only in directories it holds, and not in removed ones): a missing
     /// name then costs one store read instead of two.
     pub fn lookup_child(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
+        match self.lookup_ino(parent, name)? {
+            Some(ino) => self.read_inode(ino),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    /// `lookup_child`'s first half: the inode number `name` in `parent` names, without
+    /// reading the inode (a caller that notes the inode's version before it reads it).
+    pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
         self.stats().count(Op::Lookup);
         if name.len() > NAME_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
         let key = keys::entry_key(parent, name);
         match self.store().get(Space::Meta, &key)? {
-            Some(value) => {
-                let (ino, _) = keys::decode_entry(&key, &value)?;
-                self.read_inode(ino)
-            }
-            None => Err(FsError::NotFound),
+            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?.0)),
+            None => Ok(None),
         }
     }
 

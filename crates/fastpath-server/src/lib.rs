@@ -17,6 +17,7 @@ mod server;
 mod starts;
 mod stats;
 mod walk;
+mod walk_cache;
 
 pub use refusal::Why;
 pub use server::{start, Access, FastPathHandle, KernelCache};

@@ -18,7 +18,8 @@ use crate::handles::{release, Handle, Process};
 use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
-use crate::walk::{walk_witnessed, Walked, Witness};
+use crate::walk::{walk_witnessed, Reader, Walked, Witness};
+use crate::walk_cache::WalkCache;
 
 /// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
 /// kernel's `mode_strip_sgid` rules).
@@ -78,6 +79,8 @@ pub struct Session<'a> {
     pub predicted: RefCell<Option<Prediction>>,
     /// For a request answered ahead: the walk's stack it was predicted with.
     pub carried: RefCell<Option<Vec<Frame>>>,
+    /// The connection's kept directories, for its path walks (`None`: read afresh).
+    pub walks: Option<&'a RefCell<WalkCache>>,
 }
 
 impl Session<'_> {
@@ -134,7 +137,12 @@ impl Server {
                 s.process.holds_directory(ino)
             });
         require_because(held, Why::UnheldStart)?;
-        walk_witnessed(&self.engine, s.caller, at, witness)
+        let reader = Reader {
+            engine: &self.engine,
+            version_of: &|ino| self.version_of(ino),
+            kept: s.walks,
+        };
+        walk_witnessed(&reader, s.caller, at, witness)
     }
 
     fn writable(&self) -> Served<()> {
@@ -223,7 +231,11 @@ impl Server {
         require(accmode != libc::O_ACCMODE)?;
         let creating = flags & libc::O_CREAT != 0;
         require(!(creating && flags & libc::O_DIRECTORY != 0))?;
-        let (inode, created) = self.find_or_create(s, at, witness, flags, (mode, umask))?;
+        let Found {
+            inode,
+            version: found_version,
+            created,
+        } = self.find_or_create(s, at, witness, flags, (mode, umask))?;
         if !created {
             self.may_open(s, &inode, flags)?;
         }
@@ -246,13 +258,20 @@ impl Server {
             release(&self.engine, &handle);
             return Err(Refusal::Errno(libc::EMFILE));
         };
-        // The version first, then the attributes it vouches for (read again: a change
-        // after the walk or the create may already have moved it).
-        let version = self.version_of(inode.ino);
-        let inode = if version.is_none() && (created || flags & libc::O_TRUNC == 0) {
-            inode
-        } else {
-            self.engine.getattr(inode.ino)?
+        // The version first, then the attributes it vouches for: the walk's, read after
+        // their version, or read again (a change after the create or the truncation may
+        // already have moved it).
+        let truncated = flags & libc::O_TRUNC != 0;
+        let (version, inode) = match found_version {
+            Some(version) if !truncated => (Some(version), inode),
+            _ => {
+                let version = self.version_of(inode.ino);
+                if version.is_none() && (created || !truncated) {
+                    (version, inode)
+                } else {
+                    (version, self.engine.getattr(inode.ino)?)
+                }
+            }
         };
         Ok(Reply::Opened(Opened {
             handle: id,
@@ -274,7 +293,7 @@ impl Server {
         mut witness: Option<&mut Witness>,
         flags: i32,
         (mode, umask): (u32, u32),
-    ) -> Served<(Inode, bool)> {
+    ) -> Served<Found> {
         let creating = flags & libc::O_CREAT != 0;
         let exclusive = creating && flags & libc::O_EXCL != 0;
         for _ in 0..CREATE_ATTEMPTS {
@@ -287,10 +306,20 @@ impl Server {
                         !(creating && inode.kind == FileKind::Directory),
                         libc::EISDIR,
                     )?;
-                    return Ok((inode.clone(), false));
+                    return Ok(Found {
+                        inode: inode.clone(),
+                        version: walked.found_version,
+                        created: false,
+                    });
                 }
                 None if creating => match self.create_file(s, &walked, mode, umask) {
-                    Ok(inode) => return Ok((inode, true)),
+                    Ok(inode) => {
+                        return Ok(Found {
+                            inode,
+                            version: None,
+                            created: true,
+                        })
+                    }
                     Err(Refusal::Errno(libc::EEXIST)) if !exclusive => continue,
                     Err(refusal) => return Err(refusal),
                 },
@@ -1014,4 +1043,12 @@ impl From<Refusal> for (shoal_fastpath::Status, Reply) {
             Refusal::Fallback(_) => (shoal_fastpath::Status::Fallback, Reply::Empty),
         }
     }
+}
+
+/// What `find_or_create` opens: the inode, the version of its slot read before it (when
+/// the walk could), and whether this call created it.
+struct Found {
+    inode: Inode,
+    version: Option<u32>,
+    created: bool,
 }

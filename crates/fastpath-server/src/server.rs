@@ -22,6 +22,7 @@ use crate::handles::{Process, Processes};
 use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
+use crate::walk_cache::WalkCache;
 
 /// What the kernel mount caches, told of every change made through the fast path so the
 /// other door sees it at once (the FUSE adapter implements it with notifications).
@@ -389,6 +390,7 @@ impl Server {
         // Decided once per request, at its arrival, for both sides' next wait.
         let mut spinning_pays = true;
         let mut ahead: Option<Speculation> = None;
+        let walks = RefCell::new(WalkCache::default());
         loop {
             let waiting_since = Instant::now();
             let waiting_since_stamp = shoal_fastpath::shared::stamp();
@@ -426,7 +428,7 @@ impl Server {
             let (status, reply, predicted) = match Request::decode(&request_buf) {
                 Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
                     Some(answer) => answer,
-                    None => self.serve(caller, process, Some(channel), &request),
+                    None => self.serve(caller, process, Some(channel), Some(&walks), &request),
                 },
                 Err(error) => {
                     tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
@@ -437,7 +439,7 @@ impl Server {
             channel.let_client_spin(spinning_pays);
             channel.reply(seq, &reply_buf, arrived.elapsed());
             if let Some(predicted) = predicted {
-                ahead = Some(self.speculate(caller, process, predicted));
+                ahead = Some(self.speculate(caller, process, &walks, predicted));
             }
         }
         if let Some(unused) = ahead {
@@ -454,6 +456,7 @@ impl Server {
         &self,
         caller: &Credentials,
         process: &Process,
+        walks: &RefCell<WalkCache>,
         (predicted, stack): Prediction,
     ) -> Speculation {
         let changes = self.engine.changes();
@@ -463,6 +466,7 @@ impl Server {
             channel: None,
             predicted: RefCell::new(None),
             carried: RefCell::new(Some(stack)),
+            walks: Some(walks),
         };
         let result = self.dispatch(&session, &predicted);
         Speculation {
@@ -523,7 +527,7 @@ impl Server {
         channel.take_deferred_closes(&mut handles);
         for handle in handles {
             let close = Request::Close { handle };
-            self.serve(caller, process, None, &close);
+            self.serve(caller, process, None, None, &close);
         }
     }
 
@@ -532,6 +536,7 @@ impl Server {
         caller: &Credentials,
         process: &Process,
         channel: Option<&SharedChannel>,
+        walks: Option<&RefCell<WalkCache>>,
         request: &Request,
     ) -> (Status, Reply, Option<Prediction>) {
         let session = Session {
@@ -540,6 +545,7 @@ impl Server {
             channel,
             predicted: RefCell::new(None),
             carried: RefCell::new(None),
+            walks,
         };
         let result = self.dispatch(&session, request);
         self.stats.record(request, &result);

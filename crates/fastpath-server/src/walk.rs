@@ -3,12 +3,15 @@
 //! through each directory's parent. A path that leaves the mount (an absolute symlink, `..`
 //! above the root) falls back: the kernel knows what lies outside.
 
-use shoal_engine::{Engine, FileKind, FsError, Inode, ROOT_INO};
+use std::cell::RefCell;
+
+use shoal_engine::{Engine, FileKind, Inode, ROOT_INO};
 use shoal_fastpath::{At, WITNESS_MAX};
 
 use crate::credentials::Credentials;
 use crate::permission::{check, MAY_EXEC};
 use crate::refusal::{ensure, Refusal, Served, Why};
+use crate::walk_cache::WalkCache;
 
 /// Symlinks one walk follows at most (the kernel's MAXSYMLINKS).
 const MAX_SYMLINKS: u32 = 40;
@@ -21,6 +24,9 @@ pub struct Walked {
     pub dir: Inode,
     pub name: Vec<u8>,
     pub found: Option<Inode>,
+    /// The version of `found`'s slot, read before `found` was (`None`: versions are not
+    /// followed, or `found` was read before its version could be).
+    pub found_version: Option<u32>,
     /// The path ended in `/`: what it names must be a directory.
     pub trailing_slash: bool,
 }
@@ -80,14 +86,76 @@ impl<'a> Witness<'a> {
     }
 }
 
+/// Where a walk reads inodes: the engine, through the connection's kept directories
+/// (`walk_cache`) where the mount's per-inode versions are followed.
+pub struct Reader<'a> {
+    pub engine: &'a Engine,
+    pub version_of: &'a dyn Fn(u64) -> Option<u32>,
+    pub kept: Option<&'a RefCell<WalkCache>>,
+}
+
+impl Reader<'_> {
+    /// Inode `ino`, and its version read before it.
+    fn inode(&self, ino: u64) -> Served<(Inode, Option<u32>)> {
+        let version = (self.version_of)(ino);
+        let kept = self.kept.zip(version);
+        if let Some(inode) = kept.and_then(|(kept, version)| kept.borrow().directory(ino, version))
+        {
+            return Ok((inode, version));
+        }
+        let inode = self.engine.getattr(ino)?;
+        if let Some((kept, version)) = kept {
+            kept.borrow_mut().keep_directory(version, &inode);
+        }
+        Ok((inode, version))
+    }
+
+    /// `name` in `dir` (with `.` and `..`, which leave the mount at its root: fall back),
+    /// and its version read before it; `None`: no such name.
+    fn child(&self, dir: &Inode, name: &[u8]) -> Served<Option<(Inode, Option<u32>)>> {
+        match name {
+            b"." => return Ok(Some(((*dir).clone(), None))),
+            b".." if dir.ino == ROOT_INO => return Err(Refusal::Fallback(Why::LeavesMount)),
+            b".." => return Ok(Some((self.engine.parent_of(dir.ino)?, None))),
+            _ if name.len() > NAME_MAX => return Err(Refusal::Fallback(Why::KernelRule)),
+            _ => {}
+        }
+        let kept = self.kept.zip((self.version_of)(dir.ino));
+        if let Some(ino) =
+            kept.and_then(|(kept, version)| kept.borrow().child(dir.ino, version, name))
+        {
+            // Kept while `dir` stays, so the name still names it; a directory removed
+            // since (its record gone with a detached tree) is looked up afresh.
+            if let Ok(found) = self.inode(ino) {
+                return Ok(Some(found));
+            }
+        }
+        let Some(ino) = self.engine.lookup_ino(dir.ino, name)? else {
+            return Ok(None);
+        };
+        let (inode, version) = match self.inode(ino) {
+            Ok(found) => found,
+            // Removed between the entry and its inode: as if the entry were gone already.
+            Err(Refusal::Errno(libc::ENOENT)) => return Ok(None),
+            Err(refusal) => return Err(refusal),
+        };
+        if let Some((kept, dir_version)) = kept.filter(|_| inode.kind == FileKind::Directory) {
+            kept.borrow_mut()
+                .keep_child(dir.ino, dir_version, name, ino);
+        }
+        Ok(Some((inode, version)))
+    }
+}
+
 /// Walks `at` from its start (which the caller must hold: `starts`), noting in `witness`
 /// what it read.
 pub fn walk_witnessed(
-    engine: &Engine,
+    reader: &Reader,
     caller: &Credentials,
     at: &At,
     mut witness: Option<&mut Witness>,
 ) -> Served<Walked> {
+    let engine = reader.engine;
     ensure(!at.path.is_empty(), libc::ENOENT)?;
     if at.path.first() == Some(&b'/') {
         return Err(Refusal::Fallback(Why::LeavesMount));
@@ -97,19 +165,20 @@ pub fn walk_witnessed(
     if let Some(witness) = witness.as_deref_mut() {
         witness.note(at.base);
     }
-    let mut dir = engine.getattr(at.base)?;
+    let (mut dir, mut dir_version) = reader.inode(at.base)?;
     ensure(dir.kind == FileKind::Directory, libc::ENOTDIR)?;
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let last = pending.is_empty();
         check(engine, caller, &dir, MAY_EXEC)?;
-        let mut child = match lookup(engine, &dir, &name)? {
+        let (mut child, mut version) = match reader.child(&dir, &name)? {
             Some(child) => child,
             None if last => {
                 return Ok(Walked {
                     dir,
                     name,
                     found: None,
+                    found_version: None,
                     trailing_slash,
                 })
             }
@@ -120,22 +189,16 @@ pub fn walk_witnessed(
             // The lookup read the child before its version was noted: read it again. Gone
             // meanwhile (a rename racing the walk): the walk goes on as it was, unwitnessed.
             witness.note(child.ino);
-            match engine.getattr(child.ino) {
-                Ok(again) => child = again,
+            match reader.inode(child.ino) {
+                Ok(again) => (child, version) = again,
                 Err(_) => witness.give_up(),
             }
         }
         if child.kind == FileKind::Symlink && (!last || at.follow || trailing_slash) {
             links += 1;
             ensure(links <= MAX_SYMLINKS, libc::ELOOP)?;
-            let target = engine.readlink(child.ino)?;
-            ensure(!target.is_empty(), libc::ENOENT)?;
-            if target.first() == Some(&b'/') {
-                return Err(Refusal::Fallback(Why::LeavesMount));
-            }
-            if last && target.last() == Some(&b'/') {
-                trailing_slash = true;
-            }
+            let target = symlink_target(engine, &child)?;
+            trailing_slash |= last && target.last() == Some(&b'/');
             pending.extend(components_reversed(&target));
             continue;
         }
@@ -148,19 +211,32 @@ pub fn walk_witnessed(
                 dir,
                 name,
                 found: Some(child),
+                found_version: version,
                 trailing_slash,
             });
         }
         ensure(child.kind == FileKind::Directory, libc::ENOTDIR)?;
-        dir = child;
+        (dir, dir_version) = (child, version);
     }
     // Only slashes and dots were left (`a/.` was handled above): the path names `dir`.
     Ok(Walked {
         name: b".".to_vec(),
         found: Some(dir.clone()),
+        found_version: dir_version,
         dir,
         trailing_slash,
     })
+}
+
+/// What symlink `link` points to, which a walk goes on with; one that leaves the mount (an
+/// absolute target) falls back.
+fn symlink_target(engine: &Engine, link: &Inode) -> Served<Vec<u8>> {
+    let target = engine.readlink(link.ino)?;
+    ensure(!target.is_empty(), libc::ENOENT)?;
+    if target.first() == Some(&b'/') {
+        return Err(Refusal::Fallback(Why::LeavesMount));
+    }
+    Ok(target)
 }
 
 /// The components of `path`, last first (a stack to pop), empty ones dropped.
@@ -170,21 +246,6 @@ fn components_reversed(path: &[u8]) -> Vec<Vec<u8>> {
         .rev()
         .map(<[u8]>::to_vec)
         .collect()
-}
-
-/// `name` in `dir`, with `.` and `..` (which leave the mount at its root: fall back).
-fn lookup(engine: &Engine, dir: &Inode, name: &[u8]) -> Served<Option<Inode>> {
-    match name {
-        b"." => Ok(Some(dir.clone())),
-        b".." if dir.ino == ROOT_INO => Err(Refusal::Fallback(Why::LeavesMount)),
-        b".." => Ok(Some(engine.parent_of(dir.ino)?)),
-        _ if name.len() > NAME_MAX => Err(Refusal::Fallback(Why::KernelRule)),
-        _ => match engine.lookup_child(dir.ino, name) {
-            Ok(inode) => Ok(Some(inode)),
-            Err(FsError::NotFound) => Ok(None),
-            Err(error) => Err(error.into()),
-        },
-    }
 }
 
 #[cfg(test)]
