@@ -465,6 +465,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     } else {
         None
     };
+    if let Some(handle) = &fast_path {
+        shoal_fuse::yield_to_other_door(handle.busy_probe());
+    }
     let stats = Arc::new(StatsSource {
         engine: Arc::downgrade(&engine),
         fuse_stats,

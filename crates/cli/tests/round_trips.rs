@@ -475,6 +475,91 @@ fn lone_caller_writes_and_reads(dir: &Path, files: usize) {
     .unwrap();
 }
 
+/// Opens a file again and again (a round trip each on the fast path), and every 50th time
+/// asks statfs, which the kernel door answers (the fast path leaves it to the kernel); pinned
+/// to CPU 0 as a lone caller. Prints the opens and the statfs calls made.
+const OPENS_WITH_A_KERNEL_CALL_PY: &str = r#"
+import os, sys, time
+d = sys.argv[1]
+os.sched_setaffinity(0, {0})
+os.close(os.open(d + "/f", os.O_CREAT | os.O_WRONLY, 0o644))
+opens = kernel = 0
+end = time.monotonic() + 0.5
+while time.monotonic() < end:
+    os.close(os.open(d + "/f", os.O_RDONLY))
+    opens += 1
+    if opens % 50 == 0:
+        os.statvfs(d)
+        kernel += 1
+print(opens, kernel)
+"#;
+
+/// While fast-path callers are busy, a request that reaches the kernel door (statfs, or the
+/// page reads of a `mmap`) starts no follow: the follower would poll a CPU for 2 ms after
+/// it, a CPU the fast path's caller and its connection thread need
+/// (`fuser::yield_to_other_work`). The same program through the kernel alone is followed.
+/// (Without the yield the follower polled the whole 0.5 s of the fast-path run: checked.)
+#[test]
+fn kernel_requests_amid_busy_fast_path_callers_start_no_follow() {
+    let _machine = alone();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 || !Path::new("/dev/cpu_dma_latency").exists() {
+        eprintln!("no follows on this machine ({cpus} CPUs): nothing to check");
+        return;
+    }
+    let m = Mounted::new();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let dir = m.path("mixed");
+    fs::create_dir(&dir).unwrap();
+    let script = dir.join("opens.py");
+    fs::write(&script, OPENS_WITH_A_KERNEL_CALL_PY).unwrap();
+    let follows = || {
+        let stats = stats_json(&m.mnt);
+        (
+            stats["ring_follows"].as_u64().unwrap(),
+            stats["ring_poll_ns"].as_u64().unwrap(),
+        )
+    };
+    let run_through = |door: &str| {
+        let before = (follows(), count(&stats_json(&m.mnt), "statfs"));
+        let out = common::run_ok(
+            std::process::Command::new(common::SHOAL)
+                .args(["run", "--"])
+                .arg("/usr/bin/python3")
+                .arg(&script)
+                .arg(&dir)
+                .env("SHOAL_RUN", door),
+            common::SHOAL_TIMEOUT,
+        );
+        let printed: Vec<u64> = out
+            .stdout
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let statfs = count(&stats_json(&m.mnt), "statfs") - before.1;
+        assert!(
+            printed[1] >= 20 && statfs >= printed[1],
+            "{door}: {printed:?} opens and statfs calls, {statfs} statfs requests"
+        );
+        let after = follows();
+        (after.0 - before.0 .0, after.1 - before.0 .1)
+    };
+    // Through the kernel alone the lone caller is followed most of its half second; amid
+    // fast-path opens a follow may start only before they do (the program's start).
+    let (kernel_follows, kernel_polled) = run_through("off");
+    assert!(
+        kernel_follows > 0 && kernel_polled > 100_000_000,
+        "the kernel door alone: {kernel_follows} follows polling {kernel_polled} ns"
+    );
+    let (fast_follows, fast_polled) = run_through("on");
+    assert!(
+        fast_polled < kernel_polled / 10,
+        "statfs amid busy fast-path opens: {fast_follows} follows polling {fast_polled} ns \
+         (the kernel door alone: {kernel_polled} ns)"
+    );
+    m.finish();
+}
+
 /// utime + stime of a process, in clock ticks.
 fn process_ticks(pid: i32) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -26,6 +26,8 @@ pub struct Activity {
     /// Per slot, when a connection there last served a request, in µs since `started`
     /// plus one (0: never).
     last_served_us: [AtomicU64; SLOTS],
+    /// When any connection last served a request, the same way (see `any_busy`).
+    any_served_us: AtomicU64,
     cpus: usize,
 }
 
@@ -34,6 +36,7 @@ impl Activity {
         Activity {
             started: Instant::now(),
             last_served_us: [const { AtomicU64::new(0) }; SLOTS],
+            any_served_us: AtomicU64::new(0),
             cpus: cpus.max(1),
         }
     }
@@ -45,7 +48,16 @@ impl Activity {
 
     /// Connection `id` served a request at `at`.
     pub fn served(&self, id: u64, at: Instant) {
-        self.last_served_us[(id as usize) % SLOTS].store(self.micros(at), Ordering::Relaxed);
+        let micros = self.micros(at);
+        self.last_served_us[(id as usize) % SLOTS].store(micros, Ordering::Relaxed);
+        self.any_served_us.store(micros, Ordering::Relaxed);
+    }
+
+    /// Whether some connection is busy (one load and a clock read: cheap enough for a
+    /// poll loop of the kernel door's to ask between spins).
+    pub fn any_busy(&self, now: Instant) -> bool {
+        let last = self.any_served_us.load(Ordering::Relaxed);
+        last != 0 && self.micros(now).saturating_sub(last) <= BUSY_WINDOW_US
     }
 
     /// Whether every busy connection, caller and thread, can have a CPU to spin on.
@@ -86,6 +98,17 @@ mod tests {
         let later = now + Duration::from_millis(5);
         activity.served(2, later);
         assert!(activity.spinning_pays(later), "the first went quiet");
+    }
+
+    #[test]
+    fn busy_while_any_connection_served_within_the_window() {
+        let activity = Activity::new(2);
+        let now = Instant::now();
+        assert!(!activity.any_busy(now), "nobody served yet");
+        activity.served(7, now);
+        assert!(activity.any_busy(now));
+        let later = now + Duration::from_micros(BUSY_WINDOW_US + 1);
+        assert!(!activity.any_busy(later), "quiet for the whole window");
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub struct Server {
     /// Numbers connections for `activity`.
     connection_ids: AtomicU64,
     /// Which connections are busy: nobody spins while they need more CPUs than there are.
-    activity: Activity,
+    activity: Arc<Activity>,
     /// Connection threads spinning for their next request now (see `spin_slot`).
     spinners: AtomicUsize,
     /// At most this many spin at once: the CPUs but one (read once: std reads cgroup
@@ -152,6 +152,14 @@ pub struct FastPathHandle {
 impl FastPathHandle {
     pub fn stats(&self) -> &Arc<FastPathStats> {
         &self.server.stats
+    }
+
+    /// A probe of whether fast-path callers are busy now (one served within the last
+    /// millisecond): the kernel door's ring threads then leave the CPUs to them rather
+    /// than poll for the rare request of theirs (`fuser::yield_to_other_work`).
+    pub fn busy_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let activity = self.server.activity.clone();
+        move || activity.any_busy(Instant::now())
     }
 }
 
@@ -219,7 +227,7 @@ pub fn start(
         append_locks: (0..APPEND_LOCKS).map(|_| Mutex::new(())).collect(),
         connections: AtomicU64::new(0),
         connection_ids: AtomicU64::new(0),
-        activity: Activity::new(cpus),
+        activity: Arc::new(Activity::new(cpus)),
         spinners: AtomicUsize::new(0),
         spin_budget: cpus.saturating_sub(1).max(1),
         stopped: AtomicBool::new(false),

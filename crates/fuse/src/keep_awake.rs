@@ -157,9 +157,10 @@ fn spin_while_busy(window: Duration, stats: &FuseStats, stopped: &AtomicBool) ->
 
 /// Whether spinning would get in the way or burn CPU for nothing: a ring thread follows a
 /// lone caller (the caller's CPU must fall to its polling idle loop, which a spinner would
-/// take the place of), or a handler waits on the journal (nothing to answer until it ends).
+/// take the place of), a handler waits on the journal (nothing to answer until it ends), or
+/// the fast path's callers keep the CPUs busy (`fuser::yield_to_other_work`).
 fn must_stand_aside() -> bool {
-    fuser::ring_following() || fuser::blocked_waits() > 0
+    fuser::ring_following() || fuser::blocked_waits() > 0 || fuser::other_work_busy()
 }
 
 pub(crate) fn online_cpus() -> Vec<usize> {

@@ -30,7 +30,7 @@ pub use heap::{heap_bytes, release_heap_in_background, HeapBytes};
 pub use invalidate::{ChildNames, EntryInvalidator};
 pub use memory_budget::resident_bytes;
 pub use open_requests::skip_opens_from_the_start;
-pub use other_door::OtherDoorChanges;
+pub use other_door::{yield_to_other_door, OtherDoorChanges};
 
 /// How a filesystem is presented to the kernel.
 #[derive(Clone, Debug)]

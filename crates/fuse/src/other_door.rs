@@ -20,6 +20,16 @@ pub struct OtherDoorChanges {
     lookups: Arc<LookupCounts>,
 }
 
+/// While `busy()` says the other door's callers keep the CPUs busy, the kernel door's ring
+/// threads do not poll for its requests, nor do its keep-awake spinners spin (the fast
+/// path spins for its own callers; a poller of this door took a CPU from them for the rare
+/// request that comes this way, a `mmap` of a file the program opened on the fast path).
+pub fn yield_to_other_door(busy: impl Fn() -> bool + Send + Sync + 'static) {
+    if !fuser::yield_to_other_work(Box::new(busy)) {
+        tracing::debug!("the kernel door already yields to another door of this process");
+    }
+}
+
 impl OtherDoorChanges {
     pub fn new(session: &fuser::Session<ShoalFs>, stats: &FuseStats) -> Self {
         OtherDoorChanges {

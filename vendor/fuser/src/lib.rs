@@ -63,6 +63,8 @@ pub use crate::ring_follow::poll_ns as ring_poll_ns;
 pub use crate::ring_follow::following as ring_following;
 pub use crate::ring_follow::BlockedWait;
 pub use crate::ring_follow::blocked_waits;
+pub use crate::ring_follow::other_work_busy;
+pub use crate::ring_follow::yield_to_other_work;
 pub use crate::ring::threads_per_queue as ring_threads_per_queue;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;

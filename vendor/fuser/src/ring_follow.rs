@@ -22,11 +22,18 @@
 //! journal's sync, `BlockedWait`), nothing is followed: the answers come when the wait
 //! ends, and polling meanwhile only burns a CPU (on 16 CPUs, waiting fsyncs kept followers
 //! and spinners polling for milliseconds per file).
+//!
+//! Nor while other work of the process says it needs the CPUs (`yield_to_other_work`: a
+//! filesystem that also serves its callers another way, busy now). A follower polling for
+//! the rare request that comes this way took a CPU from that work: a program on shoal's
+//! fast path whose `mmap`s read through the kernel kept a follower polling for 2 ms after
+//! each of them.
 
 use std::fs::File;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -94,6 +101,20 @@ impl Drop for BlockedWait {
 /// How many request handlers of this process are blocked in a long wait now.
 pub fn blocked_waits() -> usize {
     BLOCKED_WAITS.load(Ordering::Acquire)
+}
+
+/// What `yield_to_other_work` was given.
+static OTHER_WORK: OnceLock<Box<dyn Fn() -> bool + Send + Sync>> = OnceLock::new();
+
+/// While `busy()` says other work of this process needs the CPUs, no ring thread starts
+/// or goes on following. Set once per process; false if it was set already.
+pub fn yield_to_other_work(busy: Box<dyn Fn() -> bool + Send + Sync>) -> bool {
+    OTHER_WORK.set(busy).is_ok()
+}
+
+/// Whether other work of this process needs the CPUs now (`yield_to_other_work`).
+pub fn other_work_busy() -> bool {
+    OTHER_WORK.get().is_some_and(|busy| busy())
 }
 
 /// Whether a queue thread of this process is following a queue from another CPU now.
@@ -193,7 +214,11 @@ impl Activity {
     /// the caller then runs on the returned follow's `cpu`.
     pub(crate) fn try_follow(&self, qid: usize) -> Option<Follow<'_>> {
         let cpu = self.follower_cpu(qid)?;
-        if self.others_active(qid) || self.backing_off(qid) || blocked_waits() > 0 {
+        if self.others_active(qid)
+            || self.backing_off(qid)
+            || blocked_waits() > 0
+            || other_work_busy()
+        {
             return None;
         }
         let generation = self.generation.get(qid)?.fetch_add(1, Ordering::AcqRel) + 1;
@@ -320,6 +345,7 @@ impl Follow<'_> {
                 || self.activity.superseded(self.qid, self.generation)
                 || self.activity.others_active(self.qid)
                 || blocked_waits() > 0
+                || other_work_busy()
             {
                 return false;
             }

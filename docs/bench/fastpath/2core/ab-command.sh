@@ -4,7 +4,9 @@
 #   A=DIR_A B=DIR_B ab-command.sh STORE MOUNTPOINT 'CMD'   (CMD may use $M, the mountpoint)
 # DIR_A and DIR_B each hold a `shoal` and its `libshoal_preload.so`.
 set -u
-store=${1:?store} export M=${2:?mountpoint} cmd=${3:?command}
+store=${1:?store}
+export M=${2:?mountpoint}
+cmd=${3:?command}
 n=${N:-7}
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for round in 1 2; do
