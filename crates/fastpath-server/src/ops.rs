@@ -3,7 +3,7 @@
 //! never leaves half an operation behind.
 
 use shoal_engine::{
-    Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
+    Caller, Content, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
     At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
@@ -183,21 +183,26 @@ impl Server {
         (flags, mode, umask): (i32, u32, u32),
         read_ahead: u32,
     ) -> Served<Reply> {
-        let reply = self.open_witnessed(s, at, flags, mode, umask, None)?;
-        Ok(match reply {
-            Reply::Opened(opened) => match self.whole_file(&opened, flags, read_ahead) {
-                Some(data) => Reply::OpenedWithData { opened, data },
-                None => Reply::Opened(opened),
-            },
-            other => other,
+        let (opened, inode) = self.open_inode(s, at, flags, (mode, umask), None)?;
+        Ok(match self.whole_file(&opened, &inode, flags, read_ahead) {
+            Some(data) => Reply::OpenedWithData { opened, data },
+            None => Reply::Opened(opened),
         })
     }
 
     /// The bytes of the file `opened`, if it is a regular file opened for reading, of at
     /// most `read_ahead` bytes, and the daemon keeps versions: read after the version the
     /// answer carries, they hold while it stays. A read that fails sends none (the
-    /// program's own read then gets the error, as through the kernel).
-    fn whole_file(&self, opened: &Opened, flags: i32, read_ahead: u32) -> Option<Vec<u8>> {
+    /// program's own read then gets the error, as through the kernel). A file whose bytes
+    /// are in its record (`inode`, the record the answer's attributes come from) is not
+    /// read again: half of a small file's open was reading its record twice.
+    fn whole_file(
+        &self,
+        opened: &Opened,
+        inode: &Inode,
+        flags: i32,
+        read_ahead: u32,
+    ) -> Option<Vec<u8>> {
         let limit = u64::from(read_ahead).min(shoal_fastpath::MAX_READ_AHEAD_BYTES as u64);
         let wanted = opened.version.is_some()
             && flags & libc::O_ACCMODE != libc::O_WRONLY
@@ -205,6 +210,11 @@ impl Server {
             && opened.attr.size <= limit;
         if !wanted {
             return None;
+        }
+        if let Content::Inline(bytes) = &inode.content {
+            if bytes.len() as u64 == opened.attr.size {
+                return Some(bytes.clone());
+            }
         }
         let data = self
             .engine
@@ -224,6 +234,19 @@ impl Server {
         umask: u32,
         witness: Option<&mut Witness>,
     ) -> Served<Reply> {
+        let (opened, _) = self.open_inode(s, at, flags, (mode, umask), witness)?;
+        Ok(Reply::Opened(opened))
+    }
+
+    /// `open_witnessed`'s answer, and the record its attributes come from.
+    fn open_inode(
+        &self,
+        s: &Session,
+        at: &At,
+        flags: i32,
+        (mode, umask): (u32, u32),
+        witness: Option<&mut Witness>,
+    ) -> Served<(Opened, Inode)> {
         // O_TMPFILE includes O_DIRECTORY's bit: tested whole, or every opendir falls back.
         require(flags & (libc::O_PATH | libc::O_NOATIME) == 0)?;
         require(flags & libc::O_TMPFILE != libc::O_TMPFILE)?;
@@ -273,13 +296,14 @@ impl Server {
                 }
             }
         };
-        Ok(Reply::Opened(Opened {
+        let opened = Opened {
             handle: id,
             attr: attr(&inode),
             created,
             version,
             no_xattrs: !inode.may_have_xattrs,
-        }))
+        };
+        Ok((opened, inode))
     }
 
     /// What an open names: the existing file, or (O_CREAT) the file it creates; and
