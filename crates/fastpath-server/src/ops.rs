@@ -19,7 +19,6 @@ use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MA
 use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
 use crate::walk::{walk_witnessed, Reader, Walked, Witness};
-use crate::walk_cache::WalkCache;
 
 /// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
 /// kernel's `mode_strip_sgid` rules).
@@ -79,8 +78,6 @@ pub struct Session<'a> {
     pub predicted: RefCell<Option<Prediction>>,
     /// For a request answered ahead: the walk's stack it was predicted with.
     pub carried: RefCell<Option<Vec<Frame>>>,
-    /// The connection's kept directories, for its path walks (`None`: read afresh).
-    pub walks: Option<&'a RefCell<WalkCache>>,
 }
 
 impl Session<'_> {
@@ -140,7 +137,7 @@ impl Server {
         let reader = Reader {
             engine: &self.engine,
             version_of: &|ino| self.version_of(ino),
-            kept: s.walks,
+            kept: Some(&self.walks),
         };
         walk_witnessed(&reader, s.caller, at, witness)
     }

@@ -126,6 +126,8 @@ pub struct Server {
     pub(crate) state_follows_engine: bool,
     /// The state as the engine's observer writes it: replies read inode versions here.
     pub(crate) state: Arc<StatePublisher>,
+    /// The directories walks passed through, while their versions stay (`walk_cache`).
+    pub(crate) walks: WalkCache,
 }
 
 /// Publishes the engine's change count and per-inode versions in the mount's state.
@@ -235,6 +237,7 @@ pub fn start(
         state_fd,
         state_follows_engine,
         state: publisher,
+        walks: WalkCache::default(),
     });
     let accepting = server.clone();
     let accept_fd = listener.clone();
@@ -398,7 +401,6 @@ impl Server {
         // Decided once per request, at its arrival, for both sides' next wait.
         let mut spinning_pays = true;
         let mut ahead: Option<Speculation> = None;
-        let walks = RefCell::new(WalkCache::default());
         loop {
             let waiting_since = Instant::now();
             let waiting_since_stamp = shoal_fastpath::shared::stamp();
@@ -436,7 +438,7 @@ impl Server {
             let (status, reply, predicted) = match Request::decode(&request_buf) {
                 Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
                     Some(answer) => answer,
-                    None => self.serve(caller, process, Some(channel), Some(&walks), &request),
+                    None => self.serve(caller, process, Some(channel), &request),
                 },
                 Err(error) => {
                     tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
@@ -447,7 +449,7 @@ impl Server {
             channel.let_client_spin(spinning_pays);
             channel.reply(seq, &reply_buf, arrived.elapsed());
             if let Some(predicted) = predicted {
-                ahead = Some(self.speculate(caller, process, &walks, predicted));
+                ahead = Some(self.speculate(caller, process, predicted));
             }
         }
         if let Some(unused) = ahead {
@@ -464,7 +466,6 @@ impl Server {
         &self,
         caller: &Credentials,
         process: &Process,
-        walks: &RefCell<WalkCache>,
         (predicted, stack): Prediction,
     ) -> Speculation {
         let changes = self.engine.changes();
@@ -474,7 +475,6 @@ impl Server {
             channel: None,
             predicted: RefCell::new(None),
             carried: RefCell::new(Some(stack)),
-            walks: Some(walks),
         };
         let result = self.dispatch(&session, &predicted);
         Speculation {
@@ -535,7 +535,7 @@ impl Server {
         channel.take_deferred_closes(&mut handles);
         for handle in handles {
             let close = Request::Close { handle };
-            self.serve(caller, process, None, None, &close);
+            self.serve(caller, process, None, &close);
         }
     }
 
@@ -544,7 +544,6 @@ impl Server {
         caller: &Credentials,
         process: &Process,
         channel: Option<&SharedChannel>,
-        walks: Option<&RefCell<WalkCache>>,
         request: &Request,
     ) -> (Status, Reply, Option<Prediction>) {
         let session = Session {
@@ -553,7 +552,6 @@ impl Server {
             channel,
             predicted: RefCell::new(None),
             carried: RefCell::new(None),
-            walks,
         };
         let result = self.dispatch(&session, request);
         self.stats.record(request, &result);

@@ -3,8 +3,6 @@
 //! through each directory's parent. A path that leaves the mount (an absolute symlink, `..`
 //! above the root) falls back: the kernel knows what lies outside.
 
-use std::cell::RefCell;
-
 use shoal_engine::{Engine, FileKind, Inode, ROOT_INO};
 use shoal_fastpath::{At, WITNESS_MAX};
 
@@ -86,12 +84,12 @@ impl<'a> Witness<'a> {
     }
 }
 
-/// Where a walk reads inodes: the engine, through the connection's kept directories
-/// (`walk_cache`) where the mount's per-inode versions are followed.
+/// Where a walk reads inodes: the engine, through the kept directories (`walk_cache`)
+/// where the mount's per-inode versions are followed.
 pub struct Reader<'a> {
     pub engine: &'a Engine,
     pub version_of: &'a dyn Fn(u64) -> Option<u32>,
-    pub kept: Option<&'a RefCell<WalkCache>>,
+    pub kept: Option<&'a WalkCache>,
 }
 
 impl Reader<'_> {
@@ -99,13 +97,12 @@ impl Reader<'_> {
     fn inode(&self, ino: u64) -> Served<(Inode, Option<u32>)> {
         let version = (self.version_of)(ino);
         let kept = self.kept.zip(version);
-        if let Some(inode) = kept.and_then(|(kept, version)| kept.borrow().directory(ino, version))
-        {
+        if let Some(inode) = kept.and_then(|(kept, version)| kept.directory(ino, version)) {
             return Ok((inode, version));
         }
         let inode = self.engine.getattr(ino)?;
         if let Some((kept, version)) = kept {
-            kept.borrow_mut().keep_directory(version, &inode);
+            kept.keep_directory(version, &inode);
         }
         Ok((inode, version))
     }
@@ -121,9 +118,7 @@ impl Reader<'_> {
             _ => {}
         }
         let kept = self.kept.zip((self.version_of)(dir.ino));
-        if let Some(ino) =
-            kept.and_then(|(kept, version)| kept.borrow().child(dir.ino, version, name))
-        {
+        if let Some(ino) = kept.and_then(|(kept, version)| kept.child(dir.ino, version, name)) {
             // Kept while `dir` stays, so the name still names it; a directory removed
             // since (its record gone with a detached tree) is looked up afresh.
             if let Ok(found) = self.inode(ino) {
@@ -140,8 +135,7 @@ impl Reader<'_> {
             Err(refusal) => return Err(refusal),
         };
         if let Some((kept, dir_version)) = kept.filter(|_| inode.kind == FileKind::Directory) {
-            kept.borrow_mut()
-                .keep_child(dir.ino, dir_version, name, ino);
+            kept.keep_child(dir.ino, dir_version, name, ino);
         }
         Ok(Some((inode, version)))
     }

@@ -1,24 +1,37 @@
-//! A connection's kept directories: what its path walks read of the directories they pass
-//! through, used again while each directory's version (`state::MountState`) stays.
+//! The directories path walks passed through, kept for every connection's walks while each
+//! directory's version (`state::MountState`) stays.
 //!
 //! A directory's record is rewritten whenever its entries, permission bits, owner or ACL
 //! change (and deleted with it), and every write bumps its version, so a directory whose
 //! version stays has the same entries and grants the same search rights. `cp -a` opens
 //! `tree/net/sound/NAME` and `copy/net/sound/NAME` for every file: without this it read
 //! the six directories and their entries again at every open. Only directories are kept
-//! (a walk passes through them; a file's record is read fresh), so an entry is small.
+//! (a walk passes through them; a file's record is read fresh), and nothing here depends
+//! on who walks: the permission checks run on every walk, with the caller's credentials.
+//!
+//! One cache for the mount, in shards (a walk takes one shard's lock per step), so memory
+//! stays bounded however many connections there are: about 100 bytes an entry, under
+//! 1 MiB in all.
 
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
+use parking_lot::Mutex;
 use shoal_engine::{FileKind, Inode};
 
-/// Directories, and names of directories, a connection keeps at most (each table); a full
-/// table starts again empty. About 100 bytes an entry: some 200 KiB per busy connection.
-const MAX_KEPT: usize = 1024;
+/// Shards, so walks on several threads rarely wait on one lock.
+const SHARDS: usize = 16;
+/// Directories, and names of directories, a shard keeps at most (each table); a full table
+/// starts again empty.
+const MAX_KEPT_PER_SHARD: usize = 256;
 
 pub struct WalkCache {
     hasher: foldhash::fast::RandomState,
+    shards: [Mutex<Shard>; SHARDS],
+}
+
+#[derive(Default)]
+struct Shard {
     directories: HashTable<KeptDirectory>,
     names: HashTable<KeptName>,
 }
@@ -42,42 +55,51 @@ impl Default for WalkCache {
     fn default() -> Self {
         WalkCache {
             hasher: foldhash::fast::RandomState::default(),
-            directories: HashTable::new(),
-            names: HashTable::new(),
+            shards: std::array::from_fn(|_| Mutex::default()),
         }
     }
 }
 
 impl WalkCache {
+    /// The shard of an entry hashed to `hash`, chosen by bits its table uses for neither
+    /// the bucket (the low bits) nor the tag (the top seven).
+    fn shard(&self, hash: u64) -> parking_lot::MutexGuard<'_, Shard> {
+        self.shards[(hash >> 32) as usize % SHARDS].lock()
+    }
+
     /// Directory `ino`, if kept at `version` (its version now).
     pub fn directory(&self, ino: u64, version: u32) -> Option<Inode> {
-        self.directories
-            .find(self.hasher.hash_one(ino), |kept| kept.inode.ino == ino)
+        let hash = self.hasher.hash_one(ino);
+        self.shard(hash)
+            .directories
+            .find(hash, |kept| kept.inode.ino == ino)
             .filter(|kept| kept.version == version)
             .map(|kept| kept.inode.clone())
     }
 
     /// Keeps `inode`, read after its version was `version`; only directories are kept.
-    pub fn keep_directory(&mut self, version: u32, inode: &Inode) {
+    pub fn keep_directory(&self, version: u32, inode: &Inode) {
         if inode.kind != FileKind::Directory {
             return;
-        }
-        if self.directories.len() >= MAX_KEPT {
-            self.directories.clear();
         }
         let hash = self.hasher.hash_one(inode.ino);
         let kept = KeptDirectory {
             version,
             inode: inode.clone(),
         };
-        match self
+        let mut shard = self.shard(hash);
+        if shard.directories.len() >= MAX_KEPT_PER_SHARD {
+            shard.directories.clear();
+        }
+        match shard
             .directories
             .find_mut(hash, |old| old.inode.ino == inode.ino)
         {
             Some(old) => *old = kept,
             None => {
                 let hasher = &self.hasher;
-                self.directories
+                shard
+                    .directories
                     .insert_unique(hash, kept, |k| hasher.hash_one(k.inode.ino));
             }
         }
@@ -85,22 +107,23 @@ impl WalkCache {
 
     /// The directory `name` in `dir` names, if kept while `dir`'s version is `dir_version`.
     pub fn child(&self, dir: u64, dir_version: u32, name: &[u8]) -> Option<u64> {
-        self.names
-            .find(self.hasher.hash_one((dir, name)), |kept| {
-                kept.dir == dir && *kept.name == *name
-            })
+        let hash = self.hasher.hash_one((dir, name));
+        self.shard(hash)
+            .names
+            .find(hash, |kept| kept.dir == dir && *kept.name == *name)
             .filter(|kept| kept.dir_version == dir_version)
             .map(|kept| kept.child)
     }
 
     /// Keeps that `name` in `dir` names the directory `child`, read after `dir`'s version
     /// was `dir_version`.
-    pub fn keep_child(&mut self, dir: u64, dir_version: u32, name: &[u8], child: u64) {
-        if self.names.len() >= MAX_KEPT {
-            self.names.clear();
-        }
+    pub fn keep_child(&self, dir: u64, dir_version: u32, name: &[u8], child: u64) {
         let hash = self.hasher.hash_one((dir, name));
-        match self
+        let mut shard = self.shard(hash);
+        if shard.names.len() >= MAX_KEPT_PER_SHARD {
+            shard.names.clear();
+        }
+        match shard
             .names
             .find_mut(hash, |kept| kept.dir == dir && *kept.name == *name)
         {
@@ -116,7 +139,8 @@ impl WalkCache {
                     name: name.into(),
                     child,
                 };
-                self.names
+                shard
+                    .names
                     .insert_unique(hash, kept, |k| hasher.hash_one((k.dir, &*k.name)));
             }
         }
@@ -151,7 +175,7 @@ mod tests {
 
     #[test]
     fn kept_entries_serve_only_at_the_version_they_were_read_at() {
-        let mut cache = WalkCache::default();
+        let cache = WalkCache::default();
         cache.keep_directory(7, &directory(5));
         assert_eq!(cache.directory(5, 7).map(|inode| inode.ino), Some(5));
         assert!(cache.directory(5, 8).is_none(), "a moved version is a miss");
@@ -168,17 +192,25 @@ mod tests {
     }
 
     #[test]
-    fn files_are_not_kept_and_full_tables_start_again() {
-        let mut cache = WalkCache::default();
+    fn files_are_not_kept_and_full_shards_start_again() {
+        let cache = WalkCache::default();
         let mut file = directory(9);
         file.kind = FileKind::Regular;
         cache.keep_directory(1, &file);
         assert!(cache.directory(9, 1).is_none());
-        for ino in 0..=MAX_KEPT as u64 {
+        let kept = (SHARDS * MAX_KEPT_PER_SHARD * 2) as u64;
+        for ino in 0..kept {
             cache.keep_directory(1, &directory(100 + ino));
             cache.keep_child(1, 1, &ino.to_le_bytes(), 100 + ino);
         }
-        assert!(cache.directories.len() <= MAX_KEPT && cache.names.len() <= MAX_KEPT);
-        assert!(cache.directory(100 + MAX_KEPT as u64, 1).is_some());
+        for shard in &cache.shards {
+            let shard = shard.lock();
+            assert!(shard.directories.len() <= MAX_KEPT_PER_SHARD);
+            assert!(shard.names.len() <= MAX_KEPT_PER_SHARD);
+        }
+        assert!(
+            cache.directory(100 + kept - 1, 1).is_some(),
+            "the last one kept"
+        );
     }
 }
