@@ -3093,6 +3093,31 @@ fn as_user_through_three_doors(
     outputs
 }
 
+/// The `main` of a program that calls its `probe(when)` at the start and after each shell
+/// command in `argv[2..]`, each run with `SHOAL_RUN=argv[1]` (the door of the changes).
+const PROBE_AFTER_EACH_CHANGE_C: &str = r#"
+int main(int argc, char **argv) {
+    probe("start");
+    for (int i = 2; i < argc; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[i]);
+        if (system(command) != 0) return 2;
+        probe(argv[i]);
+    }
+    return 0;
+}
+"#;
+
+/// `probe_c` (a C source defining `probe`) made a program by `PROBE_AFTER_EACH_CHANGE_C`.
+fn compile_probe(dir: &Path, name: &str, probe_c: &str) -> PathBuf {
+    compile(
+        dir,
+        name,
+        &format!("{probe_c}{PROBE_AFTER_EACH_CHANGE_C}"),
+        &[],
+    )
+}
+
 /// Makes `d/sub` three times after each shell command in `argv` (run in turn, changing
 /// what the walk to it reads) and prints what each mkdir gave.
 const MKDIR_AGAIN_C: &str = r#"
@@ -3106,16 +3131,6 @@ static void probe(const char *when) {
         int rc = mkdir("d/sub", 0755);
         printf("%s: %s\n", when, rc == 0 ? "made" : strerror(errno));
     }
-}
-int main(int argc, char **argv) {
-    probe("start");
-    for (int i = 2; i < argc; i++) {
-        char command[512];
-        snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[i]);
-        if (system(command) != 0) return 2;
-        probe(argv[i]);
-    }
-    return 0;
 }
 "#;
 
@@ -3217,27 +3232,17 @@ static void probe(const char *when) {
         }
     }
 }
-int main(int argc, char **argv) {
-    probe("start");
-    for (int i = 2; i < argc; i++) {
-        char command[512];
-        snprintf(command, sizeof command, "SHOAL_RUN=%s; export SHOAL_RUN; %s", argv[1], argv[i]);
-        if (system(command) != 0) return 2;
-        probe(argv[i]);
-    }
-    return 0;
-}
 "#;
 
-/// The daemon keeps, per connection, the directories its walks passed through while their
-/// versions stay (`walk_cache.rs`): opens by whole paths see every change on the way, made
+/// The daemon keeps the directories walks passed through while their versions stay
+/// (`walk_cache.rs`): opens by whole paths see every change on the way, made
 /// by another process through either door (search permission taken and given back,
 /// directories renamed, moved, replaced by a symlink, emptied and made again), exactly as
 /// through the kernel. Run as an unprivileged user, whom permissions bind.
 #[test]
 fn opens_by_whole_paths_see_every_change_to_the_directories_on_the_way() {
     let programs = programs_dir();
-    let binary = compile(programs.path(), "open_by_path", OPEN_BY_PATH_C, &[]);
+    let binary = compile_probe(programs.path(), "open_by_path", OPEN_BY_PATH_C);
     let m = mount_with_fast_path(&["allow_other"]);
     let changes = [
         "chmod 600 t/a/b1",
@@ -3297,7 +3302,7 @@ fn opens_by_whole_paths_see_every_change_to_the_directories_on_the_way() {
 #[test]
 fn mkdir_of_an_existing_directory_is_answered_locally_until_its_path_changes() {
     let programs = programs_dir();
-    let binary = compile(programs.path(), "mkdir_again", MKDIR_AGAIN_C, &[]);
+    let binary = compile_probe(programs.path(), "mkdir_again", MKDIR_AGAIN_C);
     let m = mount_with_fast_path(&["allow_other"]);
     let changes = [
         "rmdir d/sub",

@@ -61,6 +61,11 @@ impl<'a> Witness<'a> {
     /// Notes `ino`'s version; what the walk uses of the inode must be read after this.
     fn note(&mut self, ino: u64) {
         let version = (self.version_of)(ino);
+        self.note_read(ino, version);
+    }
+
+    /// Notes `version` for `ino`, read before what the walk uses of the inode was.
+    fn note_read(&mut self, ino: u64, version: Option<u32>) {
         self.seen = match (self.seen.take(), version) {
             (Some(mut seen), Some(version)) if seen.len() < WITNESS_MAX => {
                 seen.push((ino, version));
@@ -180,13 +185,7 @@ pub fn walk_witnessed(
         };
         let goes_on = !last || (child.kind == FileKind::Symlink && (at.follow || trailing_slash));
         if let Some(witness) = witness.as_deref_mut().filter(|w| goes_on && w.recording()) {
-            // The lookup read the child before its version was noted: read it again. Gone
-            // meanwhile (a rename racing the walk): the walk goes on as it was, unwitnessed.
-            witness.note(child.ino);
-            match reader.inode(child.ino) {
-                Ok(again) => (child, version) = again,
-                Err(_) => witness.give_up(),
-            }
+            witness_child(reader, witness, &mut child, &mut version);
         }
         if child.kind == FileKind::Symlink && (!last || at.follow || trailing_slash) {
             links += 1;
@@ -220,6 +219,26 @@ pub fn walk_witnessed(
         dir,
         trailing_slash,
     })
+}
+
+/// Notes in `witness` the version `child` was read after. `.` and `..`, read without
+/// one, are noted, then read again; gone meanwhile (a rename racing the walk), the walk
+/// goes on as it was, unwitnessed.
+fn witness_child(
+    reader: &Reader,
+    witness: &mut Witness,
+    child: &mut Inode,
+    version: &mut Option<u32>,
+) {
+    if version.is_some() {
+        witness.note_read(child.ino, *version);
+        return;
+    }
+    witness.note(child.ino);
+    match reader.inode(child.ino) {
+        Ok(again) => (*child, *version) = again,
+        Err(_) => witness.give_up(),
+    }
 }
 
 /// What symlink `link` points to, which a walk goes on with; one that leaves the mount (an
