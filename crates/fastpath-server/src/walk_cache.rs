@@ -150,33 +150,31 @@ impl WalkCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_engine::{Content, Timestamp};
+    use shoal_engine::{Caller, Engine, EngineConfig, NewInode, ROOT_INO};
 
-    fn directory(ino: u64) -> Inode {
-        Inode {
-            ino,
-            kind: FileKind::Directory,
-            perm: 0o755,
-            uid: 0,
-            gid: 0,
-            nlink: 2,
-            size: 0,
-            allocated_bytes: 0,
-            atime: Timestamp::default(),
-            mtime: Timestamp::default(),
-            ctime: Timestamp::default(),
-            rdev: 0,
-            parent: 1,
-            project: 0,
-            content: Content::Inline(Vec::new()),
-            may_have_xattrs: false,
-        }
+    const ROOT: Caller = Caller { uid: 0, gid: 0 };
+
+    /// A directory and a file as an engine makes them.
+    fn directory_and_file() -> (Inode, Inode) {
+        let engine = Engine::open_memory(EngineConfig::default()).expect("memory engine");
+        let dir = engine.mkdir(ROOT_INO, b"d", 0o755, ROOT).expect("mkdir");
+        let file = engine
+            .create(ROOT_INO, b"f", &NewInode::regular(0o644), ROOT)
+            .expect("create");
+        (dir, file)
+    }
+
+    fn directory(like: &Inode, ino: u64) -> Inode {
+        let mut inode = like.clone();
+        inode.ino = ino;
+        inode
     }
 
     #[test]
     fn kept_entries_serve_only_at_the_version_they_were_read_at() {
+        let (dir, _) = directory_and_file();
         let cache = WalkCache::default();
-        cache.keep_directory(7, &directory(5));
+        cache.keep_directory(7, &directory(&dir, 5));
         assert_eq!(cache.directory(5, 7).map(|inode| inode.ino), Some(5));
         assert!(cache.directory(5, 8).is_none(), "a moved version is a miss");
         cache.keep_child(1, 3, b"net", 5);
@@ -193,14 +191,13 @@ mod tests {
 
     #[test]
     fn files_are_not_kept_and_full_shards_start_again() {
+        let (dir, file) = directory_and_file();
         let cache = WalkCache::default();
-        let mut file = directory(9);
-        file.kind = FileKind::Regular;
         cache.keep_directory(1, &file);
-        assert!(cache.directory(9, 1).is_none());
+        assert!(cache.directory(file.ino, 1).is_none());
         let kept = (SHARDS * MAX_KEPT_PER_SHARD * 2) as u64;
         for ino in 0..kept {
-            cache.keep_directory(1, &directory(100 + ino));
+            cache.keep_directory(1, &directory(&dir, 100 + ino));
             cache.keep_child(1, 1, &ino.to_le_bytes(), 100 + ino);
         }
         for shard in &cache.shards {
