@@ -55,6 +55,10 @@ pub struct StatsReport {
     pub fastpath_answered_ahead: u64,
     #[serde(default)]
     pub fastpath_dropped_ahead: u64,
+    #[serde(default)]
+    pub fastpath_kept_walk_steps: u64,
+    #[serde(default)]
+    pub fastpath_read_walk_steps: u64,
     /// Fast-path requests left to the kernel, by reason (`shoal_fastpath_server::Why`).
     #[serde(default)]
     pub fastpath_fallbacks: Vec<(String, u64)>,
@@ -527,6 +531,22 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_dropped_ahead,
     ),
     exposed(
+        "fastpath_kept_walk_steps",
+        "shoal_fastpath_kept_walk_steps_total",
+        Counter,
+        Count,
+        "Steps of fast-path walks (a name looked up in a directory) taken from the directories the daemon keeps while their versions stay.",
+        |r| r.fastpath_kept_walk_steps,
+    ),
+    exposed(
+        "fastpath_read_walk_steps",
+        "shoal_fastpath_read_walk_steps_total",
+        Counter,
+        Count,
+        "Steps of fast-path walks read from the store (the name or its directory not kept, or changed since).",
+        |r| r.fastpath_read_walk_steps,
+    ),
+    exposed(
         "free_bytes",
         "shoal_free_bytes",
         Gauge,
@@ -658,6 +678,8 @@ impl StatsSource {
             fastpath_connections: self.fast_path_connections(),
             fastpath_answered_ahead: self.fast_path_ahead().0,
             fastpath_dropped_ahead: self.fast_path_ahead().1,
+            fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
+            fastpath_read_walk_steps: self.fast_path_walk_steps().1,
             fastpath_fallbacks: self.fast_path_fallbacks(),
             uuid: self.uuid.clone(),
             mountpoint: self.mountpoint.clone(),
@@ -711,6 +733,11 @@ impl StatsSource {
     fn fast_path_ahead(&self) -> (u64, u64) {
         let ahead = self.fast_path.as_ref().map(|stats| stats.answered_ahead());
         ahead.unwrap_or((0, 0))
+    }
+
+    fn fast_path_walk_steps(&self) -> (u64, u64) {
+        let steps = self.fast_path.as_ref().map(|stats| stats.walk_steps());
+        steps.unwrap_or((0, 0))
     }
 
     fn fast_path_fallbacks(&self) -> Vec<(String, u64)> {

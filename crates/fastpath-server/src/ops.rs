@@ -138,6 +138,7 @@ impl Server {
             engine: &self.engine,
             version_of: &|ino| self.version_of(ino),
             kept: Some(&self.walks),
+            stats: &self.stats,
         };
         walk_witnessed(&reader, s.caller, at, witness)
     }

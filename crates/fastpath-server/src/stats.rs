@@ -82,6 +82,10 @@ pub struct FastPathStats {
     /// `opendir`s answered ahead of their request (`server::Speculation`): sent, dropped.
     answered_ahead: AtomicU64,
     dropped_ahead: AtomicU64,
+    /// Walk steps (a name looked up in a directory) taken from the kept directories
+    /// (`walk_cache`), and those read from the engine while versions are followed.
+    kept_steps: AtomicU64,
+    read_steps: AtomicU64,
 }
 
 /// One request kind's counts.
@@ -122,6 +126,24 @@ impl FastPathStats {
             &self.dropped_ahead
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A walk step was taken from the kept directories (`kept`), or read from the engine.
+    pub(crate) fn walk_step(&self, kept: bool) {
+        let counter = if kept {
+            &self.kept_steps
+        } else {
+            &self.read_steps
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Walk steps taken from the kept directories, and those read from the engine.
+    pub fn walk_steps(&self) -> (u64, u64) {
+        (
+            self.kept_steps.load(Ordering::Relaxed),
+            self.read_steps.load(Ordering::Relaxed),
+        )
     }
 
     /// `opendir`s answered ahead of their request and sent, and those dropped (another

@@ -9,6 +9,7 @@ use shoal_fastpath::{At, WITNESS_MAX};
 use crate::credentials::Credentials;
 use crate::permission::{check, MAY_EXEC};
 use crate::refusal::{ensure, Refusal, Served, Why};
+use crate::stats::FastPathStats;
 use crate::walk_cache::WalkCache;
 
 /// Symlinks one walk follows at most (the kernel's MAXSYMLINKS).
@@ -95,6 +96,7 @@ pub struct Reader<'a> {
     pub engine: &'a Engine,
     pub version_of: &'a dyn Fn(u64) -> Option<u32>,
     pub kept: Option<&'a WalkCache>,
+    pub stats: &'a FastPathStats,
 }
 
 impl Reader<'_> {
@@ -127,8 +129,12 @@ impl Reader<'_> {
             // Kept while `dir` stays, so the name still names it; a directory removed
             // since (its record gone with a detached tree) is looked up afresh.
             if let Ok(found) = self.inode(ino) {
+                self.stats.walk_step(true);
                 return Ok(Some(found));
             }
+        }
+        if kept.is_some() {
+            self.stats.walk_step(false);
         }
         let Some(ino) = self.engine.lookup_ino(dir.ino, name)? else {
             return Ok(None);
