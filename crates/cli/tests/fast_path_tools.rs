@@ -104,6 +104,27 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// What each way of listing `dir` finds now, for a failure message: the kernel door again,
+/// `ls -f` through it, the fast path's `find`, and the daemon's statistics.
+fn listing_report(m: &Mounted, dir: &Path) -> String {
+    std::thread::sleep(Duration::from_millis(500));
+    let again = files_under(dir).len();
+    let dir_arg = dir.to_str().unwrap();
+    let ls = kernel(&m.mnt, &["/usr/bin/ls", "-f", dir_arg]);
+    let find = fast(&m.mnt, &["/usr/bin/find", dir_arg, "-type", "f"]);
+    let stats = Command::new(SHOAL)
+        .args(["stats", "--json"])
+        .arg(&m.mnt)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default();
+    format!(
+        "listed again: {again}; ls -f: {} lines; fast find: {} lines; stats: {stats}",
+        ls.stdout.lines().count(),
+        find.stdout.lines().count()
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // fs_mark.
 
@@ -118,8 +139,8 @@ fn fs_mark_count(output: &str) -> Option<u64> {
 
 /// fs_mark creates, writes and closes its files, with and without an fsync each (`-S 1`,
 /// round robin over subdirectories), through the kernel door and on the fast path; the
-/// files it keeps (`-k`) are all there through the kernel door, 100 zero bytes each, as it
-/// writes them.
+/// files it keeps (`-k`, a directory per thread) are all there through the kernel door, 100
+/// zero bytes each, as it writes them.
 #[test]
 fn fs_mark_runs_both_ways() {
     const THREADS: u64 = 2;
@@ -133,9 +154,14 @@ fn fs_mark_runs_both_ways() {
             let name = format!("fs_mark-{door}-S{sync}");
             let dir = m.path(&name);
             fs::create_dir(&dir).unwrap();
+            // A directory per thread: each of fs_mark's processes seeds its random names
+            // with the microseconds of its start, and two that start in the same one
+            // make the same names (a run made 2572 files of its 4000 opens, the rest
+            // truncated the other thread's).
+            let thread_dirs: String = (0..THREADS).map(|t| format!(" -d {name}/t{t}")).collect();
             let args = format!(
-                "{FS_MARK} -d {name} -n {files_per_thread} -s {SIZE} -t {THREADS} -S {sync} \
-                 -k -L 1 {subdirs}"
+                "{FS_MARK}{thread_dirs} -n {files_per_thread} -s {SIZE} -t {THREADS} \
+                 -S {sync} -k -L 1 {subdirs}"
             );
             let args: Vec<&str> = args.split_whitespace().collect();
             let created = THREADS * files_per_thread;
@@ -154,12 +180,18 @@ fn fs_mark_runs_both_ways() {
             let count = fs_mark_count(&out.stdout);
             assert_eq!(count, Some(created), "{what}: {}", out.describe());
             let files = files_under(&dir);
-            assert_eq!(files.len() as u64, created, "{what}: files kept");
+            if files.len() as u64 != created {
+                panic!(
+                    "{what}: files kept: {} of {created}; {}",
+                    files.len(),
+                    listing_report(&m, &dir)
+                );
+            }
             for file in &files {
                 assert_eq!(fs::read(file).unwrap(), [0u8; SIZE], "{}", file.display());
             }
             let log = fs::read_to_string(m.path("fs_log.txt")).unwrap();
-            let logged = format!("-d  {name}  ");
+            let logged = format!("-d  {name}/t0  -d  {name}/t1  ");
             assert!(log.contains(&logged), "{what}: its log:\n{log}");
         }
     }
