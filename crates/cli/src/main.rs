@@ -94,6 +94,11 @@ enum Command {
         /// format it; the deleted names are printed.
         #[arg(long)]
         wipe: bool,
+        /// Keep file data lz4-compressed: a source tree takes about a third less space, at
+        /// the CPU of compressing every flush and decompressing every cold read. Fixed for
+        /// the store's life; metadata is compressed either way.
+        #[arg(long)]
+        compress: bool,
     },
     /// Mount a store (`shoal mount STORE_DIR MOUNTPOINT`) or a RAM filesystem
     /// (`shoal mount --memory MOUNTPOINT`).
@@ -304,7 +309,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             force,
             label,
             wipe,
-        } => mkfs_cmd::run(&store_dir, force, wipe, label),
+            compress,
+        } => mkfs_cmd::run(&store_dir, (force, wipe), label, compress),
         Command::Mount {
             paths,
             memory,

@@ -7,7 +7,12 @@ use shoal_engine::store_dir::{list_names, Overwrite};
 use shoal_engine::{Caller, Engine, MkfsOptions};
 use shoal_sys::identity;
 
-pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> Result<ExitCode> {
+pub fn run(
+    store_dir: &Path,
+    (force, wipe): (bool, bool),
+    label: Option<String>,
+    compress_data: bool,
+) -> Result<ExitCode> {
     let overwrite = match (wipe, force) {
         (true, _) => Overwrite::Anything,
         (false, true) => Overwrite::Store,
@@ -22,6 +27,7 @@ pub fn run(store_dir: &Path, force: bool, wipe: bool, label: Option<String>) -> 
             gid: identity::effective_gid(),
         },
         label,
+        compress_data,
     };
     set_private_umask();
     let (identity, deleted) = Engine::mkfs_with(store_dir, &options)?;

@@ -201,6 +201,8 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
             memtable_bytes: options.memtable_bytes,
             worker_threads: options.compaction_threads,
             journal_bytes: options.journal_bytes,
+            // The store exists: mkfs chose whether its data is compressed.
+            compress_new_data: false,
         },
         checkpoint_bytes: options.checkpoint_bytes,
         read_cache_bytes: read_cache_bytes(options.memory_bytes),

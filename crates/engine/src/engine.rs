@@ -170,6 +170,8 @@ pub struct MkfsOptions {
     /// writable by them.
     pub root_owner: Caller,
     pub label: Option<String>,
+    /// Keep file data lz4-compressed (`FjallTuning::compress_new_data`).
+    pub compress_data: bool,
 }
 
 /// Filesystem-wide numbers for `statfs`.
@@ -193,6 +195,7 @@ impl Engine {
             },
             root_owner: Caller::ROOT,
             label: None,
+            compress_data: false,
         };
         Self::mkfs_with(dir, &options).map(drop)
     }
@@ -203,6 +206,7 @@ impl Engine {
             overwrite,
             root_owner: Caller::ROOT,
             label: None,
+            compress_data: false,
         };
         Self::mkfs_with(dir, &options).map(|(_, deleted)| deleted)
     }
@@ -217,7 +221,11 @@ impl Engine {
         // Before touching the directory: a bad label must not cost an existing store.
         let identity = StoreIdentity::new(options.label.as_deref())?;
         let deleted = store_dir::prepare_new(dir, options.overwrite)?;
-        let store = FjallStore::open(&store_dir::kv_path(dir), &FjallTuning::default())?;
+        let tuning = FjallTuning {
+            compress_new_data: options.compress_data,
+            ..FjallTuning::default()
+        };
+        let store = FjallStore::open(&store_dir::kv_path(dir), &tuning)?;
         initialize(&store, options.root_owner)?;
         store.sync()?;
         drop(store);
