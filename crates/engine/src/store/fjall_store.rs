@@ -575,7 +575,7 @@ mod tests {
     }
 
     /// File data is stored as written unless the store was made to compress it: a
-    /// compressible 8 MiB takes its whole size in blob files, or a small part of it.
+    /// compressible 8 MiB takes its whole size on disk once flushed, or a small part of it.
     #[test]
     fn file_data_is_compressed_only_in_a_store_made_to_compress_it() {
         let text: Vec<u8> = b"fn main() { println!(\"a line of a source file\"); }\n"
@@ -584,7 +584,7 @@ mod tests {
             .cycle()
             .take(64 * 1024)
             .collect();
-        let blob_bytes = |compress: bool| {
+        let disk_bytes_flushed = |compress: bool| {
             let dir = tempfile::tempdir().unwrap();
             let tuning = FjallTuning {
                 compress_new_data: compress,
@@ -607,7 +607,7 @@ mod tests {
             );
             bytes
         };
-        let (plain, compressed) = (blob_bytes(false), blob_bytes(true));
+        let (plain, compressed) = (disk_bytes_flushed(false), disk_bytes_flushed(true));
         assert!(
             plain > compressed + (4 << 20),
             "uncompressed store {plain} bytes, compressed {compressed}"
