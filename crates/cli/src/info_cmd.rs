@@ -23,6 +23,10 @@ pub struct InfoAnswer {
     pub inodes: u64,
     pub bytes: u64,
     pub store_disk_bytes: u64,
+    /// Whether file data is kept compressed (`mkfs --compress`); absent from a daemon
+    /// older than this field, and None in RAM.
+    #[serde(default)]
+    pub data_compressed: Option<bool>,
 }
 
 /// The daemon's side.
@@ -33,6 +37,7 @@ pub fn answer(engine: &Engine, store_dir: Option<PathBuf>) -> Result<InfoAnswer,
         inodes: stats.used.inodes,
         bytes: stats.used.bytes,
         store_disk_bytes: stats.store_disk_bytes,
+        data_compressed: engine.data_compressed(),
     })
 }
 
@@ -49,6 +54,7 @@ struct Info {
     inodes: u64,
     bytes: u64,
     store_disk_bytes: u64,
+    data_compressed: Option<bool>,
 }
 
 /// `shoal info`'s command line (`-h` is help, as everywhere in shoal).
@@ -101,6 +107,7 @@ pub fn run(args: &InfoArgs) -> Result<ExitCode> {
         inodes: answer.inodes,
         bytes: answer.bytes,
         store_disk_bytes: answer.store_disk_bytes,
+        data_compressed: answer.data_compressed,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&info)?);
@@ -158,6 +165,17 @@ fn render(info: &Info, human: bool) -> String {
         ),
         ("bytes", size(info.bytes)),
         ("store size", size(info.store_disk_bytes)),
+        (
+            "file data",
+            info.data_compressed.map_or_else(missing, |compressed| {
+                if compressed {
+                    "lz4-compressed"
+                } else {
+                    "as written"
+                }
+                .to_string()
+            }),
+        ),
     ];
     rows.iter()
         .map(|(name, value)| format!("{:<15} {value}\n", format!("{name}:")))

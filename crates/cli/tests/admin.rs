@@ -704,6 +704,38 @@ fn version_names_the_commit() {
     );
 }
 
+/// `shoal info` says whether a store keeps file data compressed, as mkfs chose: from the
+/// store itself when unmounted, from the daemon on a mountpoint.
+#[test]
+fn info_says_whether_file_data_is_compressed() {
+    let dir = test_dir();
+    let compressed = dir.path().join("compressed");
+    shoal_ok(&[
+        OsStr::new("mkfs"),
+        OsStr::new("--compress"),
+        compressed.as_os_str(),
+    ]);
+    let info = shoal_ok(&[
+        OsStr::new("info"),
+        OsStr::new("--json"),
+        compressed.as_os_str(),
+    ]);
+    let info: serde_json::Value = serde_json::from_str(&info.stdout).unwrap();
+    assert_eq!(info["data_compressed"], true, "{info}");
+    let text = shoal_ok(&[OsStr::new("info"), compressed.as_os_str()]);
+    assert!(
+        text.stdout.contains("file data:      lz4-compressed"),
+        "{}",
+        text.stdout
+    );
+
+    let m = Mounted::new();
+    let info = shoal_ok(&[OsStr::new("info"), OsStr::new("--json"), m.mnt.as_os_str()]);
+    let info: serde_json::Value = serde_json::from_str(&info.stdout).unwrap();
+    assert_eq!(info["data_compressed"], false, "{info}");
+    m.finish();
+}
+
 #[test]
 #[expect(
     clippy::too_many_lines,

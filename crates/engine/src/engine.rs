@@ -440,6 +440,11 @@ impl Engine {
         })
     }
 
+    /// Whether the store keeps file data compressed (`mkfs --compress`); None in RAM.
+    pub fn data_compressed(&self) -> Option<bool> {
+        self.store.data_compressed()
+    }
+
     /// The current usage of one owner, exact at all times: a sum over the in-memory
     /// counters of the owner combinations it is part of.
     pub fn usage(&self, owner: UsageOwner) -> FsResult<Usage> {

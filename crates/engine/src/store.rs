@@ -250,6 +250,12 @@ pub trait Store: StoreView {
     /// Bytes the store occupies on its device (0 for memory).
     fn disk_bytes(&self) -> u64;
 
+    /// Whether file data is kept compressed, as mkfs chose (`mkfs --compress`); None for a
+    /// store with no such choice (memory).
+    fn data_compressed(&self) -> Option<bool> {
+        None
+    }
+
     /// Memtable, flush, compaction and cache figures (all zero by default).
     fn metrics(&self) -> StoreMetrics {
         StoreMetrics::default()

@@ -322,6 +322,12 @@ impl Store for FjallStore {
         self.db.disk_space().unwrap_or(0)
     }
 
+    /// The data keyspace's options as fjall keeps them from its creation.
+    fn data_compressed(&self) -> Option<bool> {
+        let options = self.data.tree.tree_config().kv_separation_opts.as_ref()?;
+        Some(options.compression != CompressionType::None)
+    }
+
     fn memory_bytes(&self) -> u64 {
         self.db.cache_size() + memtable_memory_bytes(self.db.write_buffer_size())
     }

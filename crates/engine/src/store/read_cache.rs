@@ -203,6 +203,10 @@ impl Store for CachedStore {
         self.inner.disk_bytes()
     }
 
+    fn data_compressed(&self) -> Option<bool> {
+        self.inner.data_compressed()
+    }
+
     fn metrics(&self) -> StoreMetrics {
         self.inner.metrics()
     }

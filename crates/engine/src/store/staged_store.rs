@@ -554,6 +554,10 @@ impl Store for StagedStore {
         self.shared.inner.disk_bytes()
     }
 
+    fn data_compressed(&self) -> Option<bool> {
+        self.shared.inner.data_compressed()
+    }
+
     fn metrics(&self) -> StoreMetrics {
         let checkpoint_writes = self.shared.checkpoint_writes.snapshot();
         let held_writes = self.shared.held_writes.snapshot();
