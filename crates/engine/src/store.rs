@@ -164,6 +164,11 @@ impl Batch {
         self.space(space).get(key).map(|value| value.as_deref())
     }
 
+    /// `lookup`, with the value as the batch holds it.
+    pub fn lookup_value(&self, space: Space, key: &[u8]) -> Option<Option<&Value>> {
+        self.space(space).get(key).map(Option::as_ref)
+    }
+
     /// Whether the batch puts any key in `space` (deletes do not count).
     pub fn has_puts(&self, space: Space) -> bool {
         self.space(space).values().any(Option::is_some)
@@ -233,6 +238,13 @@ pub trait StoreView: Send + Sync {
 /// in-memory map (for `mount --memory` and tests).
 pub trait Store: StoreView {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// `get` in the on-disk store's own buffer type: a value read from it, or staged as
+    /// one, comes without a copy, and can be put again without one (`copy_range` shares
+    /// whole chunks). Stores that keep values otherwise copy (the default).
+    fn get_shared(&self, space: Space, key: &[u8]) -> Result<Option<SharedBytes>, StoreError> {
+        Ok(self.get(space, key)?.map(SharedBytes::from))
+    }
 
     /// Applies the batch atomically. It reaches the operating system before this returns (so a
     /// killed daemon loses nothing), but is durable against power loss only after `sync`.

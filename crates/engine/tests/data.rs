@@ -216,6 +216,55 @@ both_backends! {
         model_test(fs, 0x5eed, 2000);
     }
 
+    fn copies_share_whole_chunks_and_stay_apart_after(fs) {
+        // A source with full chunks, a short chunk followed by a hole (zeros up to the
+        // next chunk), and a short tail: whole chunks are shared, the rest copied.
+        let mut rng = Lcg::new(23);
+        let source = mkfile(fs, ROOT_INO, b"source");
+        let mut source_model = Vec::new();
+        write_both(fs, source.ino, &mut source_model, 0, &rng.bytes(2 * CHUNK as usize));
+        write_both(fs, source.ino, &mut source_model, 2 * CHUNK, &rng.bytes(100));
+        write_both(fs, source.ino, &mut source_model, 3 * CHUNK, &rng.bytes(CHUNK as usize));
+        write_both(fs, source.ino, &mut source_model, 4 * CHUNK, &rng.bytes(777));
+        let target = mkfile(fs, ROOT_INO, b"target");
+        let mut target_model = Vec::new();
+        let (from_ino, to_ino) = (source.ino, target.ino);
+        let copy = |fs: &Engine, model: &mut Vec<u8>, bytes: &[u8], from: u64, to: u64, len: u64| {
+            let copied = fs.copy_range(from_ino, from, to_ino, to, len).unwrap();
+            let available = (bytes.len() as u64).saturating_sub(from).min(len);
+            assert_eq!(copied, available, "copy_range({from}, {to}, {len})");
+            let end = (to + copied) as usize;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[to as usize..end].copy_from_slice(&bytes[from as usize..(from + copied) as usize]);
+        };
+        // All of it, chunk-aligned on both sides, into an empty file.
+        copy(fs, &mut target_model, &source_model, 0, 0, 1 << 20);
+        check_against(fs, target.ino, &target_model);
+        // Aligned on both sides over bytes the target holds (the chunks are rewritten),
+        // and at odd offsets.
+        copy(fs, &mut target_model, &source_model, CHUNK, 3 * CHUNK, 2 * CHUNK);
+        copy(fs, &mut target_model, &source_model, 5, CHUNK + 7, CHUNK);
+        copy(fs, &mut target_model, &source_model, 0, 6 * CHUNK, CHUNK / 2);
+        check_against(fs, target.ino, &target_model);
+        // Overwriting either side after the copy leaves the other alone.
+        write_both(fs, source.ino, &mut source_model, 10, &rng.bytes(5000));
+        write_both(fs, target.ino, &mut target_model, 6 * CHUNK + 3, &rng.bytes(20));
+        write_both(fs, target.ino, &mut target_model, 2 * CHUNK + 50, &rng.bytes(60_000));
+        check_against(fs, source.ino, &source_model);
+        check_against(fs, target.ino, &target_model);
+        let inode = fs.getattr(target.ino).unwrap();
+        check_layout(&inode);
+        assert_eq!(
+            total(fs).bytes,
+            inode.allocated_bytes + fs.getattr(source.ino).unwrap().allocated_bytes
+        );
+        assert_consistent(fs, &[]);
+        fs.sync().unwrap();
+        check_against(fs, target.ino, &target_model);
+    }
+
     fn sparse_file_reads_zeros_and_allocates_little(fs) {
         let file = mkfile(fs, ROOT_INO, b"sparse");
         let at = 10 << 20;

@@ -25,6 +25,24 @@ pub struct Written {
     pub mode_changed: bool,
 }
 
+/// The bytes of a write: the caller's, copied into the store's buffers, or already in
+/// one (a chunk `copy_range` shares), put as they are where they make a whole new chunk.
+enum WriteBytes<'a> {
+    Borrowed(&'a [u8]),
+    Shared(SharedBytes),
+}
+
+impl std::ops::Deref for WriteBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            WriteBytes::Borrowed(bytes) => bytes,
+            WriteBytes::Shared(bytes) => bytes,
+        }
+    }
+}
+
 /// A time to set: a given instant, or the time of the operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetTime {
@@ -88,7 +106,7 @@ impl Engine {
             // One chunk (every small file): a point read. A range scan sets up a merge of
             // the memtables and every table first, 10-20 µs; `cp -a` of a tree of small
             // files spent 8% of the daemon's time there.
-            if let Some(value) = self.store().get(Space::Data, &start_key)? {
+            if let Some(value) = self.store().get_shared(Space::Data, &start_key)? {
                 copy_chunk(&mut out, offset, end, first * chunk_bytes, &value);
             }
             return Ok(out);
@@ -128,13 +146,24 @@ impl Engine {
         data: &[u8],
         kill_suidgid: bool,
     ) -> FsResult<Written> {
+        self.write_bytes(ino, offset, WriteBytes::Borrowed(data), kill_suidgid)
+    }
+
+    fn write_bytes(
+        &self,
+        ino: u64,
+        offset: u64,
+        bytes: WriteBytes<'_>,
+        kill_suidgid: bool,
+    ) -> FsResult<Written> {
         self.stats().count(Op::Write);
-        if data.is_empty() {
+        let length = bytes.len();
+        if length == 0 {
             // POSIX: a zero-length write changes nothing (not even the size).
             return Ok(Written::default());
         }
         let end = offset
-            .checked_add(data.len() as u64)
+            .checked_add(length as u64)
             .ok_or(FsError::FileTooBig)?;
         if end > MAX_FILE_BYTES {
             return Err(FsError::FileTooBig);
@@ -149,10 +178,13 @@ impl Engine {
         let allocated_before = inode.allocated_bytes;
         let size_before = inode.size;
         if matches!(inode.content, Content::Inline(_)) && end <= self.inline_max_bytes() {
-            write_inline(&mut inode, offset, data);
+            write_inline(&mut inode, offset, &bytes);
         } else {
             txn.make_chunked(&mut inode);
-            txn.write_chunks(&mut inode, offset, data)?;
+            match bytes {
+                WriteBytes::Borrowed(data) => txn.write_chunks(&mut inode, offset, data)?,
+                WriteBytes::Shared(data) => txn.append_chunk(&mut inode, offset, data)?,
+            }
             inode.size = inode.size.max(end);
         }
         inode.mtime = txn.now;
@@ -167,7 +199,7 @@ impl Engine {
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
         Ok(Written {
-            bytes: data.len() as u32,
+            bytes: length as u32,
             mode_changed,
         })
     }
@@ -188,6 +220,16 @@ impl Engine {
         let mut copied: u64 = 0;
         let wanted = len.min(COPY_RANGE_MAX_BYTES);
         while copied < wanted {
+            let (from, to) = (
+                offset_in.saturating_add(copied),
+                offset_out.saturating_add(copied),
+            );
+            if let Some(chunk) = self.whole_chunk_at(ino_in, from, to, wanted - copied)? {
+                let length = chunk.len() as u64;
+                self.write_bytes(ino_out, to, WriteBytes::Shared(chunk), false)?;
+                copied += length;
+                continue;
+            }
             let piece = (wanted - copied).min(COPY_RANGE_PIECE_BYTES);
             let bytes = self.read(ino_in, offset_in.saturating_add(copied), piece as u32)?;
             if bytes.is_empty() {
@@ -202,6 +244,36 @@ impl Engine {
             copied += bytes.len() as u64;
         }
         Ok(copied)
+    }
+
+    /// The stored chunk of `ino` starting at `offset`, when a copy of up to `len` bytes
+    /// from there to `to` can take it whole: both offsets on a chunk boundary, and the
+    /// chunk holds every byte of the copy's part of it (a short chunk with zeros read
+    /// after it does not). The copy then puts the same buffer again: no byte is copied.
+    fn whole_chunk_at(
+        &self,
+        ino: u64,
+        offset: u64,
+        to: u64,
+        len: u64,
+    ) -> FsResult<Option<SharedBytes>> {
+        let chunk_bytes = self.chunk_bytes();
+        if !offset.is_multiple_of(chunk_bytes) || !to.is_multiple_of(chunk_bytes) {
+            return Ok(None);
+        }
+        let inode = self.read_inode(ino)?;
+        if inode.kind != FileKind::Regular
+            || !matches!(inode.content, Content::Chunked)
+            || offset >= inode.size
+        {
+            return Ok(None);
+        }
+        let part = len.min(inode.size - offset).min(chunk_bytes);
+        let key = keys::chunk_key(ino, offset / chunk_bytes);
+        Ok(self
+            .store()
+            .get_shared(Space::Data, &key)?
+            .filter(|chunk| chunk.len() as u64 == part))
     }
 
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {
@@ -390,9 +462,19 @@ impl Txn<'_> {
             let within = (position % chunk_bytes) as usize;
             let take = (chunk_bytes as usize - within).min(data.len() - written);
             let key = keys::chunk_key(inode.ino, chunk);
+            let new_chunk = chunk * chunk_bytes >= inode.size;
+            if new_chunk && within == 0 {
+                // Made in the store's own buffer type, the checkpoint hands these bytes
+                // to the store's journal and memtable without copying them again.
+                inode.allocated_bytes += take as u64;
+                let bytes = SharedBytes::from(&data[written..written + take]);
+                self.put_shared(Space::Data, key, bytes);
+                written += take;
+                continue;
+            }
             // No chunk reaches past the size (fsck checks it): a chunk starting at or
             // after it is new, and an appending write (every import) reads nothing.
-            let mut bytes = if chunk * chunk_bytes >= inode.size {
+            let mut bytes = if new_chunk {
                 Vec::with_capacity(within + take)
             } else {
                 self.get(Space::Data, &key)?.unwrap_or_default()

@@ -12,7 +12,7 @@ use fjall::{
 
 use super::blob_reclaim::BlobReclaimer;
 use super::journal_sync::sync_journal;
-use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView, Value};
+use super::{Batch, Scan, SharedBytes, Space, Store, StoreError, StoreMetrics, StoreView, Value};
 use crate::{defaults, keys, limits};
 
 /// What a deleted chunk may have held, for the reclaimer's estimate: the chunk size of
@@ -273,6 +273,10 @@ impl StoreView for FjallStore {
 impl Store for FjallStore {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.keyspace(space).get(key)?.map(|value| value.to_vec()))
+    }
+
+    fn get_shared(&self, space: Space, key: &[u8]) -> Result<Option<SharedBytes>, StoreError> {
+        Ok(self.keyspace(space).get(key)?)
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::error_seq::WriteErrors;
-use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use super::{Batch, Scan, SharedBytes, Space, Store, StoreError, StoreMetrics, StoreView};
 
 /// Whether a background thread panicked, and which.
 #[derive(Debug, Default)]
@@ -112,6 +112,11 @@ impl Store for PoisonChecked {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.poisoned()?;
         self.inner.get(space, key)
+    }
+
+    fn get_shared(&self, space: Space, key: &[u8]) -> Result<Option<SharedBytes>, StoreError> {
+        self.poisoned()?;
+        self.inner.get_shared(space, key)
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {

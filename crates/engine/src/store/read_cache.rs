@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use crate::store::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use crate::store::{Batch, Scan, SharedBytes, Space, Store, StoreError, StoreMetrics, StoreView};
 
 /// Shards, so readers on several threads rarely wait on one lock.
 const SHARDS: usize = 16;
@@ -175,6 +175,13 @@ impl Store for CachedStore {
             }
         }
         Ok(value)
+    }
+
+    fn get_shared(&self, space: Space, key: &[u8]) -> Result<Option<SharedBytes>, StoreError> {
+        if space != Space::Meta {
+            return self.inner.get_shared(space, key);
+        }
+        Ok(self.get(space, key)?.map(SharedBytes::from))
     }
 
     fn write(&self, batch: Batch) -> Result<(), StoreError> {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::{Batch, Scan, Space, Store, StoreError, StoreMetrics, StoreView};
+use super::{Batch, Scan, SharedBytes, Space, Store, StoreError, StoreMetrics, StoreView, Value};
 use crate::store::error_seq::{ErrorSeq, WriteErrors};
 use crate::store::histogram::Histogram;
 use crate::store::poison::Poison;
@@ -114,6 +114,21 @@ impl Layers {
                 .and_then(|frozen| frozen.batch.lookup(space, key))
         });
         staged.map(|value| value.map(<[u8]>::to_vec))
+    }
+
+    /// `lookup` in the on-disk store's buffer type: a value staged in it is not copied.
+    fn lookup_shared(&self, space: Space, key: &[u8]) -> Option<Option<SharedBytes>> {
+        let staged = self.active.batch.lookup_value(space, key).or_else(|| {
+            self.frozen
+                .as_ref()
+                .and_then(|frozen| frozen.batch.lookup_value(space, key))
+        });
+        staged.map(|value| {
+            value.map(|value| match value {
+                Value::Shared(bytes) => bytes.clone(),
+                Value::Owned(bytes) => SharedBytes::from(bytes.as_slice()),
+            })
+        })
     }
 
     fn staged_bytes(&self) -> u64 {
@@ -506,6 +521,13 @@ impl Store for StagedStore {
             return Ok(staged);
         }
         self.shared.inner.get(space, key)
+    }
+
+    fn get_shared(&self, space: Space, key: &[u8]) -> Result<Option<SharedBytes>, StoreError> {
+        if let Some(staged) = self.shared.layers.read().lookup_shared(space, key) {
+            return Ok(staged);
+        }
+        self.shared.inner.get_shared(space, key)
     }
 
     /// Stages the batch. Room is made first when the bound is reached: if a checkpoint
