@@ -2693,6 +2693,95 @@ fn a_listing_sent_with_opendir_is_not_served_after_a_change() {
     m.finish();
 }
 
+/// Opens directory argv[1] by name as `rm -r` does (`openat` with `O_NOFOLLOW`, first to see
+/// whether it is empty, then to walk it) and lists it, twice; runs the shell command argv[2]
+/// through the kernel door (a change to it); then twice again.
+const REOPEN_BY_NAME_C: &str = r#"
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+static int by_name(const void *a, const void *b) { return strcmp(*(char **)a, *(char **)b); }
+static void list(const char *what, const char *dir) {
+    int fd = openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) { printf("%s: open failed\n", what); return; }
+    char *names[64]; int n = 0; struct dirent *e;
+    while ((e = readdir(d)) && n < 64) names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof *names, by_name);
+    printf("%s:", what);
+    for (int i = 0; i < n; i++) printf(" %s", names[i]);
+    printf("\n");
+}
+int main(int argc, char **argv) {
+    struct stat st;
+    /* Connects to the daemon: an open before any call has no change count to hold under. */
+    if (stat(argv[1], &st) != 0) return 3;
+    list("first", argv[1]);
+    list("again", argv[1]);
+    setenv("SHOAL_RUN", "off", 1); /* the change goes through the kernel */
+    if (system(argv[2]) != 0) return 2;
+    list("after the change", argv[1]);
+    list("again after it", argv[1]);
+    return 0;
+}
+"#;
+
+/// A directory the program closed is kept open in the daemon while nothing changes, and
+/// its next open by the same name (`rm -r` opens every directory twice) is answered
+/// without a round trip; a change between, by another process through the kernel, is
+/// seen by the next open, as through the kernel.
+#[test]
+fn a_directory_opened_again_by_name_is_answered_while_nothing_changes() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "reopen", REOPEN_BY_NAME_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let mut outputs = Vec::new();
+    for door in ["kernel", "fast"] {
+        let dir = m.path(door);
+        fs::create_dir(&dir).unwrap();
+        for name in ["a", "b"] {
+            fs::write(dir.join(name), b"x").unwrap();
+        }
+        // Nothing the kernel finishes later (the release of a file written, the forget of
+        // one removed): the daemon's work then moves the change count at a moment the test
+        // cannot choose.
+        let change = format!("mkdir {door}/added && mv {door}/a {door}/z");
+        let opens_before = daemon_requests(&m.mnt, "open_dir");
+        let out = through(
+            door,
+            &m.mnt,
+            &[binary.as_os_str(), OsStr::new(door), OsStr::new(&change)],
+        );
+        assert!(out.success(), "{}", out.describe());
+        if door == "fast" {
+            let opens = daemon_requests(&m.mnt, "open_dir") - opens_before;
+            assert_eq!(
+                opens,
+                2,
+                "four opens, two after a change: {}",
+                out.describe()
+            );
+        }
+        outputs.push(out);
+    }
+    assert_eq!(
+        outputs[1].stdout,
+        outputs[0].stdout,
+        "{}",
+        outputs[1].describe()
+    );
+    assert_eq!(
+        outputs[0].stdout,
+        "first: . .. a b\nagain: . .. a b\nafter the change: . .. added b z\n\
+         again after it: . .. added b z\n"
+    );
+    m.finish();
+}
+
 /// Opens argv[2], reads its size, xattr names and end of file (copy_file_range into
 /// argv[3]), has `argv[1]` (a shell command) change it, then reads them all again.
 const KNOWN_THEN_CHANGED_C: &str = r#"

@@ -65,11 +65,13 @@ pub struct OpenFile {
 }
 
 /// How a directory came to be open: where, by whom, with what answer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct DirOrigin {
     /// The directory it is an entry of, where known: opened by its name there, never
     /// through a symlink.
     pub parent: Option<u64>,
+    /// Its name in `parent` (empty where `parent` is not known).
+    pub name: Vec<u8>,
     /// Who opened it, and the mount's change count from before the open was decided: while
     /// the count stays, the same caller's open of it would be answered the same.
     pub who: channel::Who,

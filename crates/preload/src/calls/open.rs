@@ -115,8 +115,10 @@ fn open_directory(
         }
     }
     let changes_before = crate::listings::changes_now(mount);
+    let parent = opening.parent.filter(|_| flags & libc::O_NOFOLLOW != 0);
     let mut origin = DirOrigin {
-        parent: opening.parent.filter(|_| flags & libc::O_NOFOLLOW != 0),
+        parent,
+        name: parent.map_or_else(Vec::new, |_| opening.name.to_vec()),
         who,
         changes: changes_before,
         searchable: false,
@@ -217,10 +219,12 @@ impl<'a> Opening<'a> {
             dotdot: None,
         };
         if name == b".." && parent_path.is_empty() && flags & !OPENDIR_FLAGS == 0 {
-            opening.dotdot = from_fd
-                .and_then(|file| file.origin)
-                .filter(|origin| origin.searchable && origin.who == who)
-                .and_then(|origin| origin.parent);
+            opening.dotdot = from_fd.and_then(|file| {
+                file.origin
+                    .as_ref()
+                    .filter(|origin| origin.searchable && origin.who == who)
+                    .and_then(|origin| origin.parent)
+            });
             return opening;
         }
         if name.is_empty() || name == b"." || name == b".." {
@@ -277,6 +281,7 @@ fn open_kept(
     crate::listings::remember_reached(mount, at.base, &at.path, ino, changes, None);
     let origin = DirOrigin {
         parent: kept.parent,
+        name: kept.name,
         who: crate::channel::who(),
         changes: Some(changes),
         searchable: kept.searchable,
