@@ -386,6 +386,8 @@ fn take_page(cursor: &mut crate::fds::DirCursor, entries: Vec<DirEntryWire>, don
 
 /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
 const DIRENT_HEADER: usize = 19;
+/// The longest record: a name of NAME_MAX bytes, its NUL, padded to 8.
+const DIRENT_MAX: usize = (DIRENT_HEADER + 255 + 1).next_multiple_of(8);
 
 pub fn getdents64(args: [i64; 6]) -> Option<i64> {
     let file = fds::get(args[0])?;
@@ -412,20 +414,29 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
             break;
         };
         let reclen = (DIRENT_HEADER + entry.name.len() + 1).next_multiple_of(8);
+        if reclen > DIRENT_MAX {
+            // The daemon keeps names to NAME_MAX: this one is not a name.
+            return Some(if used > 0 {
+                used as i64
+            } else {
+                fail(libc::EIO)
+            });
+        }
         if used + reclen > size {
             if used == 0 {
                 return Some(fail(libc::EINVAL));
             }
             break;
         }
-        let mut record = vec![0u8; reclen];
+        // Built on the stack: a listing of 30k entries made as many allocations.
+        let mut record = [0u8; DIRENT_MAX];
         record[0..8].copy_from_slice(&entry.ino.to_ne_bytes());
         record[8..16].copy_from_slice(&((cursor.position + 1) as i64).to_ne_bytes());
         record[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
         record[18] = entry.kind;
         record[DIRENT_HEADER..DIRENT_HEADER + entry.name.len()].copy_from_slice(&entry.name);
         // SAFETY: the program's buffer holds `size` bytes; `used + reclen <= size`.
-        unsafe { copy_out(buf + used as i64, &record) };
+        unsafe { copy_out(buf + used as i64, &record[..reclen]) };
         used += reclen;
         last = cursor.buffered.pop_front().map(|entry| entry.name);
         cursor.position += 1;
