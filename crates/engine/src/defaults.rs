@@ -45,6 +45,9 @@ pub const BATCH_BYTES: usize = 8 << 20;
 /// file is rewritten (or dropped) at a finer grain. fjall stores this when it creates
 /// the keyspace: it applies to stores made by this version on.
 pub const BLOB_FILE_BYTES: u64 = 16 << 20;
+/// File chunks this long or longer go to blob files (fjall's own default, stated): a
+/// shorter one stays in its table's blocks, and a read of it is a view into a block.
+pub const BLOB_MIN_BYTES: u32 = 1024;
 /// A blob file whose share of stale (deleted or overwritten) bytes reaches this is
 /// rewritten with its live values at the next compaction that sees it, every such file
 /// at once (fjall's default rewrote only the oldest quarter of them per compaction, and

@@ -4,6 +4,7 @@
 //! file); past it, bytes live in fixed-size chunks keyed by (ino, index). Missing chunks
 //! are holes and read as zeros. An inline file's byte vector always has the file's length.
 
+use crate::defaults;
 use crate::engine::{Engine, Txn};
 use crate::error::{FsError, FsResult};
 use crate::keys;
@@ -270,10 +271,19 @@ impl Engine {
         }
         let part = len.min(inode.size - offset).min(chunk_bytes);
         let key = keys::chunk_key(ino, offset / chunk_bytes);
-        Ok(self
+        let chunk = self
             .store()
             .get_shared(Space::Data, &key)?
-            .filter(|chunk| chunk.len() as u64 == part))
+            .filter(|chunk| chunk.len() as u64 == part);
+        // A chunk shorter than a blob is read as a view into its table block: put again
+        // as it is, it would hold the whole block in memory until the next flush.
+        Ok(chunk.map(|chunk| {
+            if chunk.len() < defaults::BLOB_MIN_BYTES as usize {
+                SharedBytes::from(&chunk[..])
+            } else {
+                chunk
+            }
+        }))
     }
 
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> FsResult<Inode> {

@@ -56,6 +56,7 @@ fn blob_options(compress: bool) -> KvSeparationOptions {
     KvSeparationOptions::default()
         .compression(compression)
         .file_target_size(defaults::BLOB_FILE_BYTES)
+        .separation_threshold(defaults::BLOB_MIN_BYTES)
         .staleness_threshold(defaults::BLOB_STALE_RATIO)
         // Every stale blob file a compaction sees is rewritten, not only the oldest
         // quarter of them (fjall's 0.25).
