@@ -216,6 +216,32 @@ both_backends! {
         model_test(fs, 0x5eed, 2000);
     }
 
+    fn appends_in_records_build_each_chunk_from_what_it_holds(fs) {
+        // As `tar x` writes a file: records of 10 KiB, one after the other, across chunk
+        // boundaries; then a write inside, and appends again.
+        let mut rng = Lcg::new(31);
+        let file = mkfile(fs, ROOT_INO, b"records");
+        let mut model = Vec::new();
+        for _ in 0..20 {
+            let at = model.len() as u64;
+            write_both(fs, file.ino, &mut model, at, &rng.bytes(10_240));
+        }
+        check_against(fs, file.ino, &model);
+        write_both(fs, file.ino, &mut model, 70_000, &rng.bytes(300));
+        for len in [1, 1000, 65_536, 7] {
+            let at = model.len() as u64;
+            write_both(fs, file.ino, &mut model, at, &rng.bytes(len));
+        }
+        check_against(fs, file.ino, &model);
+        let inode = fs.getattr(file.ino).unwrap();
+        check_layout(&inode);
+        assert_eq!(inode.allocated_bytes, model.len() as u64, "no hole in it");
+        assert_eq!(total(fs).bytes, inode.allocated_bytes);
+        assert_consistent(fs, &[]);
+        fs.sync().unwrap();
+        check_against(fs, file.ino, &model);
+    }
+
     fn copies_share_whole_chunks_and_stay_apart_after(fs) {
         // A source with full chunks, a short chunk followed by a hole (zeros up to the
         // next chunk), and a short tail: whole chunks are shared, the rest copied.

@@ -16,7 +16,7 @@ use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::records::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
 use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
-use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, SLOW_WRITE_REPORT};
+use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, Value, SLOW_WRITE_REPORT};
 use crate::store_dir::space_reserve::Need;
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
@@ -51,6 +51,18 @@ impl<'a> Txn<'a> {
         match self.batch.lookup(space, key) {
             Some(value) => Ok(value.map(<[u8]>::to_vec)),
             None => Ok(self.engine.store.get(space, key)?),
+        }
+    }
+
+    /// `get` in the store's buffer type (see `Store::get_shared`): a value this batch or
+    /// the staged layers hold as such comes without a copy.
+    pub(crate) fn get_shared(&self, space: Space, key: &[u8]) -> FsResult<Option<SharedBytes>> {
+        match self.batch.lookup_value(space, key) {
+            Some(value) => Ok(value.map(|value| match value {
+                Value::Shared(bytes) => bytes.clone(),
+                Value::Owned(bytes) => SharedBytes::from(bytes.as_slice()),
+            })),
+            None => Ok(self.engine.store.get_shared(space, key)?),
         }
     }
 

@@ -484,10 +484,24 @@ impl Txn<'_> {
             }
             // No chunk reaches past the size (fsck checks it): a chunk starting at or
             // after it is new, and an appending write (every import) reads nothing.
-            let mut bytes = if new_chunk {
-                Vec::with_capacity(within + take)
+            let stored = if new_chunk {
+                None
             } else {
-                self.get(Space::Data, &key)?.unwrap_or_default()
+                self.get_shared(Space::Data, &key)?
+            };
+            if let Some(stored) = stored.as_ref().filter(|stored| stored.len() == within) {
+                // Goes on where the chunk's bytes end (`tar x` writes a file in records):
+                // the chunk is made once, in the store's buffer type, from both parts.
+                self.note_replaced_data(stored.len() as u64);
+                inode.allocated_bytes += take as u64;
+                let appended = byteview::ByteView::fused(stored, &data[written..written + take]);
+                self.put_shared(Space::Data, key, SharedBytes::from(appended));
+                written += take;
+                continue;
+            }
+            let mut bytes = match stored {
+                Some(stored) => stored.to_vec(),
+                None => Vec::with_capacity(within + take),
             };
             let old_len = bytes.len() as u64;
             self.note_replaced_data(old_len);
