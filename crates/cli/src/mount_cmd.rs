@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::fd::FromRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -497,9 +498,36 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
         config.busy_wait,
         request.options
     );
+    // Held open for the mount's life: it tells, at the end, whether the store's directory
+    // was deleted meanwhile (and perhaps a new store made at its path).
+    let store_directory = request
+        .store
+        .as_ref()
+        .and_then(|store| File::open(store).ok());
     spawn_ready_thread(request, ready.take())?;
     shoal_fuse::run(session).context("serving FUSE requests")?;
     drop(fast_path);
+    finish(request, engine, store_directory.as_ref())
+}
+
+/// After the session: the final sync and the clean-close record, unless the store's
+/// directory was deleted while mounted. Then its files are gone with it, and what the sync
+/// and the record write by path would land in whatever is there now (`rm -rf` and `mkfs`
+/// of a new store while this one was still unmounting made the new store look damaged).
+fn finish(
+    request: &MountRequest,
+    engine: Arc<Engine>,
+    store_directory: Option<&File>,
+) -> Result<()> {
+    if store_directory.is_some_and(deleted) {
+        let unsynced = engine.unsynced_batches();
+        drop(engine);
+        bail!(
+            "the store's directory was deleted while mounted: nothing was synced or recorded \
+             at its path; {unsynced} operation(s) acknowledged since the last successful sync \
+             are not durable"
+        );
+    }
     final_sync(&engine)?;
     drop(engine);
     // Read-only too: fjall may have flushed or compacted what it recovered.
@@ -508,6 +536,13 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<()> {
     }
     tracing::info!("unmounted {}; store synced", request.mountpoint.display());
     Ok(())
+}
+
+/// Whether the directory open as `directory` has been removed (no name links to it now).
+fn deleted(directory: &File) -> bool {
+    directory
+        .metadata()
+        .is_ok_and(|metadata| metadata.nlink() == 0)
 }
 
 /// The fast path for `shoal run` processes; what it changes is told to the kernel through

@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use common::{incompressible, shoal, shoal_ok, test_dir, Mounted};
@@ -32,6 +32,63 @@ fn modes_under(root: &Path) -> Vec<(PathBuf, u32)> {
         }
     }
     found
+}
+
+/// Every file under `root` with its inode number and length: a file rewritten (renamed
+/// over) or grown shows.
+fn files_with_inodes(root: &Path) -> Vec<(PathBuf, u64, u64)> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let metadata = fs::symlink_metadata(&path).unwrap();
+        if metadata.is_dir() {
+            for entry in fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        } else {
+            found.push((path, metadata.ino(), metadata.len()));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A store deleted while mounted and a new one made at its path before the old mount ends
+/// (`umount -l`, `rm -rf`, `mkfs`): the old daemon says what was lost and writes nothing
+/// there at its end (its clean-close record made the new store look damaged), and the new
+/// store mounts empty and checks clean.
+#[test]
+fn a_store_deleted_while_mounted_leaves_a_new_one_at_its_path_alone() {
+    let m = Mounted::new();
+    fs::write(m.path("old"), b"in the deleted store").unwrap();
+    fs::remove_dir_all(&m.store).unwrap();
+    shoal_ok(&[OsStr::new("mkfs"), os(&m.store)]);
+    let made = files_with_inodes(&m.store);
+    let out = shoal(&[OsStr::new("umount"), os(&m.mnt)]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("deleted while mounted") && out.stderr.contains("not durable"),
+        "{}",
+        out.describe()
+    );
+    assert!(!common::is_mounted(&m.mnt));
+    assert_eq!(
+        files_with_inodes(&m.store),
+        made,
+        "the old daemon wrote into the new store"
+    );
+    let again = m.dir.path().join("again");
+    fs::create_dir(&again).unwrap();
+    shoal_ok(&[OsStr::new("mount"), os(&m.store), os(&again)]);
+    let listed = fs::read_dir(&again).unwrap().count();
+    shoal_ok(&[OsStr::new("umount"), os(&again)]);
+    assert_eq!(listed, 0, "the new store is not empty");
+    let out = shoal(&[OsStr::new("fsck"), os(&m.store)]);
+    assert!(
+        out.success() && out.stdout.contains("clean"),
+        "{}",
+        out.describe()
+    );
 }
 
 /// The store holds every file's bytes: no other user may read it, whether mkfs or the
