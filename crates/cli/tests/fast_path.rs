@@ -2730,10 +2730,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// A directory the program closed is kept open in the daemon while nothing changes, and
-/// its next open by the same name (`rm -r` opens every directory twice) is answered
-/// without a round trip; a change between, by another process through the kernel, is
-/// seen by the next open, as through the kernel.
+/// A directory the program closed is kept open in the daemon while nothing changes, with
+/// its listing, and its next open by the same name (`rm -r` opens every directory twice)
+/// and listing are answered without a round trip; a change between, by another process
+/// through the kernel, is seen by the next open, as through the kernel.
 #[test]
 fn a_directory_opened_again_by_name_is_answered_while_nothing_changes() {
     let programs = programs_dir();
@@ -2751,6 +2751,7 @@ fn a_directory_opened_again_by_name_is_answered_while_nothing_changes() {
         // cannot choose.
         let change = format!("mkdir {door}/added && mv {door}/a {door}/z");
         let opens_before = daemon_requests(&m.mnt, "open_dir");
+        let listings_before = daemon_requests(&m.mnt, "readdir");
         let out = through(
             door,
             &m.mnt,
@@ -2765,6 +2766,9 @@ fn a_directory_opened_again_by_name_is_answered_while_nothing_changes() {
                 "four opens, two after a change: {}",
                 out.describe()
             );
+            // Each listing comes whole with its open, and again with the kept directory.
+            let listings = daemon_requests(&m.mnt, "readdir") - listings_before;
+            assert_eq!(listings, 0, "listings asked for: {}", out.describe());
         }
         outputs.push(out);
     }

@@ -48,8 +48,8 @@ pub struct Kept {
     pub parent: Option<u64>,
     pub name: Vec<u8>,
     pub opened: Opened,
-    /// Its first page, when it was opened ahead (a directory closed by the program has
-    /// none: its listing is asked for again).
+    /// Its first page: the one the daemon sent when it opened it ahead, or the listing a
+    /// directory the program closed had read whole (else none: it is asked for again).
     pub page: Option<Page>,
     pub searchable: bool,
 }
@@ -179,7 +179,7 @@ pub fn keep(mount: usize, changes: u64, below: Vec<DirBelow>) {
             dir_version: dir.dir_version,
         }),
     });
-    add(mount, changes, kept);
+    add(mount, changes, kept, Queue::Ahead);
 }
 
 /// Keeps directory `file`, which the program closed, open in the daemon while it holds
@@ -201,6 +201,7 @@ pub fn recycle(file: &OpenFile) -> bool {
     let Holds::WhileVersion(version) = known.holds else {
         return false;
     };
+    let page = listing_to_keep(file, changes, version);
     let kept = Kept {
         mount: file.mount,
         changes,
@@ -214,13 +215,40 @@ pub fn recycle(file: &OpenFile) -> bool {
             version: Some(version),
             no_xattrs: known.no_xattrs,
         },
-        page: None,
+        page,
         searchable: origin.searchable,
     };
-    add(file.mount, changes, std::iter::once(kept))
+    add(file.mount, changes, std::iter::once(kept), Queue::Recycled)
 }
 
-fn add(mount: usize, changes: u64, kept: impl Iterator<Item = Kept>) -> bool {
+/// A closed directory's listing, kept with it when it is the whole listing under the
+/// count the directory holds under (or the page sent with its open, unread) and small:
+/// the next open by its name (`rm -r`'s second) then lists it without a round trip.
+fn listing_to_keep(file: &OpenFile, changes: u64, version: u32) -> Option<Page> {
+    const MAX_KEPT_ENTRIES: usize = 256;
+    let mut cursor = file.lock_cursor();
+    let (entries, done) = match cursor.prefetched.take() {
+        Some(sent) if sent.changes == changes => (sent.entries, sent.done),
+        Some(_) => return None,
+        None if cursor.whole == Some(changes) => (std::mem::take(&mut cursor.page), true),
+        None => return None,
+    };
+    (entries.len() <= MAX_KEPT_ENTRIES).then_some(Page {
+        entries,
+        done,
+        dir_version: Some(version),
+    })
+}
+
+/// Where a directory kept goes: opened ahead (in the walk's order), or closed by the
+/// program.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    Ahead,
+    Recycled,
+}
+
+fn add(mount: usize, changes: u64, kept: impl Iterator<Item = Kept>, queue: Queue) -> bool {
     let Some(mut ahead) = lock() else {
         for dir in kept {
             channel::close(mount, dir.opened.handle);
@@ -229,11 +257,12 @@ fn add(mount: usize, changes: u64, kept: impl Iterator<Item = Kept>) -> bool {
     };
     ahead.hold_for(mount, changes);
     for dir in kept {
-        if dir.page.is_some() {
-            ahead.entries += dir.entries();
-            ahead.opened_ahead.push_back(dir);
-        } else {
-            ahead.recycled.push_back(dir);
+        match queue {
+            Queue::Ahead => {
+                ahead.entries += dir.entries();
+                ahead.opened_ahead.push_back(dir);
+            }
+            Queue::Recycled => ahead.recycled.push_back(dir),
         }
     }
     ahead.trim();

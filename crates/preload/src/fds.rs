@@ -7,8 +7,6 @@
 //! (fork, exec, a call the library does not serve) it becomes a kernel descriptor of the
 //! same file through the mount, at the same offset and flags (`to_kernel`).
 
-use std::collections::VecDeque;
-
 use foldhash::HashMap;
 use foldhash::HashMapExt;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -18,11 +16,16 @@ use shoal_fastpath::{Attr, DirEntryWire};
 
 use crate::{channel, sys};
 
-/// A directory listing in progress: what the daemon sent and not yet returned, where the
-/// next batch starts, and how many entries were returned (the d_off values).
+/// A directory listing in progress: the page the daemon sent last (`page[next..]` not yet
+/// returned), where the next batch starts, and how many entries were returned (the d_off
+/// values).
 #[derive(Default)]
 pub struct DirCursor {
-    pub buffered: VecDeque<DirEntryWire>,
+    pub page: Vec<DirEntryWire>,
+    pub next: usize,
+    /// The change count of `page` when it is the whole listing, read as one page from its
+    /// start: a directory closed with it is kept with it (`below::recycle`).
+    pub whole: Option<u64>,
     pub after: Option<Vec<u8>>,
     pub started: bool,
     pub done: bool,
@@ -33,6 +36,30 @@ pub struct DirCursor {
     /// The first page, sent with the open (`Request::OpenDir`): the first `getdents`
     /// serves it if the mount's change count is still `changes`, else asks again.
     pub prefetched: Option<Prefetched>,
+}
+
+impl DirCursor {
+    /// The next entry to return, if the page holds one.
+    pub fn front(&self) -> Option<&DirEntryWire> {
+        self.page.get(self.next)
+    }
+
+    /// The entry `front` gave is returned.
+    pub fn advance(&mut self) {
+        self.next += 1;
+        self.position += 1;
+    }
+
+    /// Remembers the name of the last entry returned (`last_name`).
+    pub fn note_last_returned(&mut self) {
+        if let Some(entry) = self
+            .next
+            .checked_sub(1)
+            .and_then(|last| self.page.get(last))
+        {
+            self.last_name = Some(entry.name.clone());
+        }
+    }
 }
 
 pub struct Prefetched {

@@ -324,14 +324,14 @@ fn seek_directory(file: &OpenFile, offset: i64, whence: i32) -> i64 {
 fn skip_entries(file: &OpenFile, count: u64) {
     let mut cursor = file.lock_cursor();
     while cursor.position < count {
-        if cursor.buffered.is_empty() && (cursor.done || fetch(file, &mut cursor).is_err()) {
-            return;
+        if cursor.front().is_none() && (cursor.done || fetch(file, &mut cursor).is_err()) {
+            break;
         }
-        if let Some(entry) = cursor.buffered.pop_front() {
-            cursor.position += 1;
-            cursor.last_name = Some(entry.name);
+        if cursor.front().is_some() {
+            cursor.advance();
         }
     }
+    cursor.note_last_returned();
 }
 
 fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64> {
@@ -339,7 +339,7 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
         // Sent with the open: what a listing now would be while nothing has changed.
         if !cursor.started && crate::listings::changes_now(file.mount) == Some(page.changes) {
             stats::note(libc::SYS_getdents64, stats::Way::Fast);
-            take_page(cursor, page.entries, page.done);
+            take_page(cursor, page.entries, page.done, page.changes);
             return Ok(());
         }
     }
@@ -361,7 +361,7 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             dir_version,
         }) => {
             crate::listings::remember(file.mount, file.ino, changes, dir_version, &entries);
-            take_page(cursor, entries, done);
+            take_page(cursor, entries, done, changes);
             Ok(())
         }
         Answer::Done(_) => Err(fail(libc::EPROTO)),
@@ -370,8 +370,15 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
     }
 }
 
-/// A page of entries from the daemon into the listing in progress.
-fn take_page(cursor: &mut crate::fds::DirCursor, entries: Vec<DirEntryWire>, done: bool) {
+/// A page of entries from the daemon, listed when the count was `changes`, into the listing
+/// in progress (the page before it all returned).
+fn take_page(
+    cursor: &mut crate::fds::DirCursor,
+    entries: Vec<DirEntryWire>,
+    done: bool,
+    changes: u64,
+) {
+    cursor.whole = (!cursor.started && done).then_some(changes);
     cursor.started = true;
     if let Some(last) = entries
         .iter()
@@ -381,7 +388,8 @@ fn take_page(cursor: &mut crate::fds::DirCursor, entries: Vec<DirEntryWire>, don
         cursor.after = Some(last.name.clone());
     }
     cursor.done = done;
-    cursor.buffered.extend(entries);
+    cursor.page = entries;
+    cursor.next = 0;
 }
 
 /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
@@ -397,25 +405,26 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
     let (buf, size) = (args[1], args[2] as usize);
     let mut cursor = file.lock_cursor();
     let mut used = 0usize;
-    let mut last = None;
     loop {
-        if cursor.buffered.is_empty() {
+        if cursor.front().is_none() {
             if cursor.done {
                 break;
             }
             if let Err(result) = fetch(&file, &mut cursor) {
+                cursor.note_last_returned();
                 return Some(if used > 0 { used as i64 } else { result });
             }
-            if cursor.buffered.is_empty() {
+            if cursor.front().is_none() {
                 break;
             }
         }
-        let Some(entry) = cursor.buffered.front() else {
+        let Some(entry) = cursor.front() else {
             break;
         };
         let reclen = (DIRENT_HEADER + entry.name.len() + 1).next_multiple_of(8);
         if reclen > DIRENT_MAX {
             // The daemon keeps names to NAME_MAX: this one is not a name.
+            cursor.note_last_returned();
             return Some(if used > 0 {
                 used as i64
             } else {
@@ -438,12 +447,9 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
         // SAFETY: the program's buffer holds `size` bytes; `used + reclen <= size`.
         unsafe { copy_out(buf + used as i64, &record[..reclen]) };
         used += reclen;
-        last = cursor.buffered.pop_front().map(|entry| entry.name);
-        cursor.position += 1;
+        cursor.advance();
     }
-    if last.is_some() {
-        cursor.last_name = last;
-    }
+    cursor.note_last_returned();
     Some(used as i64)
 }
 
