@@ -56,6 +56,14 @@ impl Value {
             Value::Shared(bytes) => bytes.to_vec(),
         }
     }
+
+    /// The value in the on-disk store's buffer type: a shared one without a copy.
+    pub fn to_shared(&self) -> SharedBytes {
+        match self {
+            Value::Owned(bytes) => SharedBytes::from(bytes.as_slice()),
+            Value::Shared(bytes) => bytes.clone(),
+        }
+    }
 }
 
 impl Deref for Value {

@@ -58,10 +58,7 @@ impl<'a> Txn<'a> {
     /// the staged layers hold as such comes without a copy.
     pub(crate) fn get_shared(&self, space: Space, key: &[u8]) -> FsResult<Option<SharedBytes>> {
         match self.batch.lookup_value(space, key) {
-            Some(value) => Ok(value.map(|value| match value {
-                Value::Shared(bytes) => bytes.clone(),
-                Value::Owned(bytes) => SharedBytes::from(bytes.as_slice()),
-            })),
+            Some(value) => Ok(value.map(Value::to_shared)),
             None => Ok(self.engine.store.get_shared(space, key)?),
         }
     }

@@ -123,12 +123,7 @@ impl Layers {
                 .as_ref()
                 .and_then(|frozen| frozen.batch.lookup_value(space, key))
         });
-        staged.map(|value| {
-            value.map(|value| match value {
-                Value::Shared(bytes) => bytes.clone(),
-                Value::Owned(bytes) => SharedBytes::from(bytes.as_slice()),
-            })
-        })
+        staged.map(|value| value.map(Value::to_shared))
     }
 
     fn staged_bytes(&self) -> u64 {
