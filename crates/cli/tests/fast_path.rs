@@ -2790,6 +2790,7 @@ fn a_directory_opened_again_by_name_is_answered_while_nothing_changes() {
 /// argv[3]), has `argv[1]` (a shell command) change it, then reads them all again.
 const KNOWN_THEN_CHANGED_C: &str = r#"
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2800,12 +2801,17 @@ static void look(const char *when, int fd, int dst) {
     struct stat st;
     char names[256];
     fstat(fd, &st);
+    char acl[256];
+    fstat(fd, &st);
     ssize_t listed = flistxattr(fd, names, sizeof names);
+    ssize_t acl_bytes = fgetxattr(fd, "system.posix_acl_access", acl, sizeof acl);
+    int acl_errno = acl_bytes < 0 ? errno : 0;
     off_t at = st.st_size > 3 ? 3 : st.st_size;
     off_t end = lseek(fd, 0, SEEK_END);
     ssize_t copied = copy_file_range(fd, &at, dst, NULL, 1 << 20, 0);
-    printf("%s: size %lld mode %o names %zd end %lld copied %zd\n", when,
-           (long long)st.st_size, st.st_mode & 07777, listed, (long long)end, copied);
+    printf("%s: size %lld mode %o names %zd acl %zd/%d end %lld copied %zd\n", when,
+           (long long)st.st_size, st.st_mode & 07777, listed, acl_bytes, acl_errno,
+           (long long)end, copied);
     /* At its end now: the next copy copies nothing, the next fstat is the same. */
     copied = copy_file_range(fd, NULL, dst, NULL, 1 << 20, 0);
     fstat(fd, &st);
@@ -2824,14 +2830,17 @@ int main(int argc, char **argv) {
 
 /// What the fast path keeps of an open file (its attributes, that it has no xattrs, where
 /// it ends) follows every change to it, by another process through either door: fstat,
-/// flistxattr, lseek(SEEK_END) and copy_file_range answer as through the kernel.
+/// flistxattr, fgetxattr of its ACL, lseek(SEEK_END) and copy_file_range answer as through
+/// the kernel; the ACL that is not there is answered without a request.
 #[test]
 fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
     let programs = programs_dir();
     let binary = compile(programs.path(), "known", KNOWN_THEN_CHANGED_C, &[]);
     let m = mount_with_fast_path(&[]);
-    let change = "printf 12345678 >> \"$F\"; chmod 600 \"$F\"; setfattr -n user.k -v v \"$F\"";
+    let change = "printf 12345678 >> \"$F\"; chmod 600 \"$F\"; setfattr -n user.k -v v \"$F\"; \
+                  setfacl -m u:1234:r \"$F\"";
     let mut outputs = Vec::new();
+    let mut acl_requests = Vec::new();
     for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
         let file = m.path(format!("{door}-{changer}"));
         fs::write(&file, b"abcde").unwrap();
@@ -2846,18 +2855,28 @@ fn what_is_known_of_an_open_file_follows_changes_from_either_door() {
             file.as_os_str(),
             copy.as_os_str(),
         ];
+        let getxattr_before = daemon_requests(&m.mnt, "getxattr");
         let out = through(door, &m.mnt, &args);
         assert!(out.success(), "{}", out.describe());
+        acl_requests.push(daemon_requests(&m.mnt, "getxattr") - getxattr_before);
         outputs.push(out);
     }
-    let expected = "before: size 5 mode 644 names 0 end 5 copied 2\n\
+    // The ACL (u:1234:r) adds a user entry and a mask: 4 + 5 * 8 bytes, mode 640.
+    let expected = "before: size 5 mode 644 names 0 acl -1/61 end 5 copied 2\n\
                     before, again: size 5 copied 0\n\
-                    after: size 13 mode 600 names 7 end 13 copied 10\n\
+                    after: size 13 mode 640 names 31 acl 44/0 end 13 copied 10\n\
                     after, again: size 13 copied 0\n";
     for out in &outputs {
         assert_eq!(out.stdout, expected, "{}", out.describe());
     }
-    assert_served(&outputs[1], 10, "open, fstat, flistxattr, copy_file_range");
+    assert_served(
+        &outputs[1],
+        12,
+        "open, fstat, flistxattr, fgetxattr, copy_file_range",
+    );
+    // Under shoal run only the ACL that is there is asked for (the last run's setfacl
+    // asks on the fast path too).
+    assert_eq!(acl_requests[..2], [0, 1], "{}", outputs[1].describe());
     m.finish();
 }
 
