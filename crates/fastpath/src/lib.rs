@@ -50,6 +50,8 @@ pub const MAX_READ_AHEAD_BYTES: usize = 64 * 1024;
 
 /// Longest path a request carries (PATH_MAX, terminating NUL included).
 pub const PATH_MAX_BYTES: usize = 4096;
+/// Longest name of a directory entry (NAME_MAX).
+pub const NAME_MAX_BYTES: usize = 255;
 
 /// Inodes one walk's witness names at most (`Reply::Exists`); a longer walk gives none.
 pub const WITNESS_MAX: usize = 16;

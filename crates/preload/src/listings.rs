@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use shoal_fastpath::state::MountState;
-use shoal_fastpath::{Attr, DirEntryWire};
+use shoal_fastpath::{Attr, DirEntryWire, NAME_MAX_BYTES};
 
 use crate::fds::{Holds, Known, OpenFile};
 use crate::{channel, mounts};
@@ -50,6 +50,9 @@ struct Listing {
     /// page: the next one is asked for, not the name alone (`ls`-less stats through a
     /// directory of 20k files).
     more: Option<More>,
+    /// A page from the directory's start to its end was kept (its first page said
+    /// `done`): a name not in `attrs` is not in the directory while the listing holds.
+    whole: bool,
 }
 
 /// A listing's entries by name: the names back to back in one buffer and an index into
@@ -431,14 +434,16 @@ fn holding(state: &MountState, changes: u64, dir: u64, dir_version: Option<u32>)
 
 /// Keeps the attributes of a page of directory `dir`'s entries, listed when the mount's
 /// change count was `changes` (and the directory's version `dir_version`).
+/// `whole`: the page lists the directory from its start to its end.
 pub fn remember(
     mount: usize,
     dir: u64,
     changes: u64,
     dir_version: Option<u32>,
     page: &[DirEntryWire],
+    whole: bool,
 ) {
-    keep(mount, dir, changes, dir_version, page, true);
+    keep(mount, dir, changes, dir_version, page, whole, true);
 }
 
 /// `remember` of a directory listed ahead of the program's use (`calls::stat::prefetch`):
@@ -449,8 +454,9 @@ pub fn remember_ahead(
     changes: u64,
     dir_version: Option<u32>,
     page: &[DirEntryWire],
+    whole: bool,
 ) {
-    keep(mount, dir, changes, dir_version, page, false);
+    keep(mount, dir, changes, dir_version, page, whole, false);
 }
 
 fn keep(
@@ -459,6 +465,7 @@ fn keep(
     changes: u64,
     dir_version: Option<u32>,
     page: &[DirEntryWire],
+    whole: bool,
     judges_previous: bool,
 ) {
     let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
@@ -503,6 +510,7 @@ fn keep(
                 hits: AtomicUsize::new(0),
                 more: None,
                 subdirs: 0,
+                whole: false,
             },
         );
         listings.order.push_back(key);
@@ -513,6 +521,7 @@ fn keep(
     let Some(listing) = listings.by_dir.as_mut().and_then(|map| map.get_mut(&key)) else {
         return;
     };
+    listing.whole |= whole;
     let mut added = 0;
     // One allocation for the page, not a rehash at each doubling (a walk keeps thousands).
     listing.attrs.reserve(page.len());
@@ -537,6 +546,9 @@ pub enum Looked {
     /// first page, or not there at all), or it is a symlink the caller follows. Listing
     /// the directory again would not help.
     Unanswered,
+    /// A listing of the whole of `dir` holds, and the name is not in it: the directory
+    /// has no such entry (and the caller may search it: the listing has attributes).
+    Absent,
     /// No listing of `dir` holds.
     Unlisted,
 }
@@ -572,6 +584,8 @@ pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::W
             listing.hits.fetch_add(1, Ordering::Relaxed);
             Looked::Found(*attr)
         }
+        // A name too long is ENAMETOOLONG, which the daemon says.
+        None if listing.whole && name.len() <= NAME_MAX_BYTES => Looked::Absent,
         _ => Looked::Unanswered,
     }
 }

@@ -2,7 +2,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use shoal_fastpath::{DirEntryWire, Reply, Request, MAX_IO_BYTES, READDIR_BATCH_ENTRIES};
+use shoal_fastpath::{
+    DirEntryWire, Reply, Request, MAX_IO_BYTES, NAME_MAX_BYTES, READDIR_BATCH_ENTRIES,
+};
 
 use super::{ask, copy_out, fail, kernel, Answer};
 use crate::fds::{self, OpenFile};
@@ -343,6 +345,7 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             return Ok(());
         }
     }
+    let from_start = !cursor.started;
     let request = Request::ReadDir {
         handle: file.handle,
         after: if cursor.started {
@@ -360,7 +363,8 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
             changes,
             dir_version,
         }) => {
-            crate::listings::remember(file.mount, file.ino, changes, dir_version, &entries);
+            let whole = done && from_start;
+            crate::listings::remember(file.mount, file.ino, changes, dir_version, &entries, whole);
             take_page(cursor, entries, done, changes);
             Ok(())
         }
@@ -395,7 +399,7 @@ fn take_page(
 /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
 const DIRENT_HEADER: usize = 19;
 /// The longest record: a name of NAME_MAX bytes, its NUL, padded to 8.
-const DIRENT_MAX: usize = (DIRENT_HEADER + 255 + 1).next_multiple_of(8);
+const DIRENT_MAX: usize = (DIRENT_HEADER + NAME_MAX_BYTES + 1).next_multiple_of(8);
 
 pub fn getdents64(args: [i64; 6]) -> Option<i64> {
     let file = fds::get(args[0])?;

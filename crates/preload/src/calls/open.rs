@@ -58,6 +58,12 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         Route::Fail(errno) => return Some(fail(errno)),
         Route::Fast { mount, at } => (mount, at),
     };
+    if flags & libc::O_CREAT == 0 && super::stat::absent(mount, &at) {
+        // What the daemon would answer; the kernel checks nothing else first for a name
+        // that is not there (the flags are valid: O_TMPFILE and the like went above).
+        crate::stats::note(nr, crate::stats::Way::Fast);
+        return Some(fail(libc::ENOENT));
+    }
     if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
         crate::below::open_begins();
         let result = open_directory(nr, args, dirfd, &path, flags, mount, at);
@@ -144,7 +150,7 @@ fn open_directory(
             below,
         }) => {
             let dir = opened.attr.ino;
-            crate::listings::remember(mount, dir, changes, dir_version, &entries);
+            crate::listings::remember(mount, dir, changes, dir_version, &entries, done);
             if let Request::OpenDir { at, .. } = &request {
                 // `cp -a` and `tar c` stat what they list by paths through this one.
                 crate::listings::remember_reached(mount, at.base, &at.path, dir, changes, witness);
@@ -271,7 +277,14 @@ fn open_kept(
     let changes = kept.changes();
     let ino = kept.opened.attr.ino;
     let prefetched = kept.page.map(|page| {
-        crate::listings::remember(mount, ino, changes, page.dir_version, &page.entries);
+        crate::listings::remember(
+            mount,
+            ino,
+            changes,
+            page.dir_version,
+            &page.entries,
+            page.done,
+        );
         Prefetched {
             entries: page.entries,
             done: page.done,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use shoal_fastpath::{At, Attr, DirEntryWire, Reply, Request, Status, READDIR_BATCH_ENTRIES};
 
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
+use crate::channel::Who;
 use crate::fds::{self, OpenFile};
 use crate::listings::{Looked, More};
 use crate::mounts;
@@ -46,10 +47,17 @@ fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
     let (mount, request) = match target {
         Named::Handle(file) => return descriptor_attributes(nr, &file),
         Named::Path(mount, at) => {
-            if let Some(attr) = listed(mount, &at) {
-                stats::note(nr, stats::Way::Fast);
-                stats::note_listed();
-                return Ok(Some((mount, attr)));
+            match listed(mount, &at) {
+                Listed::Found(attr) => {
+                    stats::note(nr, stats::Way::Fast);
+                    stats::note_listed();
+                    return Ok(Some((mount, attr)));
+                }
+                Listed::Absent => {
+                    stats::note(nr, stats::Way::Fast);
+                    return Err(libc::ENOENT);
+                }
+                Listed::Unknown => {}
             }
             (mount, Request::Stat { at })
         }
@@ -92,9 +100,28 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
     }
 }
 
-/// An entry of a directory, from a listing that still holds: of the base directory, or of
-/// the directory a path reached (listed by `prefetch` at the second miss in a row there).
-fn listed(mount: usize, at: &At) -> Option<Attr> {
+/// What the listings say of a path's last name (`listed`, `absent`).
+enum Listed {
+    Found(Attr),
+    /// A listing of the whole directory holds without it: ENOENT, as the daemon says.
+    Absent,
+    Unknown,
+}
+
+impl From<Looked> for Listed {
+    fn from(looked: Looked) -> Listed {
+        match looked {
+            Looked::Found(attr) => Listed::Found(attr),
+            Looked::Absent => Listed::Absent,
+            Looked::Unanswered | Looked::Unlisted => Listed::Unknown,
+        }
+    }
+}
+
+/// A path's parent path, the directory that is (the base directory, or the one the parent
+/// path reached while its listing holds) and its last name; `None` for `.`, `..` and a path
+/// ending in `/`.
+fn parent_and_name<'a>(mount: usize, at: &'a At, who: Who) -> Option<ParentAndName<'a>> {
     let (parent, name) = match at.path.iter().rposition(|&byte| byte == b'/') {
         Some(slash) => (&at.path[..slash], &at.path[slash + 1..]),
         None => (&at.path[..0], at.path.as_slice()),
@@ -102,37 +129,59 @@ fn listed(mount: usize, at: &At) -> Option<Attr> {
     if name.is_empty() || name == b"." || name == b".." {
         return None;
     }
-    let who = crate::channel::who();
     let dir = if parent.is_empty() {
         Some(at.base)
     } else {
         crate::listings::reached(mount, at.base, parent, who)
     };
+    Some((parent, dir, name))
+}
+
+type ParentAndName<'a> = (&'a [u8], Option<u64>, &'a [u8]);
+
+/// Whether a listing that still holds says the path's last name is not there (an `open`
+/// without O_CREAT of it is ENOENT: `git status` tries a `.gitignore` in every directory,
+/// a compiler each include directory). Lists nothing.
+pub fn absent(mount: usize, at: &At) -> bool {
+    let who = crate::channel::who();
+    matches!(
+        parent_and_name(mount, at, who),
+        Some((_, Some(dir), name)) if matches!(
+            crate::listings::lookup(mount, dir, name, at.follow, who),
+            Looked::Absent
+        )
+    )
+}
+
+/// An entry of a directory, from a listing that still holds: of the base directory, or of
+/// the directory a path reached (listed by `prefetch` at the second miss in a row there).
+fn listed(mount: usize, at: &At) -> Listed {
+    let who = crate::channel::who();
+    let Some((parent, dir, name)) = parent_and_name(mount, at, who) else {
+        return Listed::Unknown;
+    };
     if let Some(dir) = dir {
         match crate::listings::lookup(mount, dir, name, at.follow, who) {
-            Looked::Found(attr) => return Some(attr),
+            Looked::Found(attr) => return Listed::Found(attr),
+            Looked::Absent => return Listed::Absent,
             // Past the pages listed so far: the next one.
             Looked::Unanswered if list_further(mount, dir, name) => {
-                return match crate::listings::lookup(mount, dir, name, at.follow, who) {
-                    Looked::Found(attr) => Some(attr),
-                    Looked::Unanswered | Looked::Unlisted => None,
-                };
+                return crate::listings::lookup(mount, dir, name, at.follow, who).into();
             }
             // Listed already (a name probed in vain, a symlink followed): ask.
-            Looked::Unanswered => return None,
+            Looked::Unanswered => return Listed::Unknown,
             Looked::Unlisted => {}
         }
     }
     if !crate::listings::second_miss_in(mount, at.base, parent)
         && !crate::listings::last_prefetch_paid_off()
     {
-        return None;
+        return Listed::Unknown;
     }
-    let dir = prefetch(mount, at.base, parent)?;
-    match crate::listings::lookup(mount, dir, name, at.follow, who) {
-        Looked::Found(attr) => Some(attr),
-        Looked::Unanswered | Looked::Unlisted => None,
-    }
+    let Some(dir) = prefetch(mount, at.base, parent) else {
+        return Listed::Unknown;
+    };
+    crate::listings::lookup(mount, dir, name, at.follow, who).into()
 }
 
 /// Entries a prefetch lists at most: a directory's first page, enough for most.
@@ -190,7 +239,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         crate::channel::close(mount, handle);
         return None;
     };
-    crate::listings::remember(mount, dir, changes, dir_version, &entries);
+    crate::listings::remember(mount, dir, changes, dir_version, &entries, done);
     crate::listings::prefetched(mount, dir);
     if !parent.is_empty() {
         crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
@@ -237,7 +286,14 @@ fn remember_below(
             [holder.as_slice(), b"/", &listed.name].concat()
         };
         let ino = listed.opened.attr.ino;
-        crate::listings::remember_ahead(mount, ino, changes, listed.dir_version, &listed.entries);
+        crate::listings::remember_ahead(
+            mount,
+            ino,
+            changes,
+            listed.dir_version,
+            &listed.entries,
+            listed.done,
+        );
         crate::listings::remember_reached(mount, base, &path, ino, changes, None);
         paths.insert(ino, path);
     }
@@ -277,7 +333,8 @@ fn list_further(mount: usize, dir: u64, name: &[u8]) -> bool {
                 dir_version,
             },
         )) => {
-            crate::listings::remember(mount, dir, changes, dir_version, &entries);
+            // A later page: the first said the directory goes on.
+            crate::listings::remember(mount, dir, changes, dir_version, &entries, false);
             let next = more_after(more.handle, &entries, done);
             crate::listings::keep_more(mount, dir, more.handle, next);
             true
