@@ -21,8 +21,9 @@ fn is_tmpfile(flags: i32) -> bool {
     flags & libc::O_TMPFILE == libc::O_TMPFILE
 }
 
-pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
-    let (dirfd, path_ptr, flags, mode) = match nr {
+/// open, creat and openat's arguments as openat's: directory, path, flags, mode.
+fn open_arguments(nr: i64, args: [i64; 6]) -> (i64, i64, i32, u32) {
+    match nr {
         libc::SYS_open => (
             i64::from(libc::AT_FDCWD),
             args[0],
@@ -36,7 +37,11 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
             args[1] as u32,
         ),
         _ => (args[0], args[1], args[2] as i32, args[3] as u32),
-    };
+    }
+}
+
+pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
+    let (dirfd, path_ptr, flags, mode) = open_arguments(nr, args);
     let dirfd_position: &[usize] = if nr == libc::SYS_openat { &[0] } else { &[] };
     if !process_state::fast_path_on() {
         return Some(kernel(nr, args, dirfd_position));
