@@ -1633,6 +1633,56 @@ fn forged_request(name: &str, hello: &[u8], request: &[u8]) -> i32 {
     }
 }
 
+/// Opens its working directory and sets the times of `f` in it (not its own file).
+const TIMES_FROM_CWD_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+int main(void) {
+    int dir = open(".", O_RDONLY);
+    if (dir < 0) { printf("open %d\n", errno); return 0; }
+    struct timespec times[2] = {{1900000000, 0}, {1950000000, 0}};
+    int rc = utimensat(dir, "f", times, 0);
+    printf("open 0 utimensat %d\n", rc < 0 ? errno : 0);
+    return 0;
+}
+"#;
+
+/// A user whose working directory is on the mount, under a directory closed to it (it
+/// was started there, as pjdfstest's users are): a call the fast path leaves to the
+/// kernel on a descriptor it opened there still reaches the file (the descriptor is
+/// reopened from the working directory, not by the absolute path it cannot walk), and
+/// fails as through the kernel: EPERM, not EACCES.
+#[test]
+fn a_user_below_a_closed_directory_gets_the_kernels_errors() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "times_from_cwd", TIMES_FROM_CWD_C, &[]);
+    fs::set_permissions(programs.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let m = mount_with_fast_path(&["allow_other"]);
+    let work = m.path("work");
+    fs::create_dir(&work).unwrap();
+    fs::set_permissions(&work, fs::Permissions::from_mode(0o777)).unwrap();
+    let file = work.join("f");
+    fs::write(&file, b"x").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
+    let above = m.mnt.parent().unwrap();
+    fs::set_permissions(above, fs::Permissions::from_mode(0o700)).unwrap();
+    for on_fast_path in [false, true] {
+        let mut args: Vec<&OsStr> = Vec::new();
+        if on_fast_path {
+            args.extend([OsStr::new(SHOAL), OsStr::new("run"), OsStr::new("--")]);
+        }
+        args.push(binary.as_os_str());
+        let out = run(as_user_command(&args).current_dir(&work), TOOL_TIMEOUT);
+        assert!(out.success(), "{}", out.describe());
+        // EPERM: not the owner, and explicit times.
+        assert_eq!(out.stdout, "open 0 utimensat 1\n", "{}", out.describe());
+    }
+    fs::set_permissions(above, fs::Permissions::from_mode(0o755)).unwrap();
+    m.finish();
+}
+
 #[test]
 fn another_user_gets_exactly_what_the_kernel_gives_it() {
     let programs = programs_dir();

@@ -287,7 +287,17 @@ pub fn to_kernel(fd: i64) -> Result<(), i32> {
 fn reopen(file: &OpenFile) -> Result<i32, i32> {
     let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC | libc::O_DSYNC;
     let flags = (file.status_flags() & keep) | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    let kernel_fd = sys::check(sys::openat(libc::AT_FDCWD, &file.path, flags, 0))? as i32;
+    let by_path = sys::check(sys::openat(libc::AT_FDCWD, &file.path, flags, 0));
+    let kernel_fd = match by_path {
+        // A directory above the working directory is closed to the caller (pjdfstest's
+        // other users, in a work directory under root's 0700 one): from the working
+        // directory, as the program reached the file. The inode check below still holds.
+        Err(libc::EACCES) => match crate::resolve::from_working_directory(&file.path) {
+            Some(relative) => sys::check(sys::openat(libc::AT_FDCWD, &relative, flags, 0)),
+            None => by_path,
+        },
+        other => other,
+    }? as i32;
     // SAFETY: stat is plain data; all zeroes is a valid value.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     if sys::fstat(kernel_fd, &mut stat) < 0 || stat.st_ino != file.ino {

@@ -373,6 +373,28 @@ pub fn absolute(dirfd: i64, path: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `path` (absolute, NUL-terminated) as a path from the working directory, if it lies
+/// under it: how the program can still reach a file when a directory above its working
+/// directory is closed to it (it got there before, or was started there).
+pub fn from_working_directory(path: &[u8]) -> Option<Vec<u8>> {
+    relative_to(&working_directory(), path)
+}
+
+/// `path` (absolute, NUL-terminated) from directory `dir` (absolute), if it lies under it.
+fn relative_to(dir: &[u8], path: &[u8]) -> Option<Vec<u8>> {
+    if dir.first() != Some(&b'/') {
+        return None;
+    }
+    let dir = if dir == b"/" { &dir[..0] } else { dir };
+    let rest = path.strip_prefix(dir)?;
+    match rest {
+        // The directory itself ("" then the NUL, or "/" then the NUL).
+        [0] | [b'/', 0] => Some(b".\0".to_vec()),
+        [b'/', ..] => Some([b".", rest].concat()),
+        _ => None,
+    }
+}
+
 fn working_directory() -> Vec<u8> {
     let mut buf = vec![0u8; PATH_MAX_BYTES];
     let n = sys::call(
@@ -401,6 +423,24 @@ fn link_target(link: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_path_under_a_directory_is_reached_from_it() {
+        use super::relative_to;
+        assert_eq!(
+            relative_to(b"/w/mnt", b"/w/mnt/d/.\0"),
+            Some(b"./d/.\0".to_vec())
+        );
+        assert_eq!(relative_to(b"/w/mnt", b"/w/mnt\0"), Some(b".\0".to_vec()));
+        assert_eq!(relative_to(b"/", b"/w/x\0"), Some(b"./w/x\0".to_vec()));
+        assert_eq!(
+            relative_to(b"/w/mnt", b"/w/mntx/d\0"),
+            None,
+            "a sibling is not under it"
+        );
+        assert_eq!(relative_to(b"/w/mnt", b"/elsewhere\0"), None);
+        assert_eq!(relative_to(b"(unreachable)/w", b"/w/x\0"), None);
+    }
+
     use super::*;
 
     #[test]
