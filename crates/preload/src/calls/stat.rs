@@ -48,16 +48,16 @@ fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
         Named::Handle(file) => return descriptor_attributes(nr, &file),
         Named::Path(mount, at) => {
             match listed(mount, &at) {
-                Listed::Found(attr) => {
+                Looked::Found(attr) => {
                     stats::note(nr, stats::Way::Fast);
                     stats::note_listed();
                     return Ok(Some((mount, attr)));
                 }
-                Listed::Absent => {
+                Looked::Absent => {
                     stats::note(nr, stats::Way::Fast);
                     return Err(libc::ENOENT);
                 }
-                Listed::Unknown => {}
+                Looked::Unanswered | Looked::Unlisted => {}
             }
             (mount, Request::Stat { at })
         }
@@ -100,24 +100,6 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
     }
 }
 
-/// What the listings say of a path's last name (`listed`, `absent`).
-enum Listed {
-    Found(Attr),
-    /// A listing of the whole directory holds without it: ENOENT, as the daemon says.
-    Absent,
-    Unknown,
-}
-
-impl From<Looked> for Listed {
-    fn from(looked: Looked) -> Listed {
-        match looked {
-            Looked::Found(attr) => Listed::Found(attr),
-            Looked::Absent => Listed::Absent,
-            Looked::Unanswered | Looked::Unlisted => Listed::Unknown,
-        }
-    }
-}
-
 /// A path's parent path, the directory that is (the base directory, or the one the parent
 /// path reached while its listing holds) and its last name; `None` for `.`, `..` and a path
 /// ending in `/`.
@@ -153,35 +135,35 @@ pub fn absent(mount: usize, at: &At) -> bool {
     )
 }
 
-/// An entry of a directory, from a listing that still holds: of the base directory, or of
-/// the directory a path reached (listed by `prefetch` at the second miss in a row there).
-fn listed(mount: usize, at: &At) -> Listed {
+/// What the listings say of a path's last name: an entry of a directory, from a listing
+/// that still holds (of the base directory, or of the directory a path reached, listed by
+/// `prefetch` at the second miss in a row there), or its absence from a whole one.
+fn listed(mount: usize, at: &At) -> Looked {
     let who = crate::channel::who();
     let Some((parent, dir, name)) = parent_and_name(mount, at, who) else {
-        return Listed::Unknown;
+        return Looked::Unlisted;
     };
     if let Some(dir) = dir {
         match crate::listings::lookup(mount, dir, name, at.follow, who) {
-            Looked::Found(attr) => return Listed::Found(attr),
-            Looked::Absent => return Listed::Absent,
             // Past the pages listed so far: the next one.
             Looked::Unanswered if list_further(mount, dir, name) => {
-                return crate::listings::lookup(mount, dir, name, at.follow, who).into();
+                return crate::listings::lookup(mount, dir, name, at.follow, who);
             }
-            // Listed already (a name probed in vain, a symlink followed): ask.
-            Looked::Unanswered => return Listed::Unknown,
             Looked::Unlisted => {}
+            // Found, absent, or listed already (a name probed in vain, a symlink
+            // followed): asked then.
+            looked => return looked,
         }
     }
     if !crate::listings::second_miss_in(mount, at.base, parent)
         && !crate::listings::last_prefetch_paid_off()
     {
-        return Listed::Unknown;
+        return Looked::Unlisted;
     }
     let Some(dir) = prefetch(mount, at.base, parent) else {
-        return Listed::Unknown;
+        return Looked::Unlisted;
     };
-    crate::listings::lookup(mount, dir, name, at.follow, who).into()
+    crate::listings::lookup(mount, dir, name, at.follow, who)
 }
 
 /// Entries a prefetch lists at most: a directory's first page, enough for most.
