@@ -251,7 +251,10 @@ impl Engine {
         if version < FORMAT_VERSION {
             crate::store_dir::upgrade::upgrade_store_dir(dir, &fjall, config.read_only)?;
         }
-        let mut store: Box<dyn Store> = Box::new(fjall);
+        // The read cache sits under the staged layer: it caches what the LSM holds and is
+        // told of changes once per checkpoint, on the checkpointer's thread, not on every
+        // operation; what is staged is read from the staged layer, above it.
+        let mut store = read_cached(Box::new(fjall), &config);
         if config.checkpoint_bytes > 0 {
             store = Box::new(StagedStore::new(store, config.checkpoint_bytes)?);
         }
@@ -267,7 +270,8 @@ impl Engine {
     pub fn open_memory(config: EngineConfig) -> Result<Arc<Engine>, OpenError> {
         let store = MemoryStore::new();
         initialize(&store, Caller::ROOT)?;
-        Self::start(Box::new(store), config, None, None)
+        let store = read_cached(Box::new(store), &config);
+        Self::start(store, config, None, None)
     }
 
     /// A filesystem over any store (formatted here if it holds no superblock yet): for
@@ -279,6 +283,7 @@ impl Engine {
         if store.get(Space::Meta, &keys::superblock_key())?.is_none() {
             initialize(store.as_ref(), Caller::ROOT)?;
         }
+        let store = read_cached(store, &config);
         Self::start(store, config, None, None)
     }
 
@@ -288,8 +293,6 @@ impl Engine {
         lock: Option<StoreLock>,
         space: Option<SpaceReserve>,
     ) -> Result<Arc<Engine>, OpenError> {
-        // Path walks through both doors read the same metadata keys again and again.
-        let store: Box<dyn Store> = Box::new(CachedStore::new(store, config.read_cache_bytes));
         let poison = Arc::new(Poison::default());
         let store: Box<dyn Store> = Box::new(PoisonChecked::new(store, poison.clone()));
         let superblock = match store.get(Space::Meta, &keys::superblock_key())? {
@@ -650,6 +653,12 @@ fn next_free_ino(store: &dyn Store) -> FsResult<u64> {
         None => 0,
     };
     Ok((last + 1).max(recorded).next_multiple_of(INO_RUN_LENGTH))
+}
+
+/// Path walks through both doors read the same metadata keys again and again: `store` with
+/// a read cache in front.
+fn read_cached(store: Box<dyn Store>, config: &EngineConfig) -> Box<dyn Store> {
+    Box::new(CachedStore::new(store, config.read_cache_bytes))
 }
 
 fn load_quota_records(store: &dyn Store) -> FsResult<HashMap<(QuotaKind, u32), QuotaRecord>> {

@@ -4,6 +4,7 @@
 //! file data never slows compaction of the metadata tree. A `Batch` is applied atomically
 //! across both spaces.
 
+mod batch_key;
 mod blob_reclaim;
 pub mod error_seq;
 mod fjall_store;
@@ -21,6 +22,8 @@ mod staged_store;
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, Deref};
+
+use batch_key::{BatchKey, KeyBytes};
 
 pub use crate::error::StoreError;
 pub use crate::keys::Space;
@@ -92,7 +95,7 @@ pub struct Batch {
     replaced_data_bytes: u64,
 }
 
-type SpaceItems = BTreeMap<Vec<u8>, Option<Value>>;
+type SpaceItems = BTreeMap<BatchKey, Option<Value>>;
 
 impl Batch {
     fn space(&self, space: Space) -> &SpaceItems {
@@ -110,17 +113,18 @@ impl Batch {
     }
 
     pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
-        self.space_mut(space).insert(key, Some(Value::Owned(value)));
+        self.space_mut(space)
+            .insert(BatchKey(key), Some(Value::Owned(value)));
     }
 
     /// `put` of bytes the on-disk store takes without copying them.
     pub fn put_shared(&mut self, space: Space, key: Vec<u8>, value: SharedBytes) {
         self.space_mut(space)
-            .insert(key, Some(Value::Shared(value)));
+            .insert(BatchKey(key), Some(Value::Shared(value)));
     }
 
     pub fn delete(&mut self, space: Space, key: Vec<u8>) {
-        self.space_mut(space).insert(key, None);
+        self.space_mut(space).insert(BatchKey(key), None);
     }
 
     /// A put (`Some`) or delete (`None`); returns what the batch held for the key before.
@@ -130,7 +134,7 @@ impl Batch {
         key: Vec<u8>,
         value: Option<Value>,
     ) -> Option<Option<Value>> {
-        self.space_mut(space).insert(key, value)
+        self.space_mut(space).insert(BatchKey(key), value)
     }
 
     /// The batch's items of one space from `start` up to `end` (excluded), in key order.
@@ -147,11 +151,13 @@ impl Batch {
             Bound::Excluded(start) => start >= end,
             Bound::Unbounded => false,
         };
-        let range = (!empty).then(|| items.range::<[u8], _>((start, Bound::Excluded(end))));
+        let start = start.map(KeyBytes::new);
+        let end = Bound::Excluded(KeyBytes::new(end));
+        let range = (!empty).then(|| items.range::<KeyBytes, _>((start, end)));
         range
             .into_iter()
             .flatten()
-            .map(|(key, value)| (key.as_slice(), value.as_deref()))
+            .map(|(key, value)| (key.0.as_slice(), value.as_deref()))
     }
 
     /// Every item, borrowed, in the order `into_items` gives them.
@@ -159,22 +165,26 @@ impl Batch {
         let meta = self
             .meta
             .iter()
-            .map(|(key, value)| (Space::Meta, key.as_slice(), value.as_ref()));
+            .map(|(key, value)| (Space::Meta, key.0.as_slice(), value.as_ref()));
         let data = self
             .data
             .iter()
-            .map(|(key, value)| (Space::Data, key.as_slice(), value.as_ref()));
+            .map(|(key, value)| (Space::Data, key.0.as_slice(), value.as_ref()));
         meta.chain(data)
     }
 
     /// `Some(Some(v))`: written in this batch; `Some(None)`: deleted in it; `None`: untouched.
     pub fn lookup(&self, space: Space, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.space(space).get(key).map(|value| value.as_deref())
+        self.space(space)
+            .get(KeyBytes::new(key))
+            .map(|value| value.as_deref())
     }
 
     /// `lookup`, with the value as the batch holds it.
     pub fn lookup_value(&self, space: Space, key: &[u8]) -> Option<Option<&Value>> {
-        self.space(space).get(key).map(Option::as_ref)
+        self.space(space)
+            .get(KeyBytes::new(key))
+            .map(Option::as_ref)
     }
 
     /// Whether the batch puts any key in `space` (deletes do not count).
@@ -194,7 +204,7 @@ impl Batch {
         self.meta
             .iter()
             .chain(&self.data)
-            .map(|(k, v)| k.len() + v.as_deref().map_or(0, <[u8]>::len))
+            .map(|(k, v)| k.0.len() + v.as_deref().map_or(0, <[u8]>::len))
             .sum()
     }
 
@@ -211,11 +221,11 @@ impl Batch {
         let meta = self
             .meta
             .into_iter()
-            .map(|(key, value)| (Space::Meta, key, value));
+            .map(|(key, value)| (Space::Meta, key.0, value));
         let data = self
             .data
             .into_iter()
-            .map(|(key, value)| (Space::Data, key, value));
+            .map(|(key, value)| (Space::Data, key.0, value));
         meta.chain(data)
     }
 }

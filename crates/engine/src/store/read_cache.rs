@@ -32,9 +32,12 @@ const ENTRY_OVERHEAD_BYTES: usize = 64;
 /// whole tree's walk (`export`, `rmtree`) flushing every shard.
 const MAX_SCAN_KEYS: usize = 1024;
 
+/// Keys are hashed with a fast seeded hash, not SipHash: a probe is on every walk step.
+type Entries = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Shard {
-    entries: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    entries: Entries,
     bytes: usize,
     /// Bytes of keys and values it keeps at most; a full shard is emptied (cheap, and hot
     /// keys come back at once).
@@ -252,6 +255,7 @@ impl Store for CachedStore {
 mod tests {
     use super::*;
     use crate::store::memory_store::MemoryStore;
+    use crate::store::staged_store::StagedStore;
 
     #[test]
     fn reads_see_every_write_and_absences_are_cached_until_written() {
@@ -314,6 +318,60 @@ mod tests {
             Some(b"new".to_vec())
         );
         assert_eq!(store.get(Space::Meta, b"a3").unwrap(), None);
+    }
+
+    #[test]
+    fn under_a_staged_layer_reads_see_each_checkpoint_and_never_an_older_value() {
+        // The engine's order: staged layer, then this cache, then the LSM. The cache learns
+        // of writes only when a checkpoint writes them through it.
+        let store = StagedStore::new(
+            Box::new(CachedStore::new(Box::new(MemoryStore::default()), 8 << 20)),
+            1 << 20,
+        )
+        .unwrap();
+        let write = |key: &[u8], value: Option<&[u8]>| {
+            let mut batch = Batch::default();
+            match value {
+                Some(value) => batch.put(Space::Meta, key.to_vec(), value.to_vec()),
+                None => batch.delete(Space::Meta, key.to_vec()),
+            }
+            store.write(batch).unwrap();
+        };
+        let read = |key: &[u8]| store.get(Space::Meta, key).unwrap();
+        write(b"k", Some(b"1"));
+        store.sync().unwrap();
+        assert_eq!(
+            read(b"k").as_deref(),
+            Some(&b"1"[..]),
+            "cached from the store"
+        );
+        write(b"k", Some(b"2"));
+        assert_eq!(
+            read(b"k").as_deref(),
+            Some(&b"2"[..]),
+            "staged, above the cache"
+        );
+        store.sync().unwrap();
+        assert_eq!(
+            read(b"k").as_deref(),
+            Some(&b"2"[..]),
+            "checkpointed: not the cached 1"
+        );
+        write(b"k", None);
+        store.sync().unwrap();
+        assert_eq!(
+            read(b"k"),
+            None,
+            "deleted by a checkpoint: not the cached 2"
+        );
+        assert_eq!(read(b"absent"), None);
+        write(b"absent", Some(b"3"));
+        store.sync().unwrap();
+        assert_eq!(
+            read(b"absent").as_deref(),
+            Some(&b"3"[..]),
+            "a cached absence ends at the checkpoint that writes the key"
+        );
     }
 
     #[test]
