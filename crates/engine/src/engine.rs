@@ -41,7 +41,7 @@ use open_files::{OpenFiles, Unlinked};
 use quota::QuotaState;
 use reclaim_signal::ReclaimSignal;
 use tree_usage::{TreeCache, TreeChanges};
-pub(crate) use txn::Txn;
+pub(crate) use txn::{Txn, UsageDeltas};
 
 /// Inode numbers a directory reserves at a time, so its children's inodes are adjacent.
 pub(crate) const INO_RUN_LENGTH: u64 = 64;
@@ -480,7 +480,7 @@ impl Engine {
             engine: self,
             state: self.writer.lock(),
             batch: Batch::default(),
-            usage_delta: HashMap::new(),
+            usage_delta: UsageDeltas::default(),
             quota_forced: false,
             quota_records: Vec::new(),
             quota_settings: None,

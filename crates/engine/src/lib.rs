@@ -38,6 +38,7 @@ pub mod defaults;
 mod engine;
 mod error;
 pub mod fsck;
+pub(crate) mod hashing;
 mod keys;
 pub mod limits;
 pub mod metric;

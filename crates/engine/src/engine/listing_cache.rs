@@ -18,11 +18,11 @@
 //! `defaults::LISTING_CACHE_BYTES`; inodes are kept without their inline content (listing
 //! callers need attributes, not data).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::hashing::FastHashMap;
 use crate::records::inode::{DirEntry, Inode};
 
 /// One page request: the directory, the name it starts after, how many entries at most,
@@ -69,12 +69,12 @@ impl Page {
 struct Kept {
     /// The change count the pages hold for (every batch counted up to it is reflected).
     changes: u64,
-    pages: HashMap<PageKey, Page>,
+    pages: FastHashMap<PageKey, Page>,
     /// For each inode, the pages a change of it drops: its own (as a directory) and those
     /// that carry it as an entry with its attributes. A dropped page's key stays in the
     /// lists of its other inodes until the cache is emptied: its bytes count against the
     /// budget until then (`index_bytes`), so the index is bounded with the pages.
-    pages_of: HashMap<u64, Vec<PageKey>>,
+    pages_of: FastHashMap<u64, Vec<PageKey>>,
     bytes: usize,
     index_bytes: usize,
 }

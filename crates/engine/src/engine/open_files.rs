@@ -16,7 +16,6 @@
 //! the forget: one map entry instead of a second store batch per unlink, and nothing for a
 //! crash to leave behind. Reads of its data or xattrs find nothing, as for a deleted file.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -24,6 +23,7 @@ use parking_lot::Mutex;
 
 use crate::engine::Engine;
 use crate::error::{FsError, FsResult};
+use crate::hashing::{FastHashMap, FastHashSet};
 use crate::records::inode::{Content, FileKind, Inode, Timestamp};
 
 /// Answers whether the kernel still holds an inode (its lookup count is above zero).
@@ -36,24 +36,24 @@ const ORPHANS_PER_BATCH: usize = 256;
 /// Open regular files and unlinked-while-open inodes.
 #[derive(Default)]
 pub(super) struct OpenFiles {
-    counts: HashMap<u64, u32>,
-    orphans: HashSet<u64>,
+    counts: FastHashMap<u64, u32>,
+    orphans: FastHashSet<u64>,
     /// Orphans made by O_TMPFILE and not linked yet: the only ones `link` may name.
-    tmpfiles: HashSet<u64>,
+    tmpfiles: FastHashSet<u64>,
     /// The kernel opens files without telling us (see `opens_untracked`): any inode it
     /// holds may be open, and its forget is the last close.
     untracked: bool,
     /// Opens through the fast path (`shoal run`), which reports every open and close
     /// whatever the kernel does: counted apart, so neither door's last close deletes an
     /// orphan the other still holds.
-    pinned: HashMap<u64, u32>,
+    pinned: FastHashMap<u64, u32>,
 }
 
 #[derive(Default)]
 pub(crate) struct Unlinked {
     probe: OnceLock<ReferenceProbe>,
     /// Attributes of removed inodes the kernel still holds, by inode number.
-    inodes: Mutex<HashMap<u64, Inode>>,
+    inodes: Mutex<FastHashMap<u64, Inode>>,
     /// `inodes.len()`, read without the lock: most forgets are of linked inodes.
     count: AtomicUsize,
 }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use crate::engine::UsageDeltas;
 use crate::error::{FsError, FsResult};
 use crate::records::inode::{Timestamp, Usage, UsageKey};
 use crate::records::quota::{QuotaEntry, QuotaKind, QuotaRecord, QuotaSettings};
@@ -124,7 +125,7 @@ impl QuotaState {
     /// `forced` changes (ownership moves) are never refused.
     pub(crate) fn check(
         &self,
-        deltas: &HashMap<UsageKey, (i64, i64)>,
+        deltas: &UsageDeltas,
         now: Timestamp,
         forced: bool,
     ) -> FsResult<Vec<((QuotaKind, u32), QuotaRecord)>> {
@@ -199,7 +200,7 @@ impl QuotaState {
     /// Applies a committed transaction.
     pub(crate) fn apply(
         &mut self,
-        deltas: &HashMap<UsageKey, (i64, i64)>,
+        deltas: &UsageDeltas,
         changed: Vec<((QuotaKind, u32), QuotaRecord)>,
     ) {
         for (&owners, &(inodes, bytes)) in deltas {
@@ -219,7 +220,7 @@ impl QuotaState {
     }
 }
 
-fn owner_deltas(deltas: &HashMap<UsageKey, (i64, i64)>) -> OwnerDeltas {
+fn owner_deltas(deltas: &UsageDeltas) -> OwnerDeltas {
     let mut by_owner = OwnerDeltas::new();
     for (&owners, &(inodes, bytes)) in deltas {
         for kind in QuotaKind::ALL {
@@ -299,8 +300,8 @@ mod tests {
         QuotaState::new(&usage, records, QuotaSettings::default())
     }
 
-    fn one_more_inode() -> HashMap<UsageKey, (i64, i64)> {
-        HashMap::from([(owners(7), (1, 0))])
+    fn one_more_inode() -> UsageDeltas {
+        UsageDeltas::from_iter([(owners(7), (1, 0))])
     }
 
     #[test]
@@ -349,7 +350,7 @@ mod tests {
             Err(FsError::QuotaExceeded)
         ));
         // Dropping back to the soft limit clears the timer.
-        let two_fewer = HashMap::from([(owners(7), (-2, 0))]);
+        let two_fewer = UsageDeltas::from_iter([(owners(7), (-2, 0))]);
         let changed = state.check(&two_fewer, later, false).unwrap();
         assert_eq!(changed[0].1.inodes_grace_ends, None);
     }
@@ -374,7 +375,7 @@ mod tests {
                 ..QuotaRecord::default()
             },
         )]);
-        let delta = HashMap::from([(owners(0), (1, 0))]);
+        let delta = UsageDeltas::from_iter([(owners(0), (1, 0))]);
         let mut state = QuotaState::new(&usage, records, QuotaSettings::default());
         assert!(state.check(&delta, Timestamp::now(), false).is_ok());
         state.settings.enforce_root = true;
@@ -394,7 +395,10 @@ mod tests {
             gid: 20,
             project: 0,
         };
-        state.apply(&HashMap::from([(a, (2, 100)), (b, (1, 50))]), Vec::new());
+        state.apply(
+            &UsageDeltas::from_iter([(a, (2, 100)), (b, (1, 50))]),
+            Vec::new(),
+        );
         assert_eq!(
             state.usage_of(QuotaKind::User, 1),
             Usage {
@@ -423,7 +427,7 @@ mod tests {
                 bytes: 150
             }
         );
-        state.apply(&HashMap::from([(b, (-1, -50))]), Vec::new());
+        state.apply(&UsageDeltas::from_iter([(b, (-1, -50))]), Vec::new());
         assert_eq!(state.report(QuotaKind::Group).len(), 1);
     }
 }

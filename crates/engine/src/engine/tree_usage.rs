@@ -15,11 +15,12 @@
 //! To find the directories naming a file, a singly linked non-directory keeps its
 //! directory in `parent`; a multiply linked one has link parent keys (`B ino dir -> count`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use crate::engine::Txn;
 use crate::error::{FsError, FsResult};
+use crate::hashing::FastHashMap;
 use crate::keys;
 use crate::records::inode::{FileKind, Inode, Timestamp, TreeUsage, ROOT_INO};
 use crate::store::{Scan, Space};
@@ -93,7 +94,7 @@ pub(crate) struct CachedDir {
 /// Directories' recursive usage and parents, as the store has them after the last commit.
 #[derive(Default)]
 pub(crate) struct TreeCache {
-    dirs: HashMap<u64, CachedDir>,
+    dirs: FastHashMap<u64, CachedDir>,
 }
 
 impl TreeCache {
@@ -208,7 +209,7 @@ impl Txn<'_> {
         for dir in &changes.forgotten {
             self.tree_cache().dirs.remove(dir);
         }
-        let mut staged: HashMap<u64, CachedDir> = HashMap::new();
+        let mut staged: FastHashMap<u64, CachedDir> = FastHashMap::default();
         for (dir, delta) in changes.deltas {
             let mut current = dir;
             let mut depth = 0;

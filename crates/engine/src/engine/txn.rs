@@ -2,7 +2,6 @@
 //! through its own batch, gathers usage and quota changes, and commits them with the
 //! operation as one atomic store write.
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use super::{Engine, WriteState, INO_RUNS_MAX, INO_RUN_LENGTH};
 use crate::engine::quota::QuotaState;
 use crate::engine::tree_usage::{TreeCache, TreeChanges};
 use crate::error::{FsError, FsResult};
+use crate::hashing::FastHashMap;
 use crate::keys;
 use crate::records::inode::{FileKind, Inode, Timestamp, Usage, UsageKey};
 use crate::records::quota::{QuotaKind, QuotaRecord, QuotaSettings};
@@ -20,11 +20,14 @@ use crate::store::{Batch, Scan, SharedBytes, Space, StoreError, Value, SLOW_WRIT
 use crate::store_dir::space_reserve::Need;
 
 /// One mutation in progress: holds the writer lock and gathers one atomic batch.
+/// Per usage counter, the inodes and bytes a transaction adds (or takes away).
+pub(crate) type UsageDeltas = FastHashMap<UsageKey, (i64, i64)>;
+
 pub(crate) struct Txn<'a> {
     pub(crate) engine: &'a Engine,
     pub(super) state: MutexGuard<'a, WriteState>,
     pub(super) batch: Batch,
-    pub(super) usage_delta: HashMap<UsageKey, (i64, i64)>,
+    pub(super) usage_delta: UsageDeltas,
     /// Ownership changes move usage without being refused by limits (see `quota`).
     pub(super) quota_forced: bool,
     /// Quota records and settings this transaction writes (administration).

@@ -15,10 +15,9 @@
 //! and reads the inode the listing has just read, a hash probe each instead of two point
 //! reads of the LSM (their index and data blocks: 47% of the daemon's time in `grep -r`).
 
-use std::collections::HashMap;
-
 use parking_lot::Mutex;
 
+use crate::hashing::FastHashMap;
 use crate::store::{Batch, Scan, SharedBytes, Space, Store, StoreError, StoreMetrics, StoreView};
 
 /// Shards, so readers on several threads rarely wait on one lock.
@@ -32,8 +31,7 @@ const ENTRY_OVERHEAD_BYTES: usize = 64;
 /// whole tree's walk (`export`, `rmtree`) flushing every shard.
 const MAX_SCAN_KEYS: usize = 1024;
 
-/// Keys are hashed with a fast seeded hash, not SipHash: a probe is on every walk step.
-type Entries = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+type Entries = FastHashMap<Vec<u8>, Option<Vec<u8>>>;
 
 #[derive(Default)]
 struct Shard {
