@@ -120,6 +120,38 @@ mod tests {
     }
 
     #[test]
+    fn orders_random_keys_with_shared_prefixes_as_bytes_do() {
+        // A small generator (no dependency): a prefix cut from one of two long keys, then
+        // a short tail over a 3-letter alphabet, so keys share prefixes of every length
+        // (across the 8-byte words) and are often prefixes of each other.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 33) as usize
+        };
+        let stems: [&[u8]; 2] = [
+            b"E\0\0\0\0\0\0\x04\x01name-of-a-file",
+            b"I\0\0\0\0\0\0\x04\x01\xff\0\x80",
+        ];
+        let keys: Vec<Vec<u8>> = (0..600)
+            .map(|_| {
+                let stem = stems[next() % 2];
+                let mut key = stem[..next() % (stem.len() + 1)].to_vec();
+                let tail = next() % 12;
+                key.extend((0..tail).map(|_| [0u8, 0x80, 0xff][next() % 3]));
+                key
+            })
+            .collect();
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(compare(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
     fn orders_every_short_pair_as_bytes_do() {
         // Every key of up to 2 bytes over a small alphabet, and the same padded past a
         // word, against each other.
