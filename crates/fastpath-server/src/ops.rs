@@ -874,18 +874,27 @@ impl Server {
         self.authorize_times(s, &inode, change)?;
         engine_change.atime = set_time(change.atime);
         engine_change.mtime = set_time(change.mtime);
+        let changes_before = self.engine.changes();
         let updated = self.engine.setattr(inode.ino, &engine_change)?;
         self.kernel.inode_changed(inode.ino, change.size.is_some());
-        self.changed(updated)
+        self.changed(updated, changes_before)
     }
 
     /// A setattr's reply, with what the caller may keep of the inode: its version, then its
-    /// attributes read again after it (a change by another caller may have come between).
-    fn changed(&self, updated: Inode) -> Served<Reply> {
+    /// attributes as of that version. `changes_before`, the engine's change count read
+    /// before the setattr, tells whether `updated` is still current: a linked inode's
+    /// setattr writes one batch, which moves the versions of what it wrote before it
+    /// returns, and every batch moves the count before its versions; so a count one past
+    /// `changes_before` once the version is read means that batch was the only one since.
+    /// Otherwise (another caller's change may have come between, or a removed inode's
+    /// setattr wrote no batch) the attributes are read again.
+    fn changed(&self, updated: Inode, changes_before: u64) -> Served<Reply> {
         let version = self.version_of(updated.ino);
+        let only_this_change =
+            updated.nlink > 0 && self.engine.changes() == changes_before.wrapping_add(1);
         let current = match version {
-            Some(_) => self.engine.getattr(updated.ino)?,
-            None => updated,
+            Some(_) if !only_this_change => self.engine.getattr(updated.ino)?,
+            _ => updated,
         };
         Ok(Reply::Changed {
             attr: attr(&current),
@@ -956,9 +965,10 @@ impl Server {
             perm: Some(new_perm),
             ..SetAttr::default()
         };
+        let changes_before = self.engine.changes();
         let updated = self.engine.setattr(inode.ino, &change)?;
         self.kernel.inode_changed(inode.ino, false);
-        self.changed(updated)
+        self.changed(updated, changes_before)
     }
 
     pub fn get_xattr(&self, s: &Session, target: &Target, name: &[u8]) -> Served<Reply> {
