@@ -4,6 +4,11 @@
 //! LSM answers each from its memtables or tables at a cost of a microsecond, the cache in a
 //! hash probe.
 //!
+//! The engine puts it between the staged layers of delayed logging and the LSM: what is
+//! staged is read above it, and its writes are checkpoints, each dropping the keys it
+//! wrote once (on the checkpointer's thread, before the layer is unstaged) instead of
+//! every operation dropping its own.
+//!
 //! Coherent by construction: every write goes through `write`, which drops the keys it
 //! wrote after the store has them. A read that missed records its shard's generation
 //! before reading the store and fills the cache only if no write touched the shard
