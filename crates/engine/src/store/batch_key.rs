@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use ref_cast::RefCast;
 
 /// Borrowed key bytes, as the maps look them up.
-#[derive(RefCast, Debug, PartialEq, Eq, Hash)]
+#[derive(RefCast, Debug, PartialEq, Eq)]
 #[repr(transparent)]
 pub struct KeyBytes([u8]);
 
@@ -38,7 +38,7 @@ impl PartialOrd for KeyBytes {
 }
 
 /// Owned key bytes, as the maps hold them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchKey(pub Vec<u8>);
 
 impl Borrow<KeyBytes> for BatchKey {
