@@ -2248,6 +2248,13 @@ case("mkdir over file", lambda: os.mkdir("file"))
 case("open file/x", lambda: O("file/x", os.O_RDONLY))
 case("creat file/x", lambda: O("file/x", os.O_WRONLY | os.O_CREAT, 0o644))
 case("mkdir file/x", lambda: os.mkdir("file/x"))
+case("mkdir .", lambda: os.mkdir("."))
+case("mkdir dir/..", lambda: os.mkdir("dir/.."))
+case("mkdir dir/./", lambda: os.mkdir("dir/./"))
+case("mkdirat dirfd .", lambda: os.mkdir(".", dir_fd=O("dir", os.O_RDONLY | os.O_DIRECTORY)))
+case("mkdir missing/.", lambda: os.mkdir("missing/."))
+case("symlink to .", lambda: os.symlink("file", "dir/."))
+case("link to ..", lambda: os.link("file", "dir/.."))
 case("stat file/", lambda: os.stat("file/"))
 case("open file/ creat", lambda: O("new/", os.O_WRONLY | os.O_CREAT, 0o644))
 case("open dir wronly", lambda: O("dir", os.O_WRONLY))
@@ -2365,6 +2372,17 @@ fn errors_are_the_kernel_doors_case_by_case() {
         "removexattr went the fast way: {}",
         f.describe()
     );
+    // `.` and `..` as the name to make are EEXIST on the fast path too: a fallback would
+    // turn the program's directory descriptor into a kernel one for good.
+    for call in ["mkdir", "mkdirat", "symlink", "link"] {
+        assert!(
+            stats_of(&f)
+                .get(call)
+                .is_some_and(|&(_, fell_back)| fell_back == 0),
+            "no {call} fell back: {}",
+            f.describe()
+        );
+    }
     let pairs: Vec<String> = k
         .stdout
         .lines()

@@ -726,7 +726,7 @@ impl Server {
         let version_of = |ino| self.version_of(ino);
         let mut witness = Witness::new(&version_of);
         let walked = self.walk_from_witnessed(s, at, Some(&mut witness))?;
-        require(!walked.is_dots())?;
+        dots_exist(&walked)?;
         if walked.found.is_some() {
             // `mkdir -p` and fs_mark ask again and again for directories that exist.
             return match witness.into_versions() {
@@ -749,7 +749,8 @@ impl Server {
     pub fn symlink(&self, s: &Session, target: &[u8], at: &At) -> Served<Reply> {
         ensure(!target.is_empty(), libc::ENOENT)?;
         let walked = self.walk_from(s, at)?;
-        require(!walked.is_dots() && !walked.trailing_slash)?;
+        dots_exist(&walked)?;
+        require(!walked.trailing_slash)?;
         ensure(walked.found.is_none(), libc::EEXIST)?;
         self.may_create_in(s, &walked.dir)?;
         let inode = self
@@ -838,7 +839,8 @@ impl Server {
         // protected_hardlinks: linking another user's file is the kernel's to judge.
         require_permission(owns(s.caller, &linked))?;
         let target = self.walk_from(s, to)?;
-        require(!target.is_dots() && !target.trailing_slash)?;
+        dots_exist(&target)?;
+        require(!target.trailing_slash)?;
         ensure(target.found.is_none(), libc::EEXIST)?;
         self.may_create_in(s, &target.dir)?;
         let inode = self.engine.link(linked.ino, target.dir.ino, &target.name)?;
@@ -1036,6 +1038,13 @@ impl Server {
             }
         }
     }
+}
+
+/// A call that makes a name (mkdir, symlink, link) whose last component is `.` or `..`:
+/// EEXIST, as the kernel's `filename_create` answers before it looks at the mount or the
+/// name (`tar x` asks `mkdirat(dir, ".")` of the directory it extracts into).
+fn dots_exist(walked: &Walked) -> Served<()> {
+    ensure(!walked.is_dots(), libc::EEXIST)
 }
 
 fn set_time(time: TimeWire) -> Option<SetTime> {
