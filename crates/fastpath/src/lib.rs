@@ -33,9 +33,9 @@ pub use message::{
     OPENED_DIR_EXTRA_BYTES,
 };
 
-/// Bumped on any change of the messages; a client and a daemon that differ fall back to the
-/// kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// Bumped on any change of the messages or of the shared channel's layout; a client and a
+/// daemon that differ fall back to the kernel (the client says so in its statistics).
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;

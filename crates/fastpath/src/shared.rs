@@ -18,31 +18,45 @@ use std::time::{Duration, Instant};
 use crate::pace::Pace;
 use crate::MAX_MESSAGE_BYTES;
 
-/// Header fields, each a u32 at its own offset in the first page.
+/// Header fields, each a u32 at its own offset in the first page, grouped by which side
+/// writes them and how often, each group in its own 128 bytes (a cache line and the one
+/// Intel's adjacent-line prefetcher pairs with it). A side spinning on a sequence word
+/// reads a line that only the other side writes, once per message: when the reply's
+/// length and the sequence number shared the spun-on line, each store the daemon made to
+/// it pulled the line away from the spinning client and back, several transfers between
+/// CPUs per round trip.
+///
+/// Client, once per request (after everything it announces), polled by the daemon.
 const REQUEST_SEQ: usize = 0;
-const REPLY_SEQ: usize = 4;
-const SERVER_SLEEPING: usize = 8;
-const CLIENT_SLEEPING: usize = 12;
-const REQUEST_LEN: usize = 16;
-const REPLY_LEN: usize = 20;
+/// Daemon, once per reply (after everything it announces), polled by the client.
+const REPLY_SEQ: usize = 128;
+/// Daemon, when it goes to sleep and wakes; read by the client after each request.
+const SERVER_SLEEPING: usize = 256;
 /// Set by the server: 1 while spinning does not pay (more busy connections than CPUs for
 /// them, see the server's `activity`); the client then waits on the futex at once.
-const CLIENT_NO_SPIN: usize = 24;
-/// The ring of closes the client deferred (see `defer_close`): how many it has written
-/// (client), how many the daemon has taken (daemon), then the handles, two words each.
-const CLOSES_WRITTEN: usize = 28;
-const CLOSES_TAKEN: usize = 32;
+/// Written only when it changes.
+const CLIENT_NO_SPIN: usize = 260;
+/// Client, when it goes to sleep and wakes; read by the daemon after each reply.
+const CLIENT_SLEEPING: usize = 384;
+/// Client, with each request.
+const REQUEST_LEN: usize = 512;
 /// Times (`stamp`) for the spins' learning (`Pace`), which must not count a side's wake-up
 /// from its sleep as the other's slowness: else one long wait (a program writing its
 /// output) puts a side to sleep, every later wait then holds its wake-up (20-60 µs on the
 /// 2-core VM), and it never spins again for that connection (`find` of 2000 directories:
 /// the daemon slept at 900 of them in some runs, and the run took 60-90 ms, not 40).
 /// Client: when it sent its request, and when it had the reply before that.
-const REQUEST_SENT_AT: usize = 36;
-const REPLY_SEEN_AT: usize = 40;
+const REQUEST_SENT_AT: usize = 516;
+const REPLY_SEEN_AT: usize = 520;
+/// Daemon, with each reply.
+const REPLY_LEN: usize = 640;
 /// Daemon: nanoseconds from taking the request to publishing its reply.
-const SERVICE_NS: usize = 44;
-const CLOSES_RING: usize = 64;
+const SERVICE_NS: usize = 644;
+/// The ring of closes the client deferred (see `defer_close`): how many it has written
+/// (client), how many the daemon has taken (daemon), then the handles, two words each.
+const CLOSES_WRITTEN: usize = 768;
+const CLOSES_TAKEN: usize = 896;
+const CLOSES_RING: usize = 1024;
 /// Closes a client may leave waiting in the ring; a full ring sends its close as a message.
 pub const DEFERRED_CLOSES: u32 = 32;
 const HEADER_BYTES: usize = 4096;
@@ -192,7 +206,10 @@ impl SharedChannel {
             .load(Ordering::Relaxed)
             .wrapping_add(1);
         self.word(REQUEST_SENT_AT).store(stamp(), Ordering::Relaxed);
-        self.word(REQUEST_SEQ).store(seq, Ordering::Release);
+        // SeqCst, as the sleeper's flag and its read of the sequence in `wait_for`: a
+        // Release store may pass the load below (x86 reorders a store with a later load),
+        // and both sides could then miss each other: a sleep until `LIVENESS_CHECK`.
+        self.word(REQUEST_SEQ).store(seq, Ordering::SeqCst);
         let sleeping = self.word(SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
         if sleeping {
             futex_wake(self.word(REQUEST_SEQ));
@@ -284,8 +301,12 @@ impl SharedChannel {
     /// Daemon: publishes the reply to request `seq`.
     /// Tells the client whether to spin for its next answers (server side).
     pub fn let_client_spin(&self, spin: bool) {
-        self.word(CLIENT_NO_SPIN)
-            .store(u32::from(!spin), Ordering::Relaxed);
+        let no_spin = self.word(CLIENT_NO_SPIN);
+        // Stored only when it changes: a store takes the line from the client, which reads
+        // it at every request.
+        if no_spin.load(Ordering::Relaxed) != u32::from(!spin) {
+            no_spin.store(u32::from(!spin), Ordering::Relaxed);
+        }
     }
 
     /// Daemon: the client's own time before its request, from its last reply or from
@@ -310,7 +331,8 @@ impl SharedChannel {
         self.copy_in(REPLY_AREA, reply);
         self.word(REPLY_LEN)
             .store(reply.len() as u32, Ordering::Relaxed);
-        self.word(REPLY_SEQ).store(seq, Ordering::Release);
+        // SeqCst: see `send_request`.
+        self.word(REPLY_SEQ).store(seq, Ordering::SeqCst);
         if self.word(CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
             futex_wake(self.word(REPLY_SEQ));
         }
