@@ -354,7 +354,9 @@ impl<'a> Txn<'a> {
     fn attributes_written(&self) -> Vec<u64> {
         let mut inodes = Vec::new();
         for (start, end) in keys::attribute_ranges() {
-            let written = self.batch.range(Space::Meta, Bound::Included(&start), &end);
+            let written = self
+                .batch
+                .range(Space::Meta, Bound::Included(&start[..]), &end);
             inodes.extend(written.filter_map(|(key, _)| keys::attribute_key_ino(key)));
         }
         inodes.sort_unstable();
