@@ -66,6 +66,37 @@ const REPLY_AREA: usize = REQUEST_AREA + MAX_MESSAGE_BYTES;
 pub const CHANNEL_BYTES: usize = REPLY_AREA + MAX_MESSAGE_BYTES;
 
 const _: () = assert!(CLOSES_RING + 8 * DEFERRED_CLOSES as usize <= HEADER_BYTES);
+/// The words each side writes at every message, and the sequence words each side spins on,
+/// each in a block of their own (see the header's layout).
+const LINE_PAIR_BYTES: usize = 128;
+const _: () = {
+    let blocks = [
+        REQUEST_SEQ / LINE_PAIR_BYTES,
+        REPLY_SEQ / LINE_PAIR_BYTES,
+        SERVER_SLEEPING / LINE_PAIR_BYTES,
+        CLIENT_SLEEPING / LINE_PAIR_BYTES,
+        REQUEST_LEN / LINE_PAIR_BYTES,
+        REPLY_LEN / LINE_PAIR_BYTES,
+        CLOSES_WRITTEN / LINE_PAIR_BYTES,
+        CLOSES_TAKEN / LINE_PAIR_BYTES,
+        CLOSES_RING / LINE_PAIR_BYTES,
+    ];
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut j = i + 1;
+        while j < blocks.len() {
+            assert!(
+                blocks[i] != blocks[j],
+                "two groups of the header share a block"
+            );
+            j += 1;
+        }
+        i += 1;
+    }
+};
+const _: () = assert!(CLIENT_NO_SPIN / LINE_PAIR_BYTES == SERVER_SLEEPING / LINE_PAIR_BYTES);
+const _: () = assert!(REQUEST_SENT_AT / LINE_PAIR_BYTES == REQUEST_LEN / LINE_PAIR_BYTES);
+const _: () = assert!(SERVICE_NS / LINE_PAIR_BYTES == REPLY_LEN / LINE_PAIR_BYTES);
 // The reply area starts 8-byte aligned, so its words could be read in place too.
 const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
 
