@@ -196,7 +196,7 @@ pub fn all_inodes_range() -> (Vec<u8>, Vec<u8>) {
 /// The metadata key ranges that hold an inode's attributes and its extended attributes:
 /// a batch writing into them changed what a stat or listxattr of the inode returns.
 /// (Arrays, not vectors: every transaction's commit asks, and allocating the four bounds
-/// was a twentieth of an in-process create.)
+/// showed as 4% of an in-process create under perf.)
 pub fn attribute_ranges() -> [([u8; 1], [u8; 1]); 2] {
     [([INODE], [INODE + 1]), ([XATTR], [XATTR + 1])]
 }
