@@ -114,17 +114,17 @@ impl Batch {
 
     pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
         self.space_mut(space)
-            .insert(BatchKey(key), Some(Value::Owned(value)));
+            .insert(BatchKey::new(key), Some(Value::Owned(value)));
     }
 
     /// `put` of bytes the on-disk store takes without copying them.
     pub fn put_shared(&mut self, space: Space, key: Vec<u8>, value: SharedBytes) {
         self.space_mut(space)
-            .insert(BatchKey(key), Some(Value::Shared(value)));
+            .insert(BatchKey::new(key), Some(Value::Shared(value)));
     }
 
     pub fn delete(&mut self, space: Space, key: Vec<u8>) {
-        self.space_mut(space).insert(BatchKey(key), None);
+        self.space_mut(space).insert(BatchKey::new(key), None);
     }
 
     /// A put (`Some`) or delete (`None`); returns what the batch held for the key before.
@@ -134,7 +134,7 @@ impl Batch {
         key: Vec<u8>,
         value: Option<Value>,
     ) -> Option<Option<Value>> {
-        self.space_mut(space).insert(BatchKey(key), value)
+        self.space_mut(space).insert(BatchKey::new(key), value)
     }
 
     /// The batch's items of one space from `start` up to `end` (excluded), in key order.
@@ -157,7 +157,7 @@ impl Batch {
         range
             .into_iter()
             .flatten()
-            .map(|(key, value)| (key.0.as_slice(), value.as_deref()))
+            .map(|(key, value)| (key.bytes(), value.as_deref()))
     }
 
     /// Every item, borrowed, in the order `into_items` gives them.
@@ -165,11 +165,11 @@ impl Batch {
         let meta = self
             .meta
             .iter()
-            .map(|(key, value)| (Space::Meta, key.0.as_slice(), value.as_ref()));
+            .map(|(key, value)| (Space::Meta, key.bytes(), value.as_ref()));
         let data = self
             .data
             .iter()
-            .map(|(key, value)| (Space::Data, key.0.as_slice(), value.as_ref()));
+            .map(|(key, value)| (Space::Data, key.bytes(), value.as_ref()));
         meta.chain(data)
     }
 
@@ -204,7 +204,7 @@ impl Batch {
         self.meta
             .iter()
             .chain(&self.data)
-            .map(|(k, v)| k.0.len() + v.as_deref().map_or(0, <[u8]>::len))
+            .map(|(k, v)| k.bytes().len() + v.as_deref().map_or(0, <[u8]>::len))
             .sum()
     }
 
@@ -221,11 +221,11 @@ impl Batch {
         let meta = self
             .meta
             .into_iter()
-            .map(|(key, value)| (Space::Meta, key.0, value));
+            .map(|(key, value)| (Space::Meta, key.into_bytes(), value));
         let data = self
             .data
             .into_iter()
-            .map(|(key, value)| (Space::Data, key.0, value));
+            .map(|(key, value)| (Space::Data, key.into_bytes(), value));
         meta.chain(data)
     }
 }
