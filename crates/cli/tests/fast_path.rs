@@ -467,6 +467,81 @@ fn mixed_access(options: &[&str]) {
     m.finish();
 }
 
+/// A write the daemon answers before applying it (`RepliedWrites`): once the writer's
+/// `write` returns and it says so through a pipe, a second process sees the bytes at once,
+/// on the fast path (its own connection, its own caches) and through the kernel door.
+const WRITE_THEN_TELL: &str = r#"
+import os, sys
+mnt, rounds = sys.argv[1], int(sys.argv[2])
+d = os.path.join(mnt, "early")
+os.mkdir(d)
+to_reader, from_writer = os.pipe()
+to_writer, from_reader = os.pipe()
+def expected(i):
+    size = 1 + (i * 997) % 70000
+    return size, bytes([65 + i % 26]) * size
+pid = os.fork()
+if pid == 0:
+    os.close(from_writer); os.close(to_writer)
+    stale = 0
+    for i in range(rounds):
+        name = os.read(to_reader, 64).decode()
+        path = os.path.join(d, name)
+        size, data = expected(i)
+        # The listing first: the reader's own cache of the directory's attributes.
+        listed = {e.name: e.stat().st_size for e in os.scandir(d)}
+        with open(path, "rb") as f: fast = (os.stat(path).st_size, f.read())
+        kpath = "/proc/self/root" + path
+        with open(kpath, "rb") as f: kernel = (os.stat(kpath).st_size, f.read())
+        if listed.get(name) != size or fast != (size, data) or kernel != (size, data):
+            stale += 1
+            print("stale", i, listed.get(name), fast[0], kernel[0], size)
+        os.write(from_reader, b"k")
+    os._exit(1 if stale else 0)
+os.close(to_reader); os.close(from_reader)
+for i in range(rounds):
+    name = "f%d" % i
+    size, data = expected(i)
+    fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    assert os.write(fd, data) == size
+    os.write(from_writer, name.encode())
+    os.read(to_writer, 1)
+    os.close(fd)
+_, status = os.waitpid(pid, 0)
+print("ok" if status == 0 else "stale reads")
+"#;
+
+#[test]
+fn a_write_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
+    const ROUNDS: u64 = 1000;
+    let programs = programs_dir();
+    let check = script(programs.path(), "tell.py", WRITE_THEN_TELL);
+    let m = mount_with_fast_path(&[]);
+    let early = |m: &Mounted| {
+        common::stats_json(&m.mnt)["fastpath_writes_answered_early"]
+            .as_u64()
+            .expect("fastpath_writes_answered_early in shoal stats")
+    };
+    let before = early(&m);
+    let out = fast(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            check.as_os_str(),
+            m.mnt.as_os_str(),
+            OsStr::new(&ROUNDS.to_string()),
+        ],
+    );
+    assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
+    let answered = early(&m) - before;
+    assert!(
+        answered >= ROUNDS / 2,
+        "only {answered} of {ROUNDS} writes were answered before they were applied: the \
+         test did not test that"
+    );
+    m.finish();
+}
+
 /// A kernel descriptor held open across fast-path size changes of its file.
 const OPEN_KERNEL_FD: &str = r#"
 import os, sys

@@ -6,6 +6,7 @@ mod open_files;
 mod purge;
 pub(crate) mod quota;
 pub(crate) mod reclaim_signal;
+pub mod replied_writes;
 pub(crate) mod tree_usage;
 mod trim;
 mod txn;
@@ -40,6 +41,7 @@ pub use open_files::ReferenceProbe;
 use open_files::{OpenFiles, Unlinked};
 use quota::QuotaState;
 use reclaim_signal::ReclaimSignal;
+use replied_writes::RepliedWrites;
 use tree_usage::{TreeCache, TreeChanges};
 pub(crate) use txn::{Txn, UsageDeltas};
 
@@ -134,6 +136,8 @@ pub struct Engine {
     commit_stop: Arc<CommitStop>,
     /// Whether any quota record exists: lets `open` skip the quota lookup when none does.
     quota_records_exist: AtomicBool,
+    /// Writes a door answered before applying them (`replied_writes`).
+    replied_writes: RepliedWrites,
     /// Removed inodes the kernel still holds (see `unlinked`).
     unlinked: Unlinked,
     /// Interval commits that failed (see `error_seq`), and how many background failures
@@ -335,6 +339,7 @@ impl Engine {
             stats: Stats::default(),
             commit_stop: Arc::new(CommitStop::default()),
             quota_records_exist,
+            replied_writes: RepliedWrites::default(),
             unlinked: Unlinked::default(),
             errors: ErrorSeq::default(),
             errors_reported: AtomicU64::new(0),
@@ -392,6 +397,34 @@ impl Engine {
         self.sync()?;
         self.store.compact()?;
         Ok(())
+    }
+
+    /// Writes a door answered before applying them: every request of either door waits
+    /// for them first (`replied_writes`).
+    pub fn replied_writes(&self) -> &RepliedWrites {
+        &self.replied_writes
+    }
+
+    /// Whether a write of `bytes` would be admitted now with room to spare, so that a door
+    /// may answer it before applying it: a writable, healthy store with no quota records
+    /// (a limit must be met at the write that crosses it) and a device far from its
+    /// reserve. A file's own checks (its handle, its size limit) are the caller's.
+    pub fn write_surely_fits(&self, bytes: u64) -> bool {
+        !self.read_only
+            && !self.poison.is_poisoned()
+            && !self.quota_records_exist()
+            && self
+                .space
+                .as_ref()
+                .is_none_or(|space| space.has_room_for(bytes))
+    }
+
+    /// A change to `inodes` that a door has answered for and applies next (a write answered
+    /// before it is applied): the change count moves and the caches of those inodes go now,
+    /// as for a written batch, so nothing read afterwards is kept as current (the batch
+    /// moves them again when it lands).
+    pub fn announce_change(&self, inodes: &[u64]) {
+        self.count_change(inodes);
     }
 
     pub(crate) fn unlinked(&self) -> &Unlinked {

@@ -9,7 +9,7 @@
 //! the one before: a killed process leaves nothing open, and nothing to anyone else.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -37,6 +37,9 @@ pub struct Process {
     started: Option<u64>,
     /// Directories its requests' paths may start from (`starts`).
     pub starts: Starts,
+    /// The errno of a write answered before it was applied that then failed (0: none):
+    /// the process's next fsync or sync returns it, as the kernel returns a writeback error.
+    replied_write_error: AtomicI32,
 }
 
 /// A process's handles by id, and how many of them are open directories, by inode.
@@ -47,6 +50,19 @@ struct Table {
 }
 
 impl Process {
+    /// A write of this process answered before it was applied failed with `errno`.
+    pub fn replied_write_failed(&self, errno: i32) {
+        self.replied_write_error.store(errno, Ordering::SeqCst);
+    }
+
+    /// The errno of a replied write that failed since the last call, if any.
+    pub fn take_replied_write_error(&self) -> Option<i32> {
+        match self.replied_write_error.swap(0, Ordering::SeqCst) {
+            0 => None,
+            errno => Some(errno),
+        }
+    }
+
     pub fn get(&self, id: u64) -> Option<Handle> {
         self.handles.lock().by_id.get(&id).copied()
     }

@@ -49,6 +49,16 @@ const APPEND_LOCKS: usize = 64;
 /// client's requests come far apart (an interactive program, a busy machine).
 const SERVER_SPIN: Duration = Duration::from_micros(100);
 
+/// Where a connection's thread stands when it waits for the next request.
+struct Waiting<'a> {
+    /// The last request's number.
+    seq: u32,
+    /// Whether spinning pays now (decided at the last request's arrival).
+    spinning_pays: bool,
+    /// Whether the client and the mount are still there (checked after each sleep).
+    alive: &'a dyn Fn() -> bool,
+}
+
 /// Whether `a` and `b` (`opendir`s) ask for the same: a path that ends with slashes opens
 /// the directory it names without them (`git status` opens `a/b/`).
 fn same_open_dir(a: &Request, b: &Request) -> bool {
@@ -402,40 +412,35 @@ impl Server {
         let mut spinning_pays = true;
         let mut ahead: Option<Speculation> = None;
         loop {
-            let waiting_since = Instant::now();
-            let waiting_since_stamp = shoal_fastpath::shared::stamp();
-            // Spin (if a CPU is free for it), then sleep: a slot is held only while spinning.
-            let spin = if spinning_pays {
-                pace.spin()
-            } else {
-                Duration::ZERO
+            let waiting = Waiting {
+                seq,
+                spinning_pays,
+                alive: &alive,
             };
-            let slot = (!spin.is_zero()).then(|| self.spin_slot());
-            let polled = match &slot {
-                Some(slot) if slot.granted => channel.poll_request(seq, &mut request_buf, spin),
-                _ => None,
+            let Some((next, arrived)) =
+                self.wait_for_request(channel, waiting, &mut pace, &mut request_buf)
+            else {
+                break;
             };
-            drop(slot);
-            let slept = polled.is_none();
-            let next = match polled {
-                Some(next) => Ok(next),
-                None => channel.next_request(seq, &mut request_buf, Duration::ZERO, &alive),
-            };
-            let arrived = Instant::now();
-            let waited = arrived.saturating_duration_since(waiting_since);
-            // After a sleep, the wait holds this thread's wake-up (and the client's, if it
-            // slept for its last reply): the client's own time is what a spin must cover.
-            pace.observe(if slept {
-                waited.min(channel.client_time(waiting_since_stamp))
-            } else {
-                waited
-            });
-            let Ok(next) = next else { break };
             seq = next;
+            // Writes other connections answered before applying them land first (this
+            // thread applied its own before coming back for the next request).
+            self.engine.replied_writes().wait_applied();
             self.close_deferred(channel, caller, process);
             self.activity.served(id, arrived);
             spinning_pays = self.activity.spinning_pays(arrived);
-            let (status, reply, predicted) = match Request::decode(&request_buf) {
+            let mut answer = |status: Status, reply: &Reply| {
+                Reply::encode(status, reply, &mut reply_buf);
+                channel.let_client_spin(spinning_pays);
+                channel.reply(seq, &reply_buf, arrived.elapsed());
+            };
+            let decoded = Request::decode(&request_buf);
+            if let Ok(request) = &decoded {
+                if self.served_early(caller, process, request, &mut answer) {
+                    continue;
+                }
+            }
+            let (status, reply, predicted) = match decoded {
                 Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
                     Some(answer) => answer,
                     None => self.serve(caller, process, Some(channel), &request),
@@ -445,9 +450,7 @@ impl Server {
                     (Status::Errno(libc::EPROTO), Reply::Empty, None)
                 }
             };
-            Reply::encode(status, &reply, &mut reply_buf);
-            channel.let_client_spin(spinning_pays);
-            channel.reply(seq, &reply_buf, arrived.elapsed());
+            answer(status, &reply);
             if let Some(predicted) = predicted {
                 ahead = Some(self.speculate(caller, process, predicted));
             }
@@ -526,6 +529,98 @@ impl Server {
         } else if let Ok(Reply::Opened(opened)) = unused.result {
             self.close_quietly(process, opened.handle);
         }
+    }
+
+    /// Waits for the request after `waiting.seq` into `request_buf`: spins (if a CPU is
+    /// free for it), then sleeps; learns the client's pace. The request's number and when
+    /// it arrived; `None` when the client or the mount is gone.
+    fn wait_for_request(
+        &self,
+        channel: &SharedChannel,
+        waiting: Waiting<'_>,
+        pace: &mut Pace,
+        request_buf: &mut Vec<u8>,
+    ) -> Option<(u32, Instant)> {
+        let Waiting {
+            seq,
+            spinning_pays,
+            alive,
+        } = waiting;
+        let waiting_since = Instant::now();
+        let waiting_since_stamp = shoal_fastpath::shared::stamp();
+        let spin = if spinning_pays {
+            pace.spin()
+        } else {
+            Duration::ZERO
+        };
+        // A slot is held only while spinning.
+        let slot = (!spin.is_zero()).then(|| self.spin_slot());
+        let polled = match &slot {
+            Some(slot) if slot.granted => channel.poll_request(seq, request_buf, spin),
+            _ => None,
+        };
+        drop(slot);
+        let slept = polled.is_none();
+        let next = match polled {
+            Some(next) => Ok(next),
+            None => channel.next_request(seq, request_buf, Duration::ZERO, alive),
+        };
+        let arrived = Instant::now();
+        let waited = arrived.saturating_duration_since(waiting_since);
+        // After a sleep, the wait holds this thread's wake-up (and the client's, if it
+        // slept for its last reply): the client's own time is what a spin must cover.
+        pace.observe(if slept {
+            waited.min(channel.client_time(waiting_since_stamp))
+        } else {
+            waited
+        });
+        next.ok().map(|next| (next, arrived))
+    }
+
+    /// Answers `request` with `answer` before applying it, then applies it, when it is a
+    /// write that cannot fail (`write_answered_early`); whether it did.
+    fn served_early(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        request: &Request,
+        answer: &mut dyn FnMut(Status, &Reply),
+    ) -> bool {
+        let Some((reply, in_flight)) = self.write_answered_early(process, request) else {
+            return false;
+        };
+        answer(Status::Ok, &reply);
+        self.apply_answered_write(caller, process, request, &reply);
+        drop(in_flight);
+        true
+    }
+
+    /// Applies a write answered before it was applied (`write_answered_early`); a failure
+    /// (the device or store failed since the answer) is logged and returned by the
+    /// process's next fsync or sync.
+    fn apply_answered_write(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        request: &Request,
+        answered: &Reply,
+    ) {
+        let (status, applied, _) = self.serve(caller, process, None, request);
+        let errno = match (status, &applied, answered) {
+            (Status::Ok, Reply::Written { written, .. }, Reply::Written { written: told, .. })
+                if written == told =>
+            {
+                return;
+            }
+            (Status::Errno(errno), _, _) => errno,
+            _ => libc::EIO,
+        };
+        tracing::error!(
+            errno,
+            pid = caller.pid,
+            "a write answered before it was applied failed"
+        );
+        process.replied_write_failed(errno);
     }
 
     /// Closes the handles the client left in its channel's ring (`defer_close`), in order,
@@ -617,7 +712,7 @@ impl Server {
             Request::GetXattr { target, name } => self.get_xattr(s, target, name),
             Request::ListXattr { target } => self.list_xattr(s, target),
             Request::RemoveXattr { target, name } => self.remove_xattr(s, target, name),
-            Request::Sync => self.sync(),
+            Request::Sync => self.sync_for(s),
             Request::Resolve { at } => self.resolve_directory(s, at),
             Request::CopyRange {
                 from,

@@ -86,6 +86,8 @@ pub struct FastPathStats {
     /// (`walk_cache`), and those read from the engine while versions are followed.
     kept_steps: AtomicU64,
     read_steps: AtomicU64,
+    /// Writes answered before they were applied (`Server::write_answered_early`).
+    answered_early: AtomicU64,
 }
 
 /// One request kind's counts.
@@ -148,6 +150,15 @@ impl FastPathStats {
 
     /// `opendir`s answered ahead of their request and sent, and those dropped (another
     /// request came, or the mount changed).
+    pub(crate) fn write_answered_early(&self) {
+        self.answered_early.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes answered before they were applied.
+    pub fn writes_answered_early(&self) -> u64 {
+        self.answered_early.load(Ordering::Relaxed)
+    }
+
     pub fn answered_ahead(&self) -> (u64, u64) {
         (
             self.answered_ahead.load(Ordering::Relaxed),

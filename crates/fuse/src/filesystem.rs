@@ -153,6 +153,9 @@ impl ShoalFs {
     #[inline]
     fn begin(&self, op: FuseOp) -> RequestTimer<'_> {
         self.keep_awake.notice_request();
+        // A write the fast path answered before applying it is applied before this
+        // request reads or changes anything (`replied_writes`).
+        self.engine.replied_writes().wait_applied();
         self.stats.time(op)
     }
 

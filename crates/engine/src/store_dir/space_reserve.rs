@@ -116,6 +116,17 @@ impl SpaceReserve {
         fits
     }
 
+    /// Whether a batch of `batch_bytes` needing room would surely be admitted now: the
+    /// last sample is fresh and leaves four times the required space after it (twice what
+    /// `admit` asks of a fresh sample). Samples nothing: `false` just means "ask `admit`".
+    pub fn has_room_for(&self, batch_bytes: u64) -> bool {
+        let sample = self.sample.lock();
+        sample.as_ref().is_some_and(|current| {
+            current.taken.elapsed() < RESAMPLE_INTERVAL
+                && self.fits(current, Need::Room, batch_bytes, 4)
+        })
+    }
+
     /// Whether the batch leaves the required space free; `margin` multiplies the space
     /// asked of an estimate (a stale sample), so a fresh sample is taken near the bound.
     fn fits(&self, sample: &Sample, need: Need, batch_bytes: u64, margin: u64) -> bool {
