@@ -56,7 +56,7 @@ pub struct StatsReport {
     #[serde(default)]
     pub fastpath_dropped_ahead: u64,
     #[serde(default)]
-    pub fastpath_writes_answered_early: u64,
+    pub fastpath_answered_early: u64,
     #[serde(default)]
     pub fastpath_kept_walk_steps: u64,
     #[serde(default)]
@@ -533,12 +533,12 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_dropped_ahead,
     ),
     exposed(
-        "fastpath_writes_answered_early",
-        "shoal_fastpath_writes_answered_early_total",
+        "fastpath_answered_early",
+        "shoal_fastpath_answered_early_total",
         Counter,
         Count,
-        "Writes answered before they were applied (they could not fail; every other request waited until each was applied).",
-        |r| r.fastpath_writes_answered_early,
+        "Writes and changes of an open file's mode, owner or times answered before they were applied (they could not fail; every other request waited until each was applied).",
+        |r| r.fastpath_answered_early,
     ),
     exposed(
         "fastpath_kept_walk_steps",
@@ -688,10 +688,10 @@ impl StatsSource {
             fastpath_connections: self.fast_path_connections(),
             fastpath_answered_ahead: self.fast_path_ahead().0,
             fastpath_dropped_ahead: self.fast_path_ahead().1,
-            fastpath_writes_answered_early: self
+            fastpath_answered_early: self
                 .fast_path
                 .as_ref()
-                .map_or(0, |stats| stats.writes_answered_early()),
+                .map_or(0, |stats| stats.answered_early()),
             fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
             fastpath_read_walk_steps: self.fast_path_walk_steps().1,
             fastpath_fallbacks: self.fast_path_fallbacks(),

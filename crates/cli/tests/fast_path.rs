@@ -467,19 +467,27 @@ fn mixed_access(options: &[&str]) {
     m.finish();
 }
 
-/// A write the daemon answers before applying it (`RepliedWrites`): once the writer's
-/// `write` returns and it says so through a pipe, a second process sees the bytes at once,
-/// on the fast path (its own connection, its own caches) and through the kernel door.
+/// Writes and changes of an open file's mode and times that the daemon answers before
+/// applying them (`RepliedWrites`): once the writer's calls return and it says so through a
+/// pipe, a second process sees them at once, on the fast path (its own connection, its own
+/// caches) and through the kernel door.
 const WRITE_THEN_TELL: &str = r#"
-import os, sys
+import os, stat, sys
 mnt, rounds = sys.argv[1], int(sys.argv[2])
+os.umask(0o022)
 d = os.path.join(mnt, "early")
 os.mkdir(d)
 to_reader, from_writer = os.pipe()
 to_writer, from_reader = os.pipe()
 def expected(i):
     size = 1 + (i * 997) % 70000
-    return size, bytes([65 + i % 26]) * size
+    mode = 0o640 if i % 2 else 0o604
+    mtime_ns = (1000000000 + i) * 10**9 + i
+    return size, bytes([65 + i % 26]) * size, mode, mtime_ns
+# The largest write answered before it is applied: the longest to apply.
+big = b"g" * (128 * 1024)
+def seen(st):
+    return st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns
 pid = os.fork()
 if pid == 0:
     os.close(from_writer); os.close(to_writer)
@@ -487,40 +495,53 @@ if pid == 0:
     for i in range(rounds):
         name = os.read(to_reader, 64).decode()
         path = os.path.join(d, name)
-        size, data = expected(i)
-        # The listing first: the reader's own cache of the directory's attributes.
-        listed = {e.name: e.stat().st_size for e in os.scandir(d)}
-        with open(path, "rb") as f: fast = (os.stat(path).st_size, f.read())
-        kpath = "/proc/self/root" + path
-        with open(kpath, "rb") as f: kernel = (os.stat(kpath).st_size, f.read())
-        if listed.get(name) != size or fast != (size, data) or kernel != (size, data):
-            stale += 1
-            print("stale", i, listed.get(name), fast[0], kernel[0], size)
+        size, data, mode, mtime_ns = expected(i)
+        want = (size, mode, mtime_ns)
+        # The listing first: the reader's own cache of the directory's attributes. The
+        # last file written ("g") is the one whose write may still be in flight.
+        listed = {e.name: seen(e.stat()) for e in os.scandir(d)}
+        for file, wanted, content in ((name, want, data), ("g" + name, (len(big), 0o644, None), big)):
+            path = os.path.join(d, file)
+            with open(path, "rb") as f: fast = (seen(os.stat(path)), f.read())
+            kpath = "/proc/self/root" + path
+            with open(kpath, "rb") as f: kernel = (seen(os.stat(kpath)), f.read())
+            views = [listed.get(file), fast[0], kernel[0]]
+            if wanted[2] is None:
+                views = [v and v[:2] for v in views]; wanted = wanted[:2]
+            if any(v != wanted for v in views) or fast[1] != content or kernel[1] != content:
+                stale += 1
+                print("stale", file, wanted, views)
         os.write(from_reader, b"k")
     os._exit(1 if stale else 0)
 os.close(to_reader); os.close(from_reader)
 for i in range(rounds):
     name = "f%d" % i
-    size, data = expected(i)
+    size, data, mode, mtime_ns = expected(i)
     fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     assert os.write(fd, data) == size
+    os.fchmod(fd, mode)
+    os.utime(fd, ns=(mtime_ns, mtime_ns))
+    gfd = os.open(os.path.join(d, "g" + name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    assert os.write(gfd, big) == len(big)
+    os.close(gfd)
     os.write(from_writer, name.encode())
     os.read(to_writer, 1)
+    assert seen(os.fstat(fd)) == (size, mode, mtime_ns), "the writer's own fstat"
     os.close(fd)
 _, status = os.waitpid(pid, 0)
 print("ok" if status == 0 else "stale reads")
 "#;
 
 #[test]
-fn a_write_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
+fn what_is_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
     const ROUNDS: u64 = 1000;
     let programs = programs_dir();
     let check = script(programs.path(), "tell.py", WRITE_THEN_TELL);
     let m = mount_with_fast_path(&[]);
     let early = |m: &Mounted| {
-        common::stats_json(&m.mnt)["fastpath_writes_answered_early"]
+        common::stats_json(&m.mnt)["fastpath_answered_early"]
             .as_u64()
-            .expect("fastpath_writes_answered_early in shoal stats")
+            .expect("fastpath_answered_early in shoal stats")
     };
     let before = early(&m);
     let out = fast(
@@ -533,11 +554,13 @@ fn a_write_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
         ],
     );
     assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
+    // Two writes, a chmod and a utimensat each round.
     let answered = early(&m) - before;
     assert!(
-        answered >= ROUNDS / 2,
-        "only {answered} of {ROUNDS} writes were answered before they were applied: the \
-         test did not test that"
+        answered >= ROUNDS * 2,
+        "only {answered} of {} calls were answered before they were applied: the test did \
+         not test that",
+        ROUNDS * 4
     );
     m.finish();
 }

@@ -7,6 +7,7 @@
 //! request, `handles` the open files of each process, `server` the socket and threads.
 
 mod activity;
+mod answered_early;
 mod below;
 mod credentials;
 mod handles;

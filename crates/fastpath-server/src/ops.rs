@@ -3,8 +3,7 @@
 //! never leaves half an operation behind.
 
 use shoal_engine::{
-    Caller, Content, FileKind, FsError, InFlight, Inode, NewInode, RenameMode, SetAttr, SetTime,
-    Timestamp,
+    Caller, Content, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
     At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
@@ -29,10 +28,6 @@ const SET_ID_BITS: u32 = 0o6000;
 const RENAME_NOREPLACE: u32 = 1;
 const BLOCK_BYTES: u32 = 4096;
 const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
-/// The longest write answered before it is applied (`write_answered_early`): what a
-/// tool writes per call (tar's records, cp's buffers), and a bound on the time other
-/// requests may wait for one.
-const EARLY_WRITE_MAX_BYTES: u64 = 128 * 1024;
 
 /// What an `opendir` asked for beyond its path (`Request::OpenDir`).
 #[derive(Clone, Copy, Default)]
@@ -526,7 +521,7 @@ impl Server {
 
     /// The version of `ino`'s slot, to be read before its attributes (`Opened::version`);
     /// `None` while the state does not follow the engine.
-    fn version_of(&self, ino: u64) -> Option<u32> {
+    pub(crate) fn version_of(&self, ino: u64) -> Option<u32> {
         self.state_follows_engine.then(|| self.state.0.version(ino))
     }
 
@@ -543,44 +538,6 @@ impl Server {
             Some(errno) => Err(Refusal::Errno(errno)),
             None => Ok(Reply::Empty),
         }
-    }
-
-    /// A plain write that cannot fail, to be answered before it is applied
-    /// (`shoal_engine::RepliedWrites`): its reply, and the mark that holds every other
-    /// request until it is applied. `None`: serve it as any request. Not for appends (their
-    /// offset is the size when applied), nor when the kernel holds the inode (its cached
-    /// pages must be dropped before the caller goes on), nor when the caller asked for the
-    /// attributes after it.
-    pub(crate) fn write_answered_early(
-        &self,
-        process: &Process,
-        request: &Request,
-    ) -> Option<(Reply, InFlight<'_>)> {
-        let Request::Write {
-            handle,
-            offset,
-            append: false,
-            data,
-            with_attr: false,
-        } = request
-        else {
-            return None;
-        };
-        let handle = process.get(*handle)?;
-        let written = data.len() as u64;
-        let end = offset.checked_add(written)?;
-        let plain = handle.writable && !handle.directory && written > 0;
-        if !plain || written > EARLY_WRITE_MAX_BYTES || end > shoal_engine::MAX_FILE_BYTES {
-            return None;
-        }
-        if self.kernel.holds(handle.ino) || !self.engine.write_surely_fits(written) {
-            return None;
-        }
-        let in_flight = self.engine.replied_writes().begin()?;
-        // Before the answer: every cache of the inode, the clients' included, goes now.
-        self.engine.announce_change(&[handle.ino]);
-        self.stats.write_answered_early();
-        Some((Reply::Written { written, end }, in_flight))
     }
 
     pub fn sync(&self) -> Served<Reply> {
@@ -903,6 +860,21 @@ impl Server {
     }
 
     pub fn set_attr(&self, s: &Session, target: &Target, change: &SetAttrWire) -> Served<Reply> {
+        let (inode, engine_change) = self.planned_set_attr(s, target, change)?;
+        let changes_before = self.engine.changes();
+        let updated = self.engine.setattr(inode.ino, &engine_change)?;
+        self.kernel.inode_changed(inode.ino, change.size.is_some());
+        self.changed(updated, changes_before)
+    }
+
+    /// A setattr's checks, in the kernel's order: the inode as it is, and the engine's
+    /// change they allow.
+    pub(crate) fn planned_set_attr(
+        &self,
+        s: &Session,
+        target: &Target,
+        change: &SetAttrWire,
+    ) -> Served<(Inode, SetAttr)> {
         let (inode, handle) = self.target(s, target)?;
         self.writable()?;
         let mut engine_change = SetAttr::default();
@@ -929,10 +901,7 @@ impl Server {
         self.authorize_times(s, &inode, change)?;
         engine_change.atime = set_time(change.atime);
         engine_change.mtime = set_time(change.mtime);
-        let changes_before = self.engine.changes();
-        let updated = self.engine.setattr(inode.ino, &engine_change)?;
-        self.kernel.inode_changed(inode.ino, change.size.is_some());
-        self.changed(updated, changes_before)
+        Ok((inode, engine_change))
     }
 
     /// A setattr's reply, with what the caller may keep of the inode: its version, then its

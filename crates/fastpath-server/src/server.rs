@@ -16,10 +16,11 @@ use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::activity::Activity;
+use crate::answered_early::{AnsweredEarly, Apply};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
-use crate::ops::{OpenDirAsked, Prediction, Session};
+use crate::ops::{attr, OpenDirAsked, Prediction, Session};
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
 use crate::walk_cache::WalkCache;
@@ -577,8 +578,8 @@ impl Server {
         next.ok().map(|next| (next, arrived))
     }
 
-    /// Answers `request` with `answer` before applying it, then applies it, when it is a
-    /// write that cannot fail (`write_answered_early`); whether it did.
+    /// Answers `request` with `answer` before applying it, then applies it, when it cannot
+    /// fail (`answered_early`); whether it did.
     fn served_early(
         &self,
         caller: &Credentials,
@@ -586,41 +587,59 @@ impl Server {
         request: &Request,
         answer: &mut dyn FnMut(Status, &Reply),
     ) -> bool {
-        let Some((reply, in_flight)) = self.write_answered_early(process, request) else {
+        let session = Session {
+            caller,
+            process,
+            channel: None,
+            predicted: RefCell::new(None),
+            carried: RefCell::new(None),
+        };
+        let Some(early) = self.answered_early(&session, request) else {
             return false;
         };
-        answer(Status::Ok, &reply);
-        self.apply_answered_write(caller, process, request, &reply);
-        drop(in_flight);
+        answer(Status::Ok, &early.reply);
+        if let Some(errno) = self.apply_answered(caller, process, request, &early) {
+            tracing::error!(
+                errno,
+                pid = caller.pid,
+                "a request answered before it was applied failed"
+            );
+            process.replied_write_failed(errno);
+        }
+        drop(early.in_flight);
         true
     }
 
-    /// Applies a write answered before it was applied (`write_answered_early`); a failure
-    /// (the device or store failed since the answer) is logged and returned by the
-    /// process's next fsync or sync.
-    fn apply_answered_write(
+    /// Applies a request answered before it was applied; the errno when it failed anyway
+    /// (the device or the store failed since the answer), which the process's next fsync
+    /// or sync returns.
+    fn apply_answered(
         &self,
         caller: &Credentials,
         process: &Process,
         request: &Request,
-        answered: &Reply,
-    ) {
-        let (status, applied, _) = self.serve(caller, process, None, request);
-        let errno = match (status, &applied, answered) {
-            (Status::Ok, Reply::Written { written, .. }, Reply::Written { written: told, .. })
-                if written == told =>
-            {
-                return;
+        early: &AnsweredEarly<'_>,
+    ) -> Option<i32> {
+        match &early.apply {
+            Apply::Write => match self.serve(caller, process, None, request) {
+                (Status::Ok, applied, _) if applied == early.reply => None,
+                (Status::Errno(errno), _, _) => Some(errno),
+                _ => Some(libc::EIO),
+            },
+            Apply::SetAttr {
+                ino,
+                change,
+                expected,
+            } => {
+                let (result, failed) = match self.engine.setattr(*ino, change) {
+                    Ok(inode) if attr(&inode) == **expected => (Ok(early.reply.clone()), None),
+                    Ok(_) => (Ok(early.reply.clone()), Some(libc::EIO)),
+                    Err(error) => (Err(Refusal::Errno(error.errno())), Some(error.errno())),
+                };
+                self.stats.record(request, &result);
+                failed
             }
-            (Status::Errno(errno), _, _) => errno,
-            _ => libc::EIO,
-        };
-        tracing::error!(
-            errno,
-            pid = caller.pid,
-            "a write answered before it was applied failed"
-        );
-        process.replied_write_failed(errno);
+        }
     }
 
     /// Closes the handles the client left in its channel's ring (`defer_close`), in order,

@@ -86,7 +86,7 @@ pub struct FastPathStats {
     /// (`walk_cache`), and those read from the engine while versions are followed.
     kept_steps: AtomicU64,
     read_steps: AtomicU64,
-    /// Writes answered before they were applied (`Server::write_answered_early`).
+    /// Writes and attribute changes answered before they were applied (`answered_early`).
     answered_early: AtomicU64,
 }
 
@@ -150,12 +150,12 @@ impl FastPathStats {
 
     /// `opendir`s answered ahead of their request and sent, and those dropped (another
     /// request came, or the mount changed).
-    pub(crate) fn write_answered_early(&self) {
+    pub(crate) fn count_answered_early(&self) {
         self.answered_early.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes answered before they were applied.
-    pub fn writes_answered_early(&self) -> u64 {
+    /// Writes and attribute changes answered before they were applied.
+    pub fn answered_early(&self) -> u64 {
         self.answered_early.load(Ordering::Relaxed)
     }
 

@@ -316,39 +316,21 @@ impl Engine {
             );
             inode.mtime = now;
         }
-        if change.uid.is_some_and(|uid| uid != inode.uid)
-            || change.gid.is_some_and(|gid| gid != inode.gid)
-        {
+        if changes_owner(&inode, change) {
             // Usage moves with ownership, in this same batch; never refused (see `quota`).
             txn.force_quota();
             txn.charge(&inode, -1, -(inode.allocated_bytes as i64));
-            inode.uid = change.uid.unwrap_or(inode.uid);
-            inode.gid = change.gid.unwrap_or(inode.gid);
+            change_owner(&mut inode, change);
             txn.charge(&inode, 1, inode.allocated_bytes as i64);
-            // chown clears setuid, and setgid when group-executable (as the kernel does for
-            // local filesystems); the kernel sends an explicit mode when it wants otherwise.
-            if inode.kind != FileKind::Directory && change.perm.is_none() {
-                inode.perm &= !S_ISUID;
-                if inode.perm & S_IXGRP != 0 {
-                    inode.perm &= !S_ISGID;
-                }
-            }
         }
         if change.kill_suidgid {
             // The setattr reply carries the new mode to the kernel.
             txn.kill_privileges(&mut inode);
         }
-        if let Some(perm) = change.perm {
-            inode.perm = perm & 0o7777;
+        change_mode_and_times(&mut inode, change, now);
+        if change.perm.is_some() {
             txn.chmod_acl(&inode)?;
         }
-        if let Some(atime) = change.atime {
-            inode.atime = resolve(atime, now);
-        }
-        if let Some(mtime) = change.mtime {
-            inode.mtime = resolve(mtime, now);
-        }
-        inode.ctime = change.ctime.unwrap_or(now);
         txn.put_inode(&inode);
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
@@ -376,6 +358,59 @@ impl Engine {
             }
             inode.ctime = change.ctime.unwrap_or(now);
         })
+    }
+}
+
+/// What a setattr of the owner, mode and times only (no size, no privileges killed) makes
+/// of `inode` at `now`: the attributes `Engine::setattr` leaves, for a caller that answers
+/// before applying it (fix `change.ctime` and explicit times, and they are exactly these).
+pub fn set_attributes(inode: &Inode, change: &SetAttr, now: Timestamp) -> Inode {
+    assert!(
+        change.size.is_none() && !change.kill_suidgid,
+        "not a pure attribute change"
+    );
+    let mut inode = inode.clone();
+    if changes_owner(&inode, change) {
+        change_owner(&mut inode, change);
+    }
+    change_mode_and_times(&mut inode, change, now);
+    inode
+}
+
+fn changes_owner(inode: &Inode, change: &SetAttr) -> bool {
+    change.uid.is_some_and(|uid| uid != inode.uid) || change.gid.is_some_and(|gid| gid != inode.gid)
+}
+
+fn change_owner(inode: &mut Inode, change: &SetAttr) {
+    inode.uid = change.uid.unwrap_or(inode.uid);
+    inode.gid = change.gid.unwrap_or(inode.gid);
+    // chown clears setuid, and setgid when group-executable (as the kernel does for
+    // local filesystems); the kernel sends an explicit mode when it wants otherwise.
+    if inode.kind != FileKind::Directory && change.perm.is_none() {
+        inode.perm &= !S_ISUID;
+        if inode.perm & S_IXGRP != 0 {
+            inode.perm &= !S_ISGID;
+        }
+    }
+}
+
+fn change_mode_and_times(inode: &mut Inode, change: &SetAttr, now: Timestamp) {
+    if let Some(perm) = change.perm {
+        inode.perm = perm & 0o7777;
+    }
+    if let Some(atime) = change.atime {
+        inode.atime = resolve(atime, now);
+    }
+    if let Some(mtime) = change.mtime {
+        inode.mtime = resolve(mtime, now);
+    }
+    inode.ctime = change.ctime.unwrap_or(now);
+}
+
+impl SetTime {
+    /// The time this sets at `now`.
+    pub fn resolved(self, now: Timestamp) -> Timestamp {
+        resolve(self, now)
     }
 }
 

@@ -1,0 +1,144 @@
+//! Requests answered before they are applied (`shoal_engine::RepliedWrites`): a plain
+//! write, or a change of an open file's mode, owner or times, that cannot fail. A caller
+//! and its daemon thread take turns; answering these first lets the daemon apply them
+//! while the caller goes on to its next call (`tar x` writes and sets the mode and times
+//! of every file it makes). Before the answer the inode's version and the change count
+//! move, so every cache of it goes; until it is applied every other request of either
+//! door waits; the caller's next request comes to this same thread, after it.
+
+use shoal_engine::{set_attributes, InFlight, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES};
+use shoal_fastpath::{Attr, Reply, Request, SetAttrWire, Target};
+
+use crate::handles::Process;
+use crate::ops::{attr, Session};
+use crate::server::Server;
+
+/// The longest write answered before it is applied: what a tool writes per call (tar's
+/// records, cp's buffers), and a bound on the time other requests may wait for one.
+const EARLY_WRITE_MAX_BYTES: u64 = 128 * 1024;
+
+/// A request answered before it is applied.
+pub(crate) struct AnsweredEarly<'a> {
+    pub reply: Reply,
+    pub apply: Apply,
+    /// Holds every other request until dropped, once the request is applied.
+    pub in_flight: InFlight<'a>,
+}
+
+/// What applying it does.
+pub(crate) enum Apply {
+    /// The write as asked: it returns what was answered.
+    Write,
+    /// The engine's setattr of `ino`, its times fixed when answered: it leaves `expected`.
+    SetAttr {
+        ino: u64,
+        change: Box<SetAttr>,
+        expected: Box<Attr>,
+    },
+}
+
+impl Server {
+    /// `request` answered now, to be applied next, when it cannot fail; `None`: serve it
+    /// as any request (its checks then give its error).
+    pub(crate) fn answered_early(
+        &self,
+        s: &Session,
+        request: &Request,
+    ) -> Option<AnsweredEarly<'_>> {
+        let (ino, early) = match request {
+            Request::Write { .. } => self.write_early(s.process, request)?,
+            Request::SetAttr { target, change } => self.set_attr_early(s, target, change)?,
+            _ => return None,
+        };
+        if self.kernel.holds(ino) {
+            // The kernel's cached pages and attributes must go before the caller goes on.
+            return None;
+        }
+        let in_flight = self.engine.replied_writes().begin()?;
+        // Before the answer: every cache of the inode, the clients' included, goes now.
+        self.engine.announce_change(&[ino]);
+        self.stats.count_answered_early();
+        let (reply, apply) = match early {
+            Early::Write(reply) => (reply, Apply::Write),
+            Early::SetAttr(after, change) => {
+                // The version after the announcement: the caller keeps these attributes
+                // until the setattr lands and moves it again.
+                let reply = Reply::Changed {
+                    attr: attr(&after),
+                    kernel_holds: false,
+                    version: self.version_of(ino),
+                    no_xattrs: !after.may_have_xattrs,
+                };
+                let apply = Apply::SetAttr {
+                    ino,
+                    change: Box::new(change),
+                    expected: Box::new(attr(&after)),
+                };
+                (reply, apply)
+            }
+        };
+        Some(AnsweredEarly {
+            reply,
+            apply,
+            in_flight,
+        })
+    }
+
+    /// A plain write (not O_APPEND, not asking for the attributes after it) on a handle
+    /// open for writing on a regular file, under the size limit, that the store surely
+    /// takes (`Engine::write_surely_fits`).
+    fn write_early(&self, process: &Process, request: &Request) -> Option<(u64, Early)> {
+        let Request::Write {
+            handle,
+            offset,
+            append: false,
+            data,
+            with_attr: false,
+        } = request
+        else {
+            return None;
+        };
+        let handle = process.get(*handle)?;
+        let written = data.len() as u64;
+        let end = offset.checked_add(written)?;
+        let plain = handle.writable && !handle.directory && written > 0;
+        if !plain || written > EARLY_WRITE_MAX_BYTES || end > MAX_FILE_BYTES {
+            return None;
+        }
+        self.engine
+            .write_surely_fits(written)
+            .then_some((handle.ino, Early::Write(Reply::Written { written, end })))
+    }
+
+    /// A change of the mode, owner or times of a file the caller has open, with every
+    /// check passed: not a truncation (it may kill privileges and free space), not of a
+    /// removed file nor of one that may hold xattrs (a chmod rewrites an access ACL).
+    fn set_attr_early(
+        &self,
+        s: &Session,
+        target: &Target,
+        change: &SetAttrWire,
+    ) -> Option<(u64, Early)> {
+        if !matches!(target, Target::Handle(_)) || change.size.is_some() {
+            return None;
+        }
+        let (inode, mut engine_change) = self.planned_set_attr(s, target, change).ok()?;
+        if inode.nlink == 0 || inode.may_have_xattrs || !self.engine.write_surely_fits(0) {
+            return None;
+        }
+        // The change's time fixed now, so the engine leaves what the answer says.
+        let now = Timestamp::now();
+        let fixed = |time: Option<SetTime>| time.map(|time| SetTime::At(time.resolved(now)));
+        engine_change.atime = fixed(engine_change.atime);
+        engine_change.mtime = fixed(engine_change.mtime);
+        engine_change.ctime = Some(now);
+        let after = set_attributes(&inode, &engine_change, now);
+        Some((inode.ino, Early::SetAttr(after, engine_change)))
+    }
+}
+
+/// What `answered_early` answers, before the announcement.
+enum Early {
+    Write(Reply),
+    SetAttr(shoal_engine::Inode, SetAttr),
+}
