@@ -7,7 +7,7 @@
 //! door waits; the caller's next request comes to this same thread, after it.
 
 use shoal_engine::{set_attributes, InFlight, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES};
-use shoal_fastpath::{Attr, Reply, Request, SetAttrWire, Target};
+use shoal_fastpath::{Reply, Request, SetAttrWire, Target};
 
 use crate::handles::Process;
 use crate::ops::{attr, Session};
@@ -29,12 +29,8 @@ pub(crate) struct AnsweredEarly<'a> {
 pub(crate) enum Apply {
     /// The write as asked: it returns what was answered.
     Write,
-    /// The engine's setattr of `ino`, its times fixed when answered: it leaves `expected`.
-    SetAttr {
-        ino: u64,
-        change: Box<SetAttr>,
-        expected: Box<Attr>,
-    },
+    /// The engine's setattr of `ino`, its times fixed when answered.
+    SetAttr { ino: u64, change: Box<SetAttr> },
 }
 
 impl Server {
@@ -72,7 +68,6 @@ impl Server {
                 let apply = Apply::SetAttr {
                     ino,
                     change: Box::new(change),
-                    expected: Box::new(attr(&after)),
                 };
                 (reply, apply)
             }

@@ -20,7 +20,7 @@ use crate::answered_early::{AnsweredEarly, Apply};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
-use crate::ops::{attr, OpenDirAsked, Prediction, Session};
+use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
 use crate::walk_cache::WalkCache;
@@ -626,14 +626,11 @@ impl Server {
                 (Status::Errno(errno), _, _) => Some(errno),
                 _ => Some(libc::EIO),
             },
-            Apply::SetAttr {
-                ino,
-                change,
-                expected,
-            } => {
+            // Attributes other than the answer's can only come from a change that was under
+            // way when it was given (one begun later waits for this): ordered after this one.
+            Apply::SetAttr { ino, change } => {
                 let (result, failed) = match self.engine.setattr(*ino, change) {
-                    Ok(inode) if attr(&inode) == **expected => (Ok(early.reply.clone()), None),
-                    Ok(_) => (Ok(early.reply.clone()), Some(libc::EIO)),
+                    Ok(_) => (Ok(early.reply.clone()), None),
                     Err(error) => (Err(Refusal::Errno(error.errno())), Some(error.errno())),
                 };
                 self.stats.record(request, &result);
