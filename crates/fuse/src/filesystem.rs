@@ -193,6 +193,8 @@ impl ShoalFs {
     /// one goes back to serving requests; otherwise it syncs here.
     fn sync_for(&self, op: FuseOp, reply: ReplyEmpty) {
         self.keep_awake.notice_request();
+        // What the fast path answered before applying it is in this sync too.
+        self.engine.replied_writes().wait_applied();
         self.engine.stats().count(shoal_engine::stats::Op::Fsync);
         let (reply, lead) = match self.sync_waiters() {
             None => (reply, None),
