@@ -9,7 +9,6 @@
 use shoal_engine::{set_attributes, InFlight, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES};
 use shoal_fastpath::{Reply, Request, SetAttrWire, Target};
 
-use crate::handles::Process;
 use crate::ops::{attr, Session};
 use crate::server::Server;
 
@@ -27,10 +26,21 @@ pub(crate) struct AnsweredEarly<'a> {
 
 /// What applying it does.
 pub(crate) enum Apply {
-    /// The write as asked: it returns what was answered.
-    Write,
+    /// The request's bytes written at `offset` of `ino` (set-id bits killed when `kill`,
+    /// as for an unprivileged writer).
+    Write { ino: u64, offset: u64, kill: bool },
     /// The engine's setattr of `ino`, its times fixed when answered.
     SetAttr { ino: u64, change: Box<SetAttr> },
+}
+
+impl Apply {
+    /// The inode it changes, and whether its data too (what the kernel is told).
+    pub fn changed(&self) -> (u64, bool) {
+        match self {
+            Apply::Write { ino, .. } => (*ino, true),
+            Apply::SetAttr { ino, .. } => (*ino, false),
+        }
+    }
 }
 
 impl Server {
@@ -42,7 +52,7 @@ impl Server {
         request: &Request,
     ) -> Option<AnsweredEarly<'_>> {
         let (ino, early) = match request {
-            Request::Write { .. } => self.write_early(s.process, request)?,
+            Request::Write { .. } => self.write_early(s, request)?,
             Request::SetAttr { target, change } => self.set_attr_early(s, target, change)?,
             _ => return None,
         };
@@ -55,7 +65,7 @@ impl Server {
         self.engine.announce_change(&[ino]);
         self.stats.count_answered_early();
         let (reply, apply) = match early {
-            Early::Write(reply) => (reply, Apply::Write),
+            Early::Write(reply, apply) => (reply, apply),
             Early::SetAttr(after, change) => {
                 // The version after the announcement: the caller keeps these attributes
                 // until the setattr lands and moves it again.
@@ -82,7 +92,7 @@ impl Server {
     /// A plain write (not O_APPEND, not asking for the attributes after it) on a handle
     /// open for writing on a regular file, under the size limit, that the store surely
     /// takes (`Engine::write_surely_fits`).
-    fn write_early(&self, process: &Process, request: &Request) -> Option<(u64, Early)> {
+    fn write_early(&self, s: &Session, request: &Request) -> Option<(u64, Early)> {
         let Request::Write {
             handle,
             offset,
@@ -93,16 +103,22 @@ impl Server {
         else {
             return None;
         };
-        let handle = process.get(*handle)?;
+        let handle = s.process.get(*handle)?;
         let written = data.len() as u64;
         let end = offset.checked_add(written)?;
         let plain = handle.writable && !handle.directory && written > 0;
         if !plain || written > EARLY_WRITE_MAX_BYTES || end > MAX_FILE_BYTES {
             return None;
         }
-        self.engine
-            .write_surely_fits(written)
-            .then_some((handle.ino, Early::Write(Reply::Written { written, end })))
+        let apply = Apply::Write {
+            ino: handle.ino,
+            offset: *offset,
+            kill: !s.caller.privileged,
+        };
+        self.engine.write_surely_fits(written).then_some((
+            handle.ino,
+            Early::Write(Reply::Written { written, end }, apply),
+        ))
     }
 
     /// A change of the mode, owner or times of a file the caller has open, with every
@@ -134,6 +150,6 @@ impl Server {
 
 /// What `answered_early` answers, before the announcement.
 enum Early {
-    Write(Reply),
+    Write(Reply, Apply),
     SetAttr(shoal_engine::Inode, SetAttr),
 }

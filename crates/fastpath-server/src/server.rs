@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
-use shoal_engine::{ChangeObserver, Engine, ROOT_INO};
+use shoal_engine::{ChangeObserver, Engine, FsError, ROOT_INO};
 use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::SharedChannel;
@@ -598,7 +598,7 @@ impl Server {
             return false;
         };
         answer(Status::Ok, &early.reply);
-        if let Some(errno) = self.apply_answered(caller, process, request, &early) {
+        if let Some(errno) = self.apply_answered(request, &early) {
             tracing::error!(
                 errno,
                 pid = caller.pid,
@@ -606,37 +606,36 @@ impl Server {
             );
             process.replied_write_failed(errno);
         }
+        let (ino, data) = early.apply.changed();
         drop(early.in_flight);
+        // Told only now: the kernel's invalidation may wait for a page lock held by a
+        // request of its own that waits for this one to be applied. The kernel did not hold
+        // the inode at the answer; only a lookup already under way can have given it since.
+        self.kernel.inode_changed(ino, data);
         true
     }
 
     /// Applies a request answered before it was applied; the errno when it failed anyway
     /// (the device or the store failed since the answer), which the process's next fsync
     /// or sync returns.
-    fn apply_answered(
-        &self,
-        caller: &Credentials,
-        process: &Process,
-        request: &Request,
-        early: &AnsweredEarly<'_>,
-    ) -> Option<i32> {
-        match &early.apply {
-            Apply::Write => match self.serve(caller, process, None, request) {
-                (Status::Ok, applied, _) if applied == early.reply => None,
-                (Status::Errno(errno), _, _) => Some(errno),
-                _ => Some(libc::EIO),
-            },
+    fn apply_answered(&self, request: &Request, early: &AnsweredEarly<'_>) -> Option<i32> {
+        let applied = match (&early.apply, request) {
+            (Apply::Write { ino, offset, kill }, Request::Write { data, .. }) => self
+                .engine
+                .write_killing_privileges(*ino, *offset, data, *kill)
+                .map(drop),
             // Attributes other than the answer's can only come from a change that was under
             // way when it was given (one begun later waits for this): ordered after this one.
-            Apply::SetAttr { ino, change } => {
-                let (result, failed) = match self.engine.setattr(*ino, change) {
-                    Ok(_) => (Ok(early.reply.clone()), None),
-                    Err(error) => (Err(Refusal::Errno(error.errno())), Some(error.errno())),
-                };
-                self.stats.record(request, &result);
-                failed
-            }
-        }
+            (Apply::SetAttr { ino, change }, _) => self.engine.setattr(*ino, change).map(drop),
+            (Apply::Write { .. }, _) => unreachable!("a write's apply is made of its request"),
+        };
+        let failed = applied.as_ref().err().map(FsError::errno);
+        let result = match failed {
+            None => Ok(early.reply.clone()),
+            Some(errno) => Err(Refusal::Errno(errno)),
+        };
+        self.stats.record(request, &result);
+        failed
     }
 
     /// Closes the handles the client left in its channel's ring (`defer_close`), in order,
