@@ -117,13 +117,14 @@ impl SpaceReserve {
     }
 
     /// Whether a batch of `batch_bytes` needing room would surely be admitted now: the
-    /// last sample is fresh and leaves four times the required space after it (twice what
-    /// `admit` asks of a fresh sample). Samples nothing: `false` just means "ask `admit`".
+    /// last sample is fresh and leaves twice the required space after it, as `admit` asks
+    /// of a fresh sample (the second floor covers writes answered meanwhile, each at most
+    /// 128 KiB, before their own `admit`). Samples nothing: `false` means "ask `admit`".
     pub fn has_room_for(&self, batch_bytes: u64) -> bool {
         let sample = self.sample.lock();
         sample.as_ref().is_some_and(|current| {
             current.taken.elapsed() < RESAMPLE_INTERVAL
-                && self.fits(current, Need::Room, batch_bytes, 4)
+                && self.fits(current, Need::Room, batch_bytes, 2)
         })
     }
 
