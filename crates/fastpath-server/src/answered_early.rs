@@ -56,10 +56,6 @@ impl Server {
             Request::SetAttr { target, change } => self.set_attr_early(s, target, change)?,
             _ => return None,
         };
-        if self.kernel.holds(ino) {
-            // The kernel's cached pages and attributes must go before the caller goes on.
-            return None;
-        }
         let in_flight = self.engine.replied_writes().begin()?;
         // Before the answer: every cache of the inode, the clients' included, goes now.
         self.engine.announce_change(&[ino]);
@@ -91,7 +87,7 @@ impl Server {
 
     /// A plain write (not O_APPEND, not asking for the attributes after it) on a handle
     /// open for writing on a regular file, under the size limit, that the store surely
-    /// takes (`Engine::write_surely_fits`).
+    /// takes (`may_answer_early`).
     fn write_early(&self, s: &Session, request: &Request) -> Option<(u64, Early)> {
         let Request::Write {
             handle,
@@ -115,7 +111,7 @@ impl Server {
             offset: *offset,
             kill: !s.caller.privileged,
         };
-        self.engine.write_surely_fits(written).then_some((
+        self.may_answer_early(handle.ino, written).then_some((
             handle.ino,
             Early::Write(Reply::Written { written, end }, apply),
         ))
@@ -130,11 +126,16 @@ impl Server {
         target: &Target,
         change: &SetAttrWire,
     ) -> Option<(u64, Early)> {
-        if !matches!(target, Target::Handle(_)) || change.size.is_some() {
+        let Target::Handle(id) = target else {
+            return None;
+        };
+        // The cheap refusals first: a refused one is planned again by `set_attr`.
+        let ino = s.process.get(*id)?.ino;
+        if change.size.is_some() || !self.may_answer_early(ino, 0) {
             return None;
         }
         let (inode, mut engine_change) = self.planned_set_attr(s, target, change).ok()?;
-        if inode.nlink == 0 || inode.may_have_xattrs || !self.engine.write_surely_fits(0) {
+        if inode.nlink == 0 || inode.may_have_xattrs {
             return None;
         }
         // The change's time fixed now, so the engine leaves what the answer says.
@@ -145,6 +146,15 @@ impl Server {
         engine_change.ctime = Some(now);
         let after = set_attributes(&inode, &engine_change, now);
         Some((inode.ino, Early::SetAttr(after, engine_change)))
+    }
+}
+
+impl Server {
+    /// Whether a change of `bytes` to `ino` may be answered before it is applied: the
+    /// store surely takes it (`Engine::write_surely_fits`), and the kernel does not hold
+    /// the inode (its cached pages and attributes must go before the caller goes on).
+    fn may_answer_early(&self, ino: u64, bytes: u64) -> bool {
+        !self.kernel.holds(ino) && self.engine.write_surely_fits(bytes)
     }
 }
 
