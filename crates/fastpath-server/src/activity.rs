@@ -1,4 +1,5 @@
-//! How many connections are busy right now, to decide whether waiting by spinning pays.
+//! How many connections are busy right now, to decide whether waiting by spinning pays
+//! and whether answering early does.
 //!
 //! A spinning wait saves the futex wake-up (15-30 µs for a halted vCPU of the 2-core VM)
 //! only while both sides of a connection have a CPU. One busy caller and its connection
@@ -8,6 +9,10 @@
 //! 36k/s not at all (`shoal bench --make shoal-run --threads 2 --files 20000 --file-size
 //! 100 create`). So nobody spins, on either side, while the busy connections need more
 //! CPUs than the machine has.
+//!
+//! The same count says whether a request may be answered before it is applied
+//! (`answered_early`): only while its connection is the only busy one, since every other
+//! request waits for that apply.
 //!
 //! Busy: served a request within the last `BUSY_WINDOW`. Connections share `SLOTS` slots
 //! by their number, so many connections may count as fewer (spinning then goes on a
@@ -60,17 +65,20 @@ impl Activity {
         last != 0 && self.micros(now).saturating_sub(last) <= BUSY_WINDOW_US
     }
 
-    /// Whether every busy connection, caller and thread, can have a CPU to spin on.
-    pub fn spinning_pays(&self, now: Instant) -> bool {
+    /// How many connections are busy at `now` (a connection that just served counts).
+    pub fn busy(&self, now: Instant) -> usize {
         let now = self.micros(now);
-        let busy = self
-            .last_served_us
+        self.last_served_us
             .iter()
             .filter(|slot| {
                 let last = slot.load(Ordering::Relaxed);
                 last != 0 && now.saturating_sub(last) <= BUSY_WINDOW_US
             })
-            .count();
+            .count()
+    }
+
+    /// Whether `busy` connections, caller and thread each, can have a CPU to spin on.
+    pub fn spinning_pays(&self, busy: usize) -> bool {
         busy * 2 <= self.cpus
     }
 }
@@ -84,20 +92,23 @@ mod tests {
     fn one_busy_connection_per_two_cpus_may_spin() {
         let activity = Activity::new(2);
         let now = Instant::now();
-        assert!(activity.spinning_pays(now), "nobody busy");
+        assert!(activity.spinning_pays(activity.busy(now)), "nobody busy");
         activity.served(1, now);
         assert!(
-            activity.spinning_pays(now),
+            activity.spinning_pays(activity.busy(now)),
             "one caller and its thread: two CPUs"
         );
         activity.served(2, now);
         assert!(
-            !activity.spinning_pays(now),
+            !activity.spinning_pays(activity.busy(now)),
             "two callers and their threads: four"
         );
         let later = now + Duration::from_millis(5);
         activity.served(2, later);
-        assert!(activity.spinning_pays(later), "the first went quiet");
+        assert!(
+            activity.spinning_pays(activity.busy(later)),
+            "the first went quiet"
+        );
     }
 
     #[test]
@@ -118,8 +129,8 @@ mod tests {
         for id in 0..8 {
             activity.served(id, now);
         }
-        assert!(activity.spinning_pays(now));
+        assert!(activity.spinning_pays(activity.busy(now)));
         activity.served(8, now);
-        assert!(!activity.spinning_pays(now));
+        assert!(!activity.spinning_pays(activity.busy(now)));
     }
 }
