@@ -1,6 +1,7 @@
 //! The engine: opening a store, the state the write transaction (`txn`) works on, usage
 //! counters, inode allocation and group commit.
 
+mod group_commit;
 pub(crate) mod listing_cache;
 mod open_files;
 mod purge;
@@ -36,6 +37,7 @@ use crate::store_dir::identity::{self, StoreIdentity};
 use crate::store_dir::open::OpenError;
 use crate::store_dir::space_reserve::SpaceReserve;
 use crate::store_dir::{self, Overwrite, StoreDirError, StoreLock};
+use group_commit::Committer;
 use listing_cache::ListingCache;
 pub use open_files::ReferenceProbe;
 use open_files::{OpenFiles, Unlinked};
@@ -108,13 +110,6 @@ pub(crate) struct WriteState {
     /// Files whose recorded trim a failed batch left unfinished: the next transaction
     /// finishes them before anything else (see `trim`).
     trims_unfinished: Vec<u64>,
-}
-
-/// Group commit: concurrent `sync` callers share one store sync.
-#[derive(Default)]
-struct Committer {
-    written_batches: AtomicU64,
-    synced_batches: Mutex<u64>,
 }
 
 /// Told the engine's change count after every change, once readers can see the change
@@ -557,19 +552,14 @@ impl Engine {
     }
 
     /// The group commit itself: one store sync covering every batch written so far, unless
-    /// another caller's sync already did.
+    /// another caller's sync already did (`group_commit`).
     fn commit(&self) -> FsResult<()> {
-        let target = self.committer.written_batches.load(Ordering::Acquire);
-        let mut synced = self.committer.synced_batches.lock();
-        if *synced >= target {
-            return Ok(());
-        }
-        let upto = self.committer.written_batches.load(Ordering::Acquire);
-        let started = Instant::now();
-        self.store.sync()?;
-        self.stats.record_commit(started.elapsed());
-        *synced = upto;
-        Ok(())
+        self.committer.commit(|| {
+            let started = Instant::now();
+            self.store.sync()?;
+            self.stats.record_commit(started.elapsed());
+            Ok(())
+        })
     }
 
     pub(crate) fn listings(&self) -> &ListingCache {
@@ -579,7 +569,7 @@ impl Engine {
     /// How many changes (written batches) the engine has made since it was opened: any
     /// change through either door moves it.
     pub fn changes(&self) -> u64 {
-        self.committer.written_batches.load(Ordering::Acquire)
+        self.committer.written()
     }
 
     /// Tells `observer` the change count after every change from now on; one observer
@@ -595,12 +585,9 @@ impl Engine {
     pub(crate) fn count_change(&self, inodes: &[u64]) {
         // With the listing cache's lock: the pages of what the batch changed go as the
         // count moves (see `listing_cache`).
-        let changes = self.listings.changed(inodes, || {
-            self.committer
-                .written_batches
-                .fetch_add(1, Ordering::AcqRel)
-                + 1
-        });
+        let changes = self
+            .listings
+            .changed(inodes, || self.committer.count_written());
         if let Some(observer) = self.change_observer.get() {
             observer.changed(changes, inodes);
         }
@@ -609,14 +596,12 @@ impl Engine {
     /// Batches (operations) written since the last successful sync.
     pub fn unsynced_batches(&self) -> u64 {
         self.committer
-            .written_batches
-            .load(Ordering::Acquire)
-            .saturating_sub(*self.committer.synced_batches.lock())
+            .written()
+            .saturating_sub(self.committer.synced())
     }
 
     fn has_unsynced_batches(&self) -> bool {
-        *self.committer.synced_batches.lock()
-            < self.committer.written_batches.load(Ordering::Acquire)
+        self.committer.synced() < self.committer.written()
     }
 }
 
