@@ -65,7 +65,7 @@ pub use namespace::data::{set_attributes, SetAttr, SetTime, Written};
 pub use namespace::fallocate::Fallocate;
 pub use namespace::rename::{RenameMode, Renamed};
 pub use namespace::xattr::XattrMode;
-pub use namespace::NewInode;
+pub use namespace::{Decided, NewInode};
 pub use reclaim::{DetachedTree, ReclaimBacklog};
 pub use records::inode::{
     Content, DirEntry, FileKind, Inode, Timestamp, TreeUsage, Usage, UsageKey, UsageOwner, ROOT_INO,

@@ -62,6 +62,36 @@ fn dense_inode_span(entries: &[DirEntry]) -> Option<(u64, u64)> {
     (last - first < budget).then_some((first, last))
 }
 
+/// A change decided and not yet written: every check passed and its batch is built, under
+/// the writer lock, which it holds until `commit` writes it (dropped, it is abandoned).
+/// Once decided, only a failure of the store stops it, where the caller has made sure it
+/// fits (`Engine::write_surely_fits`): the fast path answers its caller before writing.
+#[must_use = "a decided change is abandoned unless committed"]
+pub struct Decided<'a> {
+    txn: Txn<'a>,
+    inode: Inode,
+    /// Large orphans the change leaves are purged after it is written (an unlink).
+    purges: bool,
+}
+
+impl Decided<'_> {
+    /// The record the change makes, as it will be written (a create), or of the file
+    /// whose name it removes, as it was (an unlink).
+    pub fn inode(&self) -> &Inode {
+        &self.inode
+    }
+
+    /// Writes the change.
+    pub fn commit(self) -> FsResult<Inode> {
+        let engine = self.txn.engine;
+        self.txn.commit()?;
+        if self.purges {
+            engine.finish_purges();
+        }
+        Ok(self.inode)
+    }
+}
+
 /// What a new inode is.
 #[derive(Clone, Debug)]
 pub struct NewInode<'a> {
@@ -332,6 +362,20 @@ impl Engine {
         umask: u16,
         caller: Caller,
     ) -> FsResult<Inode> {
+        self.create_decided(parent, name, new, umask, caller)?
+            .commit()
+    }
+
+    /// `create_masked` decided but not written (`Decided`): the file's record as it will
+    /// be, the writer lock held until it is committed or dropped.
+    pub fn create_decided(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Decided<'_>> {
         self.stats().count(Op::Create);
         if new.kind == FileKind::Directory {
             return Err(FsError::Invalid("use mkdir for directories"));
@@ -341,8 +385,11 @@ impl Engine {
         }
         let mut txn = self.begin()?;
         let inode = txn.add_child(parent, name, new, umask, caller)?;
-        txn.commit()?;
-        Ok(inode)
+        Ok(Decided {
+            txn,
+            inode,
+            purges: false,
+        })
     }
 
     pub fn symlink(
@@ -427,6 +474,12 @@ impl Engine {
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.unlink_decided(parent, name)?.commit().map(drop)
+    }
+
+    /// `unlink` decided but not written (`Decided`), with the record of the file whose
+    /// name goes, as it was.
+    pub fn unlink_decided(&self, parent: u64, name: &[u8]) -> FsResult<Decided<'_>> {
         self.stats().count(Op::Unlink);
         let mut txn = self.begin()?;
         let mut parent_inode = txn.directory(parent)?;
@@ -438,10 +491,12 @@ impl Engine {
         txn.delete_entry(parent, name);
         txn.touch_parent(&mut parent_inode, -1, 0);
         txn.name_removed(parent, TreeDelta::one_name(&inode));
-        txn.drop_link(inode, parent)?;
-        txn.commit()?;
-        self.finish_purges();
-        Ok(())
+        txn.drop_link(inode.clone(), parent)?;
+        Ok(Decided {
+            txn,
+            inode,
+            purges: true,
+        })
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {

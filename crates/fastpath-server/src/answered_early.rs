@@ -1,16 +1,23 @@
 //! Requests answered before they are applied (`shoal_engine::RepliedWrites`): a plain
-//! write, or a change of an open file's mode, owner or times, that cannot fail. A caller
+//! write, or a change of an open file's mode, owner or times, that cannot fail; and a
+//! create or an unlink, answered once it is decided (`shoal_engine::Decided`) and written
+//! after. A caller
 //! and its daemon thread take turns; answering these first lets the daemon apply them
 //! while the caller goes on to its next call (`tar x` writes and sets the mode and times
 //! of every file it makes). Before the answer the inode's version and the change count
 //! move, so every cache of it goes; until it is applied every other request of either
 //! door waits; the caller's next request comes to this same thread, after it.
 
-use shoal_engine::{set_attributes, InFlight, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES};
+use shoal_engine::{
+    set_attributes, Decided, InFlight, Inode, NewInode, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES,
+};
 use shoal_fastpath::{Reply, Request, SetAttrWire, Target};
 
+use crate::handles::Process;
 use crate::ops::{attr, Session};
+use crate::refusal::Served;
 use crate::server::Server;
+use crate::walk::Walked;
 
 /// The longest write answered before it is applied: what a tool writes per call (tar's
 /// records, cp's buffers), and a bound on the time other requests may wait for one.
@@ -43,7 +50,127 @@ impl Apply {
     }
 }
 
+/// A create or an unlink answered before it is written (`create_early`, `unlink_early`).
+pub(crate) struct Pending<'a> {
+    decided: Decided<'a>,
+    /// Holds every other request until dropped, once the change is written.
+    in_flight: InFlight<'a>,
+    dir: u64,
+    name: Vec<u8>,
+    /// The file the name named, for an unlink.
+    removed: Option<u64>,
+}
+
 impl Server {
+    /// The file an open with O_CREAT makes, decided and announced but not written: the
+    /// answer goes out first, then `write_pending` writes it, while the caller goes on
+    /// (`tar x`, `cp -a` and every create benchmark wait on their creates). `None`: made
+    /// as any create.
+    pub(crate) fn create_early<'a>(
+        &'a self,
+        s: &Session<'a>,
+        walked: &Walked,
+        new: &NewInode<'_>,
+        umask: u32,
+    ) -> Option<Served<Inode>> {
+        let dir = walked.dir.ino;
+        let in_flight = self.may_decide_early(s, dir)?;
+        let owner = s.owner();
+        let decided =
+            match self
+                .engine
+                .create_decided(dir, &walked.name, new, (umask & 0o777) as u16, owner)
+            {
+                Ok(decided) => decided,
+                Err(error) => return Some(Err(error.into())),
+            };
+        let inode = decided.inode().clone();
+        self.announce_pending(s, in_flight, decided, walked, None);
+        Some(Ok(inode))
+    }
+
+    /// An unlink of a file, decided and announced but not written (as `create_early`):
+    /// `rm -rf` waits on its unlinks. `None`: made as any unlink.
+    pub(crate) fn unlink_early<'a>(
+        &'a self,
+        s: &Session<'a>,
+        walked: &Walked,
+        victim: u64,
+    ) -> Option<Served<Reply>> {
+        if self.kernel.holds(victim) {
+            return None;
+        }
+        let in_flight = self.may_decide_early(s, walked.dir.ino)?;
+        let decided = match self.engine.unlink_decided(walked.dir.ino, &walked.name) {
+            Ok(decided) => decided,
+            Err(error) => return Some(Err(error.into())),
+        };
+        // The name may have come to name another file since the walk: abandoned then.
+        let removed = decided.inode().ino;
+        if removed != victim && self.kernel.holds(removed) {
+            return None;
+        }
+        self.announce_pending(s, in_flight, decided, walked, Some(removed));
+        Some(Ok(Reply::Empty))
+    }
+
+    /// Whether a create or unlink in `dir` may be answered once decided: for the request a
+    /// lone busy connection reads (`Session::may_answer_early`), where it cannot fail once
+    /// decided (`may_answer_early`) and the kernel holds no entry of the directory to drop
+    /// before the answer. Every other request waits from now (the returned `InFlight`).
+    fn may_decide_early<'a>(&'a self, s: &Session<'a>, dir: u64) -> Option<InFlight<'a>> {
+        if !s.may_answer_early || s.pending.borrow().is_some() || !self.may_answer_early(dir, 0) {
+            return None;
+        }
+        self.engine.replied_writes().begin()
+    }
+
+    /// Before the answer: the caches of the directory and the file go now; the change is
+    /// kept in the session to write once the answer is out.
+    fn announce_pending<'a>(
+        &'a self,
+        s: &Session<'a>,
+        in_flight: InFlight<'a>,
+        decided: Decided<'a>,
+        walked: &Walked,
+        removed: Option<u64>,
+    ) {
+        let dir = walked.dir.ino;
+        self.engine.announce_change(&[dir, decided.inode().ino]);
+        self.stats.count_answered_early();
+        *s.pending.borrow_mut() = Some(Pending {
+            decided,
+            in_flight,
+            dir,
+            name: walked.name.clone(),
+            removed,
+        });
+    }
+
+    /// Writes a change answered before it was written; a failure (the store failed since
+    /// it was decided) is logged and returned by the process's next fsync or sync.
+    pub(crate) fn write_pending(&self, process: &Process, pending: Pending<'_>) {
+        let Pending {
+            decided,
+            in_flight,
+            dir,
+            name,
+            removed,
+        } = pending;
+        if let Err(error) = decided.commit() {
+            tracing::error!(%error, "a change answered before it was written failed");
+            process.replied_write_failed(error.errno());
+        }
+        drop(in_flight);
+        // The kernel held neither the directory nor the file when the change was decided;
+        // a lookup may have begun since (told after the waiters go on, as in
+        // `served_early`).
+        match removed {
+            None => self.kernel.name_added(dir, &name),
+            Some(ino) => self.kernel.name_removed(dir, &name, ino),
+        }
+    }
+
     /// `request` answered now, to be applied next, when it cannot fail; `None`: serve it
     /// as any request (its checks then give its error).
     pub(crate) fn answered_early(

@@ -50,9 +50,9 @@ impl Server {
     /// below it on the walk's stack: its later siblings, theirs, and so on up), those the
     /// caller may open and whose parent it may search, within `ahead`'s bounds. Returns
     /// them and the stack left: where the walk goes on (`Speculation`).
-    pub(crate) fn open_below(
-        &self,
-        s: &Session,
+    pub(crate) fn open_below<'a>(
+        &'a self,
+        s: &Session<'a>,
         top: Frame,
         lower: Vec<Frame>,
         ahead: &Ahead,
@@ -184,9 +184,9 @@ impl Server {
     /// Directory `name` in `parent`, opened read-only as `opendir` opens it and listed
     /// within `page_bytes`; `None` (nothing left open) where the caller's own `opendir`
     /// would not succeed or the daemon would not decide it.
-    fn open_one_below(
-        &self,
-        s: &Session,
+    fn open_one_below<'a>(
+        &'a self,
+        s: &Session<'a>,
         parent: u64,
         name: Vec<u8>,
         max: u32,

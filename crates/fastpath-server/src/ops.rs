@@ -12,6 +12,7 @@ use shoal_fastpath::{
 
 use std::cell::RefCell;
 
+use crate::answered_early::Pending;
 use crate::below::{Ahead, Frame, Via};
 use crate::credentials::Credentials;
 use crate::handles::{release, Handle, Process};
@@ -78,10 +79,15 @@ pub struct Session<'a> {
     pub predicted: RefCell<Option<Prediction>>,
     /// For a request answered ahead: the walk's stack it was predicted with.
     pub carried: RefCell<Option<Vec<Frame>>>,
+    /// Whether a create may be answered before it is written (`create_early`): only for
+    /// the request a connection reads while it is the only busy one.
+    pub may_answer_early: bool,
+    /// A create or unlink answered before it is written: written once the answer is out.
+    pub pending: RefCell<Option<Pending<'a>>>,
 }
 
 impl Session<'_> {
-    fn owner(&self) -> Caller {
+    pub(crate) fn owner(&self) -> Caller {
         Caller {
             uid: self.caller.uid,
             gid: self.caller.gid,
@@ -174,9 +180,9 @@ impl Server {
 
     /// `open`; with the file's bytes when it is a regular file opened for reading, no
     /// longer than `read_ahead` (the client then reads it without a round trip).
-    pub fn open(
-        &self,
-        s: &Session,
+    pub fn open<'a>(
+        &'a self,
+        s: &Session<'a>,
         at: &At,
         (flags, mode, umask): (i32, u32, u32),
         read_ahead: u32,
@@ -223,9 +229,9 @@ impl Server {
     }
 
     /// `open`, noting its walk in `witness`.
-    pub(crate) fn open_witnessed(
-        &self,
-        s: &Session,
+    pub(crate) fn open_witnessed<'a>(
+        &'a self,
+        s: &Session<'a>,
         at: &At,
         flags: i32,
         mode: u32,
@@ -237,9 +243,9 @@ impl Server {
     }
 
     /// `open_witnessed`'s answer, and the record its attributes come from.
-    fn open_inode(
-        &self,
-        s: &Session,
+    fn open_inode<'a>(
+        &'a self,
+        s: &Session<'a>,
         at: &At,
         flags: i32,
         (mode, umask): (u32, u32),
@@ -283,11 +289,13 @@ impl Server {
         // their version, or read again (a change after the create or the truncation may
         // already have moved it).
         let truncated = flags & libc::O_TRUNC != 0;
+        // A create not yet written has no record to read again: the one it writes is this.
+        let unwritten = created && s.pending.borrow().is_some();
         let (version, inode) = match found_version {
             Some(version) if !truncated => (Some(version), inode),
             _ => {
                 let version = self.version_of(inode.ino);
-                if version.is_none() && (created || !truncated) {
+                if (version.is_none() || unwritten) && (created || !truncated) {
                     (version, inode)
                 } else {
                     (version, self.engine.getattr(inode.ino)?)
@@ -308,9 +316,9 @@ impl Server {
     /// whether it created it. A name another caller creates between the walk and the
     /// create is opened (without O_EXCL), as the kernel's `atomic_open` looks up again:
     /// three appenders opening one log with O_CREAT|O_APPEND got EEXIST here before.
-    fn find_or_create(
-        &self,
-        s: &Session,
+    fn find_or_create<'a>(
+        &'a self,
+        s: &Session<'a>,
         at: &At,
         mut witness: Option<&mut Witness>,
         flags: i32,
@@ -380,7 +388,13 @@ impl Server {
         check(&self.engine, s.caller, inode, mask)
     }
 
-    fn create_file(&self, s: &Session, walked: &Walked, mode: u32, umask: u32) -> Served<Inode> {
+    fn create_file<'a>(
+        &'a self,
+        s: &Session<'a>,
+        walked: &Walked,
+        mode: u32,
+        umask: u32,
+    ) -> Served<Inode> {
         require(!walked.is_dots() && !walked.trailing_slash)?;
         require(mode & SET_ID_BITS == 0)?;
         self.may_create_in(s, &walked.dir)?;
@@ -390,6 +404,9 @@ impl Server {
             rdev: 0,
             target: b"",
         };
+        if let Some(created) = self.create_early(s, walked, &new, umask) {
+            return created;
+        }
         let inode = self.engine.create_masked(
             walked.dir.ino,
             &walked.name,
@@ -551,7 +568,7 @@ impl Server {
     /// stays, as a listing read then would be the same), and up to `below` directories
     /// under it opened and listed too (`below.rs`). A page that cannot be read leaves the
     /// open as it is: the `getdents` asks again and gets the error.
-    pub fn open_dir(&self, s: &Session, at: &At, asked: OpenDirAsked) -> Served<Reply> {
+    pub fn open_dir<'a>(&'a self, s: &Session<'a>, at: &At, asked: OpenDirAsked) -> Served<Reply> {
         let OpenDirAsked {
             flags,
             max,
@@ -777,7 +794,7 @@ impl Server {
         Ok(Reply::Data(self.engine.readlink(inode.ino)?))
     }
 
-    pub fn unlink(&self, s: &Session, at: &At, dir: bool) -> Served<Reply> {
+    pub fn unlink<'a>(&'a self, s: &Session<'a>, at: &At, dir: bool) -> Served<Reply> {
         let walked = self.walk_from(s, at)?;
         require(!walked.is_dots())?;
         // The kernel asks for write access to the mount before it looks the last name up:
@@ -789,6 +806,11 @@ impl Server {
         ensure(dir || !is_dir, libc::EISDIR)?;
         require(dir || !walked.trailing_slash)?;
         may_remove(&self.engine, s.caller, &walked.dir, &victim)?;
+        if !dir {
+            if let Some(unlinked) = self.unlink_early(s, &walked, victim.ino) {
+                return unlinked;
+            }
+        }
         if dir {
             self.engine.rmdir(walked.dir.ino, &walked.name)?;
         } else {

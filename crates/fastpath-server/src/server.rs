@@ -16,7 +16,7 @@ use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::activity::Activity;
-use crate::answered_early::{AnsweredEarly, Apply};
+use crate::answered_early::{AnsweredEarly, Apply, Pending};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
@@ -49,6 +49,10 @@ const APPEND_LOCKS: usize = 64;
 /// long it looks within that is learned per connection (`Pace`): not at all while the
 /// client's requests come far apart (an interactive program, a busy machine).
 const SERVER_SPIN: Duration = Duration::from_micros(100);
+
+/// What `serve_request` gives: the answer, the request predicted next, and a create
+/// answered before it is written.
+type Served4<'a> = (Status, Reply, Option<Prediction>, Option<Pending<'a>>);
 
 /// Where a connection's thread stands when it waits for the next request.
 struct Waiting<'a> {
@@ -446,17 +450,20 @@ impl Server {
                     continue;
                 }
             }
-            let (status, reply, predicted) = match decoded {
+            let (status, reply, predicted, pending) = match decoded {
                 Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
-                    Some(answer) => answer,
-                    None => self.serve(caller, process, Some(channel), &request),
+                    Some((status, reply, predicted)) => (status, reply, predicted, None),
+                    None => self.serve_request(caller, process, Some(channel), &request, alone),
                 },
                 Err(error) => {
                     tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
-                    (Status::Errno(libc::EPROTO), Reply::Empty, None)
+                    (Status::Errno(libc::EPROTO), Reply::Empty, None, None)
                 }
             };
             answer(status, &reply);
+            if let Some(pending) = pending {
+                self.write_pending(process, pending);
+            }
             if let Some(predicted) = predicted {
                 ahead = Some(self.speculate(caller, process, predicted));
             }
@@ -484,6 +491,8 @@ impl Server {
             channel: None,
             predicted: RefCell::new(None),
             carried: RefCell::new(Some(stack)),
+            may_answer_early: false,
+            pending: RefCell::new(None),
         };
         let result = self.dispatch(&session, &predicted);
         Speculation {
@@ -598,6 +607,8 @@ impl Server {
             channel: None,
             predicted: RefCell::new(None),
             carried: RefCell::new(None),
+            may_answer_early: false,
+            pending: RefCell::new(None),
         };
         let Some(early) = self.answered_early(&session, request) else {
             return false;
@@ -661,26 +672,48 @@ impl Server {
         channel: Option<&SharedChannel>,
         request: &Request,
     ) -> (Status, Reply, Option<Prediction>) {
+        let (status, reply, predicted, pending) =
+            self.serve_request(caller, process, channel, request, false);
+        assert!(
+            pending.is_none(),
+            "a create answered early that was not allowed to be"
+        );
+        (status, reply, predicted)
+    }
+
+    /// `serve`, with a create answered before it is written when `may_answer_early`: then
+    /// also the create, to write once the answer is out (`write_pending`).
+    fn serve_request<'a>(
+        &'a self,
+        caller: &'a Credentials,
+        process: &'a Process,
+        channel: Option<&'a SharedChannel>,
+        request: &Request,
+        may_answer_early: bool,
+    ) -> Served4<'a> {
         let session = Session {
             caller,
             process,
             channel,
             predicted: RefCell::new(None),
             carried: RefCell::new(None),
+            may_answer_early,
+            pending: RefCell::new(None),
         };
         let result = self.dispatch(&session, request);
         self.stats.record(request, &result);
         let predicted = session.predicted.into_inner();
+        let pending = session.pending.into_inner();
         match result {
-            Ok(reply) => (Status::Ok, reply, predicted),
+            Ok(reply) => (Status::Ok, reply, predicted, pending),
             Err(refusal) => {
                 let (status, reply) = refusal.into();
-                (status, reply, None)
+                (status, reply, None, pending)
             }
         }
     }
 
-    fn dispatch(&self, s: &Session, request: &Request) -> Served<Reply> {
+    fn dispatch<'a>(&'a self, s: &Session<'a>, request: &Request) -> Served<Reply> {
         match request {
             Request::Hello { version } => {
                 if *version != PROTOCOL_VERSION {
