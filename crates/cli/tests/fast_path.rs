@@ -467,9 +467,9 @@ fn mixed_access(options: &[&str]) {
     m.finish();
 }
 
-/// Creates, writes and changes of an open file's mode and times that the daemon answers
-/// before applying them (`RepliedWrites`): once the writer's calls return and it says so
-/// through a pipe, a second process sees them at once, on the fast path (its own
+/// Creates, writes, changes of an open file's mode and times, and unlinks that the daemon
+/// answers before applying them (`RepliedWrites`): once the writer's calls return and it
+/// says so through a pipe, a second process sees them at once, on the fast path (its own
 /// connection, its own caches) and through the kernel door.
 const WRITE_THEN_TELL: &str = r#"
 import os, stat, sys, time
@@ -510,6 +510,12 @@ if pid == 0:
             if any(v != wanted for v in views) or fast[1] != content or kernel[1] != content:
                 stale += 1
                 print("stale", file, wanted, views)
+        # The file made and unlinked before the word: gone from every view.
+        gone = os.path.join(d, sub, "u" + name)
+        for view in (gone, "/proc/self/root" + gone):
+            if os.path.lexists(view) or "u" + name in listed:
+                stale += 1
+                print("unlinked but seen", view)
         os.write(from_reader, b"k")
     os._exit(1 if stale else 0)
 os.close(to_reader); os.close(from_reader)
@@ -526,6 +532,8 @@ for i in range(rounds):
     gfd = os.open(os.path.join(d, sub, "g" + name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     assert os.write(gfd, big) == len(big)
     os.close(gfd)
+    os.close(os.open(os.path.join(d, sub, "u" + name), os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    os.unlink(os.path.join(d, sub, "u" + name))
     os.write(from_writer, ("%s %s" % (sub, name)).encode())
     os.read(to_writer, 1)
     assert seen(os.fstat(fd)) == (size, mode, mtime_ns), "the writer's own fstat"
@@ -558,13 +566,13 @@ fn what_is_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
         ],
     );
     assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
-    // Two creates, two writes, a chmod and a utimensat each round.
+    // Three creates, two writes, a chmod, a utimensat and an unlink each round.
     let answered = early(&m) - before;
     assert!(
-        answered >= ROUNDS * 3,
+        answered >= ROUNDS * 4,
         "only {answered} of {} calls were answered before they were applied: the test did \
          not test that",
-        ROUNDS * 6
+        ROUNDS * 8
     );
     m.finish();
 }
