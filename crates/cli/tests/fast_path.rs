@@ -467,8 +467,8 @@ fn mixed_access(options: &[&str]) {
     m.finish();
 }
 
-/// Creates, writes, changes of an open file's mode and times, and unlinks that the daemon
-/// answers before applying them (`RepliedWrites`): once the writer's calls return and it
+/// Creates, writes, changes of an open file's mode and times, unlinks, mkdirs and rmdirs
+/// that the daemon answers before applying them (`RepliedWrites`): once the writer's calls return and it
 /// says so through a pipe, a second process sees them at once, on the fast path (its own
 /// connection, its own caches) and through the kernel door.
 const WRITE_THEN_TELL: &str = r#"
@@ -510,12 +510,18 @@ if pid == 0:
             if any(v != wanted for v in views) or fast[1] != content or kernel[1] != content:
                 stale += 1
                 print("stale", file, wanted, views)
-        # The file made and unlinked before the word: gone from every view.
-        gone = os.path.join(d, sub, "u" + name)
-        for view in (gone, "/proc/self/root" + gone):
-            if os.path.lexists(view) or "u" + name in listed:
-                stale += 1
-                print("unlinked but seen", view)
+        # The file made and unlinked, and the directory made and removed, before the word:
+        # gone from every view; the directory made and kept: there in every view.
+        for removed in ("u" + name, "x" + name):
+            gone = os.path.join(d, sub, removed)
+            for view in (gone, "/proc/self/root" + gone):
+                if os.path.lexists(view) or removed in listed:
+                    stale += 1
+                    print("removed but seen", view)
+        made = os.path.join(d, sub, "m" + name)
+        if not (os.path.isdir(made) and os.path.isdir("/proc/self/root" + made) and "m" + name in listed):
+            stale += 1
+            print("made but not seen", made)
         os.write(from_reader, b"k")
     os._exit(1 if stale else 0)
 os.close(to_reader); os.close(from_reader)
@@ -534,6 +540,9 @@ for i in range(rounds):
     os.close(gfd)
     os.close(os.open(os.path.join(d, sub, "u" + name), os.O_WRONLY | os.O_CREAT | os.O_EXCL))
     os.unlink(os.path.join(d, sub, "u" + name))
+    os.mkdir(os.path.join(d, sub, "m" + name))
+    os.mkdir(os.path.join(d, sub, "x" + name))
+    os.rmdir(os.path.join(d, sub, "x" + name))
     os.write(from_writer, ("%s %s" % (sub, name)).encode())
     os.read(to_writer, 1)
     assert seen(os.fstat(fd)) == (size, mode, mtime_ns), "the writer's own fstat"
@@ -566,13 +575,14 @@ fn what_is_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
         ],
     );
     assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
-    // Three creates, two writes, a chmod, a utimensat and an unlink each round.
+    // Three creates, two writes, a chmod, a utimensat, an unlink, two mkdirs and an rmdir
+    // each round.
     let answered = early(&m) - before;
     assert!(
-        answered >= ROUNDS * 4,
+        answered >= ROUNDS * 6,
         "only {answered} of {} calls were answered before they were applied: the test did \
          not test that",
-        ROUNDS * 8
+        ROUNDS * 11
     );
     m.finish();
 }

@@ -421,6 +421,20 @@ impl Engine {
         umask: u16,
         caller: Caller,
     ) -> FsResult<Inode> {
+        self.mkdir_decided(parent, name, perm, umask, caller)?
+            .commit()
+    }
+
+    /// `mkdir_masked` decided but not written (`Decided`): the directory's record as it
+    /// will be.
+    pub fn mkdir_decided(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u16,
+        umask: u16,
+        caller: Caller,
+    ) -> FsResult<Decided<'_>> {
         self.stats().count(Op::Mkdir);
         let new = NewInode {
             kind: FileKind::Directory,
@@ -430,8 +444,11 @@ impl Engine {
         };
         let mut txn = self.begin()?;
         let inode = txn.add_child(parent, name, &new, umask, caller)?;
-        txn.commit()?;
-        Ok(inode)
+        Ok(Decided {
+            txn,
+            inode,
+            purges: false,
+        })
     }
 
     /// Adds a hard link `newparent/newname` to `ino`.
@@ -500,6 +517,12 @@ impl Engine {
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.rmdir_decided(parent, name)?.commit().map(drop)
+    }
+
+    /// `rmdir` decided but not written (`Decided`), with the record of the directory that
+    /// goes, as it was.
+    pub fn rmdir_decided(&self, parent: u64, name: &[u8]) -> FsResult<Decided<'_>> {
         self.stats().count(Op::Rmdir);
         if name == b"." {
             return Err(FsError::Invalid("rmdir of ."));
@@ -521,7 +544,11 @@ impl Engine {
         txn.touch_parent(&mut parent_inode, -1, -1);
         txn.name_removed(parent, TreeDelta::one_name(&dir));
         txn.purge_inode(dir.ino)?;
-        txn.commit()
+        Ok(Decided {
+            txn,
+            inode: dir,
+            purges: false,
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Requests answered before they are applied (`shoal_engine::RepliedWrites`): a plain
 //! write, or a change of an open file's mode, owner or times, that cannot fail; and a
-//! create or an unlink, answered once it is decided (`shoal_engine::Decided`) and written
-//! after. A caller
+//! create, mkdir, unlink or rmdir, answered once it is decided (`shoal_engine::Decided`)
+//! and written after. A caller
 //! and its daemon thread take turns; answering these first lets the daemon apply them
 //! while the caller goes on to its next call (`tar x` writes and sets the mode and times
 //! of every file it makes). Before the answer the inode's version and the change count
@@ -9,7 +9,8 @@
 //! door waits; the caller's next request comes to this same thread, after it.
 
 use shoal_engine::{
-    set_attributes, Decided, InFlight, Inode, NewInode, SetAttr, SetTime, Timestamp, MAX_FILE_BYTES,
+    set_attributes, Decided, FsResult, InFlight, Inode, NewInode, SetAttr, SetTime, Timestamp,
+    MAX_FILE_BYTES,
 };
 use shoal_fastpath::{Reply, Request, SetAttrWire, Target};
 
@@ -50,7 +51,8 @@ impl Apply {
     }
 }
 
-/// A create or an unlink answered before it is written (`create_early`, `unlink_early`).
+/// A create, mkdir, unlink or rmdir answered before it is written (`create_early`,
+/// `mkdir_early`, `removed_early`).
 pub(crate) struct Pending<'a> {
     decided: Decided<'a>,
     /// Holds every other request until dropped, once the change is written.
@@ -73,35 +75,47 @@ impl Server {
         new: &NewInode<'_>,
         umask: u32,
     ) -> Option<Served<Inode>> {
-        let dir = walked.dir.ino;
-        let in_flight = self.may_decide_early(s, dir)?;
-        let owner = s.owner();
-        let decided =
-            match self
-                .engine
-                .create_decided(dir, &walked.name, new, (umask & 0o777) as u16, owner)
-            {
-                Ok(decided) => decided,
-                Err(error) => return Some(Err(error.into())),
-            };
-        let inode = decided.inode().clone();
-        self.announce_pending(s, in_flight, decided, walked, None);
-        Some(Ok(inode))
+        let umask = (umask & 0o777) as u16;
+        self.made_early(s, walked, || {
+            self.engine
+                .create_decided(walked.dir.ino, &walked.name, new, umask, s.owner())
+        })
     }
 
-    /// An unlink of a file, decided and announced but not written (as `create_early`):
-    /// `rm -rf` waits on its unlinks. `None`: made as any unlink.
-    pub(crate) fn unlink_early<'a>(
+    /// A directory `mkdir` makes, as `create_early`.
+    pub(crate) fn mkdir_early<'a>(
+        &'a self,
+        s: &Session<'a>,
+        walked: &Walked,
+        perm: u16,
+        umask: u32,
+    ) -> Option<Served<Inode>> {
+        let umask = (umask & 0o777) as u16;
+        self.made_early(s, walked, || {
+            self.engine
+                .mkdir_decided(walked.dir.ino, &walked.name, perm, umask, s.owner())
+        })
+    }
+
+    /// An unlink (or, `directory`, an rmdir) of `victim`, decided and announced but not
+    /// written (as `create_early`): `rm -rf` waits on its unlinks. `None`: made as any.
+    pub(crate) fn removed_early<'a>(
         &'a self,
         s: &Session<'a>,
         walked: &Walked,
         victim: u64,
+        directory: bool,
     ) -> Option<Served<Reply>> {
         if self.kernel.holds(victim) {
             return None;
         }
         let in_flight = self.may_decide_early(s, walked.dir.ino)?;
-        let decided = match self.engine.unlink_decided(walked.dir.ino, &walked.name) {
+        let (dir, name) = (walked.dir.ino, &walked.name);
+        let decided = match if directory {
+            self.engine.rmdir_decided(dir, name)
+        } else {
+            self.engine.unlink_decided(dir, name)
+        } {
             Ok(decided) => decided,
             Err(error) => return Some(Err(error.into())),
         };
@@ -114,7 +128,24 @@ impl Server {
         Some(Ok(Reply::Empty))
     }
 
-    /// Whether a create or unlink in `dir` may be answered once decided: for the request a
+    /// What `decide` makes in `walked.dir`, answered before it is written.
+    fn made_early<'a>(
+        &'a self,
+        s: &Session<'a>,
+        walked: &Walked,
+        decide: impl FnOnce() -> FsResult<Decided<'a>>,
+    ) -> Option<Served<Inode>> {
+        let in_flight = self.may_decide_early(s, walked.dir.ino)?;
+        let decided = match decide() {
+            Ok(decided) => decided,
+            Err(error) => return Some(Err(error.into())),
+        };
+        let inode = decided.inode().clone();
+        self.announce_pending(s, in_flight, decided, walked, None);
+        Some(Ok(inode))
+    }
+
+    /// Whether a change in `dir` may be answered once decided: for the request a
     /// lone busy connection reads (`Session::may_answer_early`), where it cannot fail once
     /// decided (`may_answer_early`) and the kernel holds no entry of the directory to drop
     /// before the answer. Every other request waits from now (the returned `InFlight`).

@@ -749,7 +749,7 @@ impl Server {
         None
     }
 
-    pub fn mkdir(&self, s: &Session, at: &At, mode: u32, umask: u32) -> Served<Reply> {
+    pub fn mkdir<'a>(&'a self, s: &Session<'a>, at: &At, mode: u32, umask: u32) -> Served<Reply> {
         let version_of = |ino| self.version_of(ino);
         let mut witness = Witness::new(&version_of);
         let walked = self.walk_from_witnessed(s, at, Some(&mut witness))?;
@@ -762,10 +762,14 @@ impl Server {
             };
         }
         self.may_create_in(s, &walked.dir)?;
+        let perm = (mode & MKDIR_MODE_BITS) as u16;
+        if let Some(made) = self.mkdir_early(s, &walked, perm, umask) {
+            return made.map(|inode| Reply::Attr(attr(&inode)));
+        }
         let inode = self.engine.mkdir_masked(
             walked.dir.ino,
             &walked.name,
-            (mode & MKDIR_MODE_BITS) as u16,
+            perm,
             (umask & 0o777) as u16,
             s.owner(),
         )?;
@@ -806,10 +810,8 @@ impl Server {
         ensure(dir || !is_dir, libc::EISDIR)?;
         require(dir || !walked.trailing_slash)?;
         may_remove(&self.engine, s.caller, &walked.dir, &victim)?;
-        if !dir {
-            if let Some(unlinked) = self.unlink_early(s, &walked, victim.ino) {
-                return unlinked;
-            }
+        if let Some(removed) = self.removed_early(s, &walked, victim.ino, dir) {
+            return removed;
         }
         if dir {
             self.engine.rmdir(walked.dir.ino, &walked.name)?;
