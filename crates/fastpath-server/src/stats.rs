@@ -86,7 +86,8 @@ pub struct FastPathStats {
     /// (`walk_cache`), and those read from the engine while versions are followed.
     kept_steps: AtomicU64,
     read_steps: AtomicU64,
-    /// Writes and attribute changes answered before they were applied (`answered_early`).
+    /// Requests answered before they were applied: writes and attribute changes, and
+    /// creates, mkdirs, unlinks and rmdirs once decided (`answered_early`).
     answered_early: AtomicU64,
 }
 
@@ -154,7 +155,7 @@ impl FastPathStats {
         self.answered_early.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes and attribute changes answered before they were applied.
+    /// Requests answered before they were applied (see the field).
     pub fn answered_early(&self) -> u64 {
         self.answered_early.load(Ordering::Relaxed)
     }
