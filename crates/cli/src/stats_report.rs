@@ -537,7 +537,7 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         "shoal_fastpath_answered_early_total",
         Counter,
         Count,
-        "Writes and changes of an open file's mode, owner or times answered before they were applied (they could not fail; every other request waited until each was applied).",
+        "Requests answered before they were applied: writes and changes of an open file's mode, owner or times (they could not fail), and creates, mkdirs, unlinks and rmdirs once decided (every check passed, the batch built); every other request waited until each was written. Only while one connection is busy.",
         |r| r.fastpath_answered_early,
     ),
     exposed(
