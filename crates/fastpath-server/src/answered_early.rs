@@ -1,10 +1,9 @@
 //! Requests answered before they are applied (`shoal_engine::RepliedWrites`): a plain
 //! write, or a change of an open file's mode, owner or times, that cannot fail; and a
 //! create, mkdir, unlink or rmdir, answered once it is decided (`shoal_engine::Decided`)
-//! and written after. A caller
-//! and its daemon thread take turns; answering these first lets the daemon apply them
-//! while the caller goes on to its next call (`tar x` writes and sets the mode and times
-//! of every file it makes). Before the answer the inode's version and the change count
+//! and written after. A caller and its daemon thread take turns; answering these first
+//! lets the daemon apply them while the caller goes on to its next call (`tar x` makes
+//! every file, writes it and sets its mode and times). Before the answer the inode's version and the change count
 //! move, so every cache of it goes; until it is applied every other request of either
 //! door waits; the caller's next request comes to this same thread, after it.
 
@@ -59,7 +58,7 @@ pub(crate) struct Pending<'a> {
     in_flight: InFlight<'a>,
     dir: u64,
     name: Vec<u8>,
-    /// The file the name named, for an unlink.
+    /// What the name named, for an unlink or rmdir.
     removed: Option<u64>,
 }
 

@@ -50,9 +50,9 @@ const APPEND_LOCKS: usize = 64;
 /// client's requests come far apart (an interactive program, a busy machine).
 const SERVER_SPIN: Duration = Duration::from_micros(100);
 
-/// What `serve_request` gives: the answer, the request predicted next, and a create
-/// answered before it is written.
-type Served4<'a> = (Status, Reply, Option<Prediction>, Option<Pending<'a>>);
+/// What `serve_request` gives: the answer, the request predicted next, and a change
+/// answered before it is written (a create, mkdir, unlink or rmdir).
+type ServedRequest<'a> = (Status, Reply, Option<Prediction>, Option<Pending<'a>>);
 
 /// Where a connection's thread stands when it waits for the next request.
 struct Waiting<'a> {
@@ -676,13 +676,13 @@ impl Server {
             self.serve_request(caller, process, channel, request, false);
         assert!(
             pending.is_none(),
-            "a create answered early that was not allowed to be"
+            "a change answered early that was not allowed to be"
         );
         (status, reply, predicted)
     }
 
-    /// `serve`, with a create answered before it is written when `may_answer_early`: then
-    /// also the create, to write once the answer is out (`write_pending`).
+    /// `serve`, with a change answered before it is written when `may_answer_early`: then
+    /// also the change, to write once the answer is out (`write_pending`).
     fn serve_request<'a>(
         &'a self,
         caller: &'a Credentials,
@@ -690,7 +690,7 @@ impl Server {
         channel: Option<&'a SharedChannel>,
         request: &Request,
         may_answer_early: bool,
-    ) -> Served4<'a> {
+    ) -> ServedRequest<'a> {
         let session = Session {
             caller,
             process,
