@@ -469,6 +469,13 @@ fn soft_inode_limit_grace_expires_and_clears() {
 
     fs::remove_file(dir.join("f0")).unwrap();
     fs::remove_file(dir.join("f1")).unwrap();
+    // RELEASE of the creates' handles may still be on its way: until it comes, an unlinked
+    // file is an open orphan and still charged.
+    common::wait_for(
+        "the releases of f0 and f1",
+        std::time::Duration::from_secs(10),
+        || usage(&m.mnt, "-u", USER_A).0 == 1,
+    );
     let back = line_of(&m.mnt, "-u", USER_A).unwrap();
     assert_eq!(back.inodes_used, 1);
     assert_eq!(
@@ -625,6 +632,13 @@ fn projects_inherit_limit_statfs_and_refuse_renames_across() {
     let line = line_of(&m.mnt, "-p", 42).unwrap();
     assert!(line.bytes_used <= MIB, "over the hard limit: {line:?}");
     fs::remove_file(m.path("p/big")).unwrap();
+    // RELEASE comes after close(2) returned: until then big is an open orphan and still
+    // charged, and the fill below would stop one short (CI saw 99).
+    common::wait_for(
+        "big's release to free its inode",
+        std::time::Duration::from_secs(10),
+        || usage(&m.mnt, "-p", 42).0 == 7,
+    );
 
     // The inode limit: fill the project to exactly 100 inodes.
     let mut refused = None;
@@ -838,7 +852,12 @@ fn hard_links_count_once_and_bytes_are_allocated_bytes() {
     for name in ["f", "link1", "link2"] {
         fs::remove_file(m.path(name)).unwrap();
     }
-    assert_eq!(usage(&m.mnt, "-u", USER_A), (0, 0), "last name gone");
+    // The last handle's RELEASE may come after the unlink (it is sent after close returned).
+    common::wait_for(
+        "the last handle's release",
+        std::time::Duration::from_secs(10),
+        || usage(&m.mnt, "-u", USER_A) == (0, 0),
+    );
     assert_counters_clean(&m.mnt);
     m.finish();
 }
