@@ -58,6 +58,8 @@ pub struct StatsReport {
     #[serde(default)]
     pub fastpath_answered_early: u64,
     #[serde(default)]
+    pub fastpath_joined_writes: u64,
+    #[serde(default)]
     pub fastpath_kept_walk_steps: u64,
     #[serde(default)]
     pub fastpath_read_walk_steps: u64,
@@ -541,6 +543,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_answered_early,
     ),
     exposed(
+        "fastpath_joined_writes",
+        "shoal_fastpath_joined_writes_total",
+        Counter,
+        Count,
+        "Writes answered early that began where the connection's last write, held back, ended, and were applied with it as one (`tar x` writes files in 10 KiB records; each applied alone rewrote the chunk so far). Counted also in fastpath_answered_early.",
+        |r| r.fastpath_joined_writes,
+    ),
+    exposed(
         "fastpath_kept_walk_steps",
         "shoal_fastpath_kept_walk_steps_total",
         Counter,
@@ -692,6 +702,10 @@ impl StatsSource {
                 .fast_path
                 .as_ref()
                 .map_or(0, |stats| stats.answered_early()),
+            fastpath_joined_writes: self
+                .fast_path
+                .as_ref()
+                .map_or(0, |stats| stats.joined_writes()),
             fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
             fastpath_read_walk_steps: self.fast_path_walk_steps().1,
             fastpath_fallbacks: self.fast_path_fallbacks(),

@@ -11,6 +11,7 @@ mod answered_early;
 mod below;
 mod credentials;
 mod handles;
+mod held_write;
 mod ops;
 mod permission;
 mod refusal;

@@ -86,7 +86,20 @@ pub struct Session<'a> {
     pub pending: RefCell<Option<Pending<'a>>>,
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
+    /// A session that predicts nothing, carries no walk and answers no change early.
+    pub(crate) fn plain(caller: &'a Credentials, process: &'a Process) -> Self {
+        Session {
+            caller,
+            process,
+            channel: None,
+            predicted: RefCell::new(None),
+            carried: RefCell::new(None),
+            may_answer_early: false,
+            pending: RefCell::new(None),
+        }
+    }
+
     pub(crate) fn owner(&self) -> Caller {
         Caller {
             uid: self.caller.uid,

@@ -20,6 +20,7 @@ use crate::answered_early::{AnsweredEarly, Apply, Pending};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
+use crate::held_write::HeldWrite;
 use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
@@ -62,6 +63,15 @@ struct Waiting<'a> {
     spinning_pays: bool,
     /// Whether the client and the mount are still there (checked after each sleep).
     alive: &'a dyn Fn() -> bool,
+}
+
+/// What a connection's thread does with a write it holds back (`HeldWrite`) while it
+/// waits for the next request.
+struct HeldBack<'a> {
+    /// Whether another request waits for it: the spin for the next request ends then.
+    awaited: &'a dyn Fn() -> bool,
+    /// Applies it (if any), before the thread sleeps.
+    apply: &'a mut dyn FnMut(),
 }
 
 /// Whether `a` and `b` (`opendir`s) ask for the same: a path that ends with slashes opens
@@ -416,22 +426,27 @@ impl Server {
         // Decided once per request, at its arrival, for both sides' next wait.
         let mut spinning_pays = true;
         let mut ahead: Option<Speculation> = None;
+        // A write answered early, held until it is known whether the next request goes on
+        // with it (`HeldWrite`); applied before the thread sleeps, as soon as another
+        // request waits for it, and before anything else is served.
+        let mut held: Option<HeldWrite> = None;
         loop {
             let waiting = Waiting {
                 seq,
                 spinning_pays,
                 alive: &alive,
             };
+            let holding = held.is_some();
+            let held_back = HeldBack {
+                awaited: &|| holding && self.engine.replied_writes().awaited(),
+                apply: &mut || self.apply_held(caller, process, held.take()),
+            };
             let Some((next, arrived)) =
-                self.wait_for_request(channel, waiting, &mut pace, &mut request_buf)
+                self.wait_for_request(channel, waiting, &mut pace, &mut request_buf, held_back)
             else {
                 break;
             };
             seq = next;
-            // Writes other connections answered before applying them land first (this
-            // thread applied its own before coming back for the next request).
-            self.engine.replied_writes().wait_applied();
-            self.close_deferred(channel, caller, process);
             self.activity.served(id, arrived);
             let busy = self.activity.busy(arrived);
             spinning_pays = self.activity.spinning_pays(busy);
@@ -445,35 +460,77 @@ impl Server {
             // while no other connection is asking (else their waits add up, and on 16
             // cores their spinning took 4x the daemon's CPU per create).
             let alone = busy <= 1;
-            if let (true, Ok(request)) = (alone, &decoded) {
-                if self.served_early(caller, process, request, &mut answer) {
-                    continue;
-                }
+            let next = decoded.as_ref().ok().filter(|_| alone);
+            if self.held_goes_on(caller, process, &mut held, next, &mut answer) {
+                continue;
             }
-            let (status, reply, predicted, pending) = match decoded {
-                Ok(request) => match self.answered_ahead(&mut ahead, process, &request) {
-                    Some((status, reply, predicted)) => (status, reply, predicted, None),
-                    None => self.serve_request(caller, process, Some(channel), &request, alone),
-                },
-                Err(error) => {
-                    tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
-                    (Status::Errno(libc::EPROTO), Reply::Empty, None, None)
-                }
-            };
-            answer(status, &reply);
-            if let Some(pending) = pending {
-                self.write_pending(process, pending);
-            }
-            if let Some(predicted) = predicted {
-                ahead = Some(self.speculate(caller, process, predicted));
-            }
+            // Writes other connections answered before applying them land first (this
+            // thread applied its own before coming back for the next request).
+            self.engine.replied_writes().wait_applied();
+            self.close_deferred(channel, caller, process);
+            self.serve_in_turn(
+                caller,
+                process,
+                channel,
+                decoded,
+                alone,
+                (&mut ahead, &mut held),
+                &mut answer,
+            );
         }
+        self.apply_held(caller, process, held.take());
         if let Some(unused) = ahead {
             self.stats.ahead(false);
             self.discard(process, unused);
         }
         // Closes deferred just before the client went.
         self.close_deferred(channel, caller, process);
+    }
+
+    /// Serves a request that did not go on with a held write: answered early (when
+    /// `alone`; then applied or held), answered ahead, or served now, then any change
+    /// answered once decided is written and the walk's next step made ahead.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the connection's state, lent by its loop for one request"
+    )]
+    fn serve_in_turn<'a>(
+        &'a self,
+        caller: &Credentials,
+        process: &Process,
+        channel: &SharedChannel,
+        decoded: Result<Request, shoal_fastpath::WireError>,
+        alone: bool,
+        (ahead, held): (&mut Option<Speculation>, &mut Option<HeldWrite<'a>>),
+        answer: &mut dyn FnMut(Status, &Reply),
+    ) {
+        let decoded = match (alone, decoded) {
+            (true, Ok(request)) => match self.answer_early(caller, process, &request, answer) {
+                Some(early) => {
+                    *held = self.hold_or_apply(caller, process, request, early);
+                    return;
+                }
+                None => Ok(request),
+            },
+            (_, decoded) => decoded,
+        };
+        let (status, reply, predicted, pending) = match decoded {
+            Ok(request) => match self.answered_ahead(ahead, process, &request) {
+                Some((status, reply, predicted)) => (status, reply, predicted, None),
+                None => self.serve_request(caller, process, Some(channel), &request, alone),
+            },
+            Err(error) => {
+                tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
+                (Status::Errno(libc::EPROTO), Reply::Empty, None, None)
+            }
+        };
+        answer(status, &reply);
+        if let Some(pending) = pending {
+            self.write_pending(process, pending);
+        }
+        if let Some(predicted) = predicted {
+            *ahead = Some(self.speculate(caller, process, predicted));
+        }
     }
 
     /// Answers `predicted` ahead of its request (`Speculation`), going on with the walk's
@@ -555,6 +612,7 @@ impl Server {
         waiting: Waiting<'_>,
         pace: &mut Pace,
         request_buf: &mut Vec<u8>,
+        held_back: HeldBack<'_>,
     ) -> Option<(u32, Instant)> {
         let Waiting {
             seq,
@@ -571,11 +629,16 @@ impl Server {
         // A slot is held only while spinning.
         let slot = (!spin.is_zero()).then(|| self.spin_slot());
         let polled = match &slot {
-            Some(slot) if slot.granted => channel.poll_request(seq, request_buf, spin),
+            Some(slot) if slot.granted => {
+                channel.poll_request(seq, request_buf, spin, held_back.awaited)
+            }
             _ => None,
         };
         drop(slot);
         let slept = polled.is_none();
+        if slept {
+            (held_back.apply)();
+        }
         let next = match polled {
             Some(next) => Ok(next),
             None => channel.next_request(seq, request_buf, Duration::ZERO, alive),
@@ -592,28 +655,29 @@ impl Server {
         next.ok().map(|next| (next, arrived))
     }
 
-    /// Answers `request` with `answer` before applying it, then applies it, when it cannot
-    /// fail (`answered_early`); whether it did.
-    fn served_early(
-        &self,
+    /// Answers `request` with `answer` before it is applied, when it cannot fail
+    /// (`answered_early`): the answer, to apply (`apply_early`) or hold (`HeldWrite`).
+    fn answer_early<'a>(
+        &'a self,
         caller: &Credentials,
         process: &Process,
         request: &Request,
         answer: &mut dyn FnMut(Status, &Reply),
-    ) -> bool {
-        let session = Session {
-            caller,
-            process,
-            channel: None,
-            predicted: RefCell::new(None),
-            carried: RefCell::new(None),
-            may_answer_early: false,
-            pending: RefCell::new(None),
-        };
-        let Some(early) = self.answered_early(&session, request) else {
-            return false;
-        };
+    ) -> Option<AnsweredEarly<'a>> {
+        let session = Session::plain(caller, process);
+        let early = self.answered_early(&session, request)?;
         answer(Status::Ok, &early.reply);
+        Some(early)
+    }
+
+    /// Applies `request`, answered before it was applied as `early`.
+    pub(crate) fn apply_early(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        request: &Request,
+        early: AnsweredEarly<'_>,
+    ) {
         if let Some(errno) = self.apply_answered(request, &early) {
             tracing::error!(
                 errno,
@@ -628,7 +692,6 @@ impl Server {
         // request of its own that waits for this one to be applied. The kernel did not hold
         // the inode at the answer; only a lookup already under way can have given it since.
         self.kernel.inode_changed(ino, data);
-        true
     }
 
     /// Applies a request answered before it was applied; the errno when it failed anyway

@@ -89,6 +89,9 @@ pub struct FastPathStats {
     /// Requests answered before they were applied: writes and attribute changes, and
     /// creates, mkdirs, unlinks and rmdirs once decided (`answered_early`).
     answered_early: AtomicU64,
+    /// Writes answered early that went on with a held one and were applied with it
+    /// (`held_write`).
+    joined_writes: AtomicU64,
 }
 
 /// One request kind's counts.
@@ -158,6 +161,15 @@ impl FastPathStats {
     /// Requests answered before they were applied (see the field).
     pub fn answered_early(&self) -> u64 {
         self.answered_early.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_joined_write(&self) {
+        self.joined_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes applied with the held write they went on with (see the field).
+    pub fn joined_writes(&self) -> u64 {
+        self.joined_writes.load(Ordering::Relaxed)
     }
 
     pub fn answered_ahead(&self) -> (u64, u64) {

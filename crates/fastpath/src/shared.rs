@@ -312,16 +312,18 @@ impl SharedChannel {
         Ok(seq)
     }
 
-    /// Daemon: spins up to `spin` for the request after `last_seq`, without sleeping;
-    /// `None` if it has not come (the caller then sleeps in `next_request`).
+    /// Daemon: spins up to `spin` for the request after `last_seq`, without sleeping, or
+    /// until `give_up` says so (looked at every few microseconds); `None` if it has not
+    /// come (the caller then sleeps in `next_request`).
     pub fn poll_request(
         &self,
         last_seq: u32,
         request: &mut Vec<u8>,
         spin: Duration,
+        give_up: &dyn Fn() -> bool,
     ) -> Option<u32> {
         let seq = last_seq.wrapping_add(1);
-        if !spin_until(self.word(REQUEST_SEQ), seq, spin) {
+        if !spin_until_or(self.word(REQUEST_SEQ), seq, spin, give_up) {
             return None;
         }
         let len = self.word(REQUEST_LEN).load(Ordering::Acquire) as usize;
@@ -505,6 +507,16 @@ fn wait_for(
 
 /// Spins until `word` is `wanted` or `spin` has passed; whether it arrived.
 fn spin_until(word: &AtomicU32, wanted: u32, spin: Duration) -> bool {
+    spin_until_or(word, wanted, spin, &|| false)
+}
+
+/// `spin_until`, ending early once `give_up` holds (looked at between rounds of spins).
+fn spin_until_or(
+    word: &AtomicU32,
+    wanted: u32,
+    spin: Duration,
+    give_up: &dyn Fn() -> bool,
+) -> bool {
     let arrived = || word.load(Ordering::Acquire) == wanted;
     if arrived() {
         return true;
@@ -520,7 +532,7 @@ fn spin_until(word: &AtomicU32, wanted: u32, spin: Duration) -> bool {
         }
         spins += 1;
         if spins.is_multiple_of(16) {
-            if start.elapsed() >= spin {
+            if start.elapsed() >= spin || give_up() {
                 break;
             }
             // On a busy machine the peer may be waiting for this very CPU: let it run.

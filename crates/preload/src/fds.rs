@@ -9,7 +9,7 @@
 
 use foldhash::HashMap;
 use foldhash::HashMapExt;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use shoal_fastpath::{Attr, DirEntryWire};
@@ -89,6 +89,9 @@ pub struct OpenFile {
     pub origin: Option<DirOrigin>,
     /// A small file's bytes, sent with its open (`whole_file.rs`).
     pub whole: Mutex<Option<crate::whole_file::WholeFile>>,
+    /// Whether a write through it was answered: only an `fstat` after one makes the
+    /// process's writes ask for attributes (`io::attrs_wanted_after_writes`).
+    pub written: AtomicBool,
 }
 
 /// How a directory came to be open: where, by whom, with what answer.

@@ -72,6 +72,12 @@ impl RepliedWrites {
         self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Whether a request waits for the writes in flight (one held back to be extended
+    /// is applied at once then).
+    pub fn awaited(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) != 0
+    }
+
     /// Writes answered and not yet applied (statistics, tests).
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)

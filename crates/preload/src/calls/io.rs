@@ -259,6 +259,7 @@ fn write_at(
             Answer::Errno(_) => break,
             Answer::Kernel => return Err(TO_KERNEL),
         };
+        file.written.store(true, Ordering::Relaxed);
         total += written;
         position = end;
         if written < n {

@@ -1,7 +1,7 @@
 //! open, openat, creat: a file on the mount opens in the daemon and gets a placeholder
 //! descriptor the kernel numbers.
 
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::{Arc, Mutex};
 
 use shoal_fastpath::{At, Opened, Reply, Request, Walk, READDIR_BATCH_ENTRIES};
@@ -354,6 +354,7 @@ fn install(
         known: Mutex::new(holds_at_open(mount, opened, changes_before)),
         origin,
         whole: Mutex::new(None),
+        written: AtomicBool::new(false),
     });
     let fd = internal_fds::placeholder(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {

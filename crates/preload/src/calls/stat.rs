@@ -1,5 +1,6 @@
 //! stat, lstat, fstat, newfstatat, statx, access, readlink.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use shoal_fastpath::{At, Attr, DirEntryWire, Reply, Request, Status, READDIR_BATCH_ENTRIES};
@@ -79,7 +80,9 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
         stats::note(nr, stats::Way::Fast);
         return Ok(Some((file.mount, attr)));
     }
-    if file.writable() {
+    // `git` writes each file it checks out, then stats it; `tar x` stats the placeholder
+    // it makes for a symlink, unwritten: that one says nothing of the process's writes.
+    if file.writable() && file.written.load(Ordering::Relaxed) {
         super::io::attrs_wanted_after_writes();
     }
     let request = Request::Fstat {
