@@ -8,10 +8,10 @@
 //! door waits; the caller's next request comes to this same thread, after it.
 
 use shoal_engine::{
-    set_attributes, Decided, FsResult, InFlight, Inode, NewInode, SetAttr, SetTime, Timestamp,
-    MAX_FILE_BYTES,
+    set_attributes, Decided, FileKind, FsResult, InFlight, Inode, NewInode, SetAttr, SetTime,
+    Timestamp, MAX_FILE_BYTES,
 };
-use shoal_fastpath::{Reply, Request, SetAttrWire, Target};
+use shoal_fastpath::{Reply, Request, SetAttrWire, Target, TimeWire};
 
 use crate::handles::Process;
 use crate::ops::{attr, Session};
@@ -211,6 +211,7 @@ impl Server {
         let (ino, early) = match request {
             Request::Write { .. } => self.write_early(s, request)?,
             Request::SetAttr { target, change } => self.set_attr_early(s, target, change)?,
+            Request::SetAccessAclMode { target, perm } => self.acl_mode_early(s, target, *perm)?,
             _ => return None,
         };
         let in_flight = self.engine.replied_writes().begin()?;
@@ -307,6 +308,29 @@ impl Server {
 }
 
 impl Server {
+    /// An access ACL that says no more than the mode bits, set on a file the caller has
+    /// open that holds no xattrs (`cp -a` sets one on every file it copies): `set_acl_mode`
+    /// is then the chmod of its permission bits, answered as `set_attr_early` answers one.
+    fn acl_mode_early(&self, s: &Session, target: &Target, perm: u32) -> Option<(u64, Early)> {
+        let Target::Handle(id) = target else {
+            return None;
+        };
+        let inode = self.engine.getattr(s.process.get(*id)?.ino).ok()?;
+        let plain = matches!(inode.kind, FileKind::Regular | FileKind::Directory);
+        if !plain || inode.may_have_xattrs {
+            return None;
+        }
+        let change = SetAttrWire {
+            mode: Some(u32::from(inode.perm & !0o777) | (perm & 0o777)),
+            uid: None,
+            gid: None,
+            size: None,
+            atime: TimeWire::Omit,
+            mtime: TimeWire::Omit,
+        };
+        self.set_attr_early(s, target, &change)
+    }
+
     /// Whether a change of `bytes` to `ino` may be answered before it is applied: the
     /// store surely takes it (`Engine::write_surely_fits`), and the kernel does not hold
     /// the inode (its cached pages and attributes must go before the caller goes on).

@@ -19,11 +19,13 @@ use crate::handles::Process;
 use crate::ops::Session;
 use crate::server::Server;
 
-/// The least a write is held for: holding one that nothing goes on with costs the overlap
-/// of its apply with the caller's next call (one-thread creates of 100-byte files, each
-/// written once, lost a quarter of their rate), and a short write is cheap to extend
-/// anyway (what it costs is the bytes before it in its chunk).
-const HOLD_MIN_BYTES: usize = 4096;
+/// Only a write that ends on a multiple of this is held: holding one that nothing joins
+/// costs the overlap of its apply with the caller's next call (one-thread creates of
+/// 100-byte files, each written once, lost a quarter of their rate when every write was
+/// held). A tool writes from a buffer of whole blocks until the last, short, write: of
+/// `tar x`'s 46k writes of the bench tree, all 17.7k that another followed ended on a
+/// 512-byte boundary, 54 of the 28.7k last ones did.
+const HOLD_END_ALIGN: u64 = 512;
 
 /// The most a held write grows to: a bound on what another request may wait for (applying
 /// 256 KiB takes well under a millisecond).
@@ -37,8 +39,8 @@ pub(crate) struct HeldWrite<'a> {
 }
 
 impl Server {
-    /// `early`, answered for `request`: held when it is a write of `HOLD_MIN_BYTES` or
-    /// more, else applied now.
+    /// `early`, answered for `request`: held when it is a write that ends on a multiple of
+    /// `HOLD_END_ALIGN`, else applied now.
     pub(crate) fn hold_or_apply<'a>(
         &'a self,
         caller: &Credentials,
@@ -46,8 +48,9 @@ impl Server {
         request: Request,
         early: AnsweredEarly<'a>,
     ) -> Option<HeldWrite<'a>> {
-        if let Request::Write { data, .. } = &request {
-            if data.len() >= HOLD_MIN_BYTES && matches!(early.apply, Apply::Write { .. }) {
+        if let Request::Write { offset, data, .. } = &request {
+            let end = offset.saturating_add(data.len() as u64);
+            if end.is_multiple_of(HOLD_END_ALIGN) && matches!(early.apply, Apply::Write { .. }) {
                 return Some(HeldWrite { request, early });
             }
         }
