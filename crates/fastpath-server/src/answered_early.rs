@@ -1,5 +1,6 @@
 //! Requests answered before they are applied (`shoal_engine::RepliedWrites`): a plain
-//! write, or a change of an open file's mode, owner or times, that cannot fail; and a
+//! write, or a change of an open file's mode, owner or times (an access ACL that says no
+//! more than the mode is such a change), that cannot fail; and a
 //! create, mkdir, unlink or rmdir, answered once it is decided (`shoal_engine::Decided`)
 //! and written after. A caller and its daemon thread take turns; answering these first
 //! lets the daemon apply them while the caller goes on to its next call (`tar x` makes
