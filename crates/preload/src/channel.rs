@@ -38,12 +38,6 @@ pub enum ChannelError {
 /// in a few microseconds; a sync may take milliseconds. How long it spins within that is
 /// learned per connection (`Pace`): not at all while answers come late.
 const CLIENT_SPIN: Duration = Duration::from_micros(200);
-/// The same for a directory's open or listing, learned apart: the daemon reads the
-/// listing (tens of microseconds), and one in ten or twenty of a walk's requests that took
-/// that long left the other requests' pace short of it, so the caller slept for every
-/// listing and waited out its wake-up (`rm -rf` of the bench tree: 2.4k sleeps for its
-/// 2k directories).
-const LISTING_SPIN: Duration = Duration::from_millis(1);
 
 struct Connection {
     /// The socket's slot among the library's own descriptors (`internal_fds`).
@@ -57,8 +51,6 @@ struct Connection {
     /// A request sent without waiting (a close): its reply is taken before the next one.
     unanswered: Option<u32>,
     pace: Pace,
-    /// How long to spin for a listing's answer (`LISTING_SPIN`).
-    listing_pace: Pace,
 }
 
 struct SocketGuard(i32);
@@ -204,7 +196,6 @@ impl ThreadChannels {
                         shared: Some(shared),
                         unanswered: None,
                         pace: Pace::new(CLIENT_SPIN),
-                        listing_pace: Pace::new(LISTING_SPIN),
                     })
                 }
                 Err(error) => {
@@ -219,12 +210,7 @@ impl ThreadChannels {
         let Some(shared) = &connection.shared else {
             return Err(ChannelError::Unreachable);
         };
-        let listing = matches!(request, Request::OpenDir { .. } | Request::ReadDir { .. });
-        let pace = if listing {
-            &mut connection.listing_pace
-        } else {
-            &mut connection.pace
-        };
+        let pace = &mut connection.pace;
         let slot = connection.slot;
         let alive = || daemon_alive(crate::internal_fds::fd(slot));
         let mut result = Ok((Status::Ok, Reply::Empty));
