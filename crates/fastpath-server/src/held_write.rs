@@ -38,6 +38,13 @@ pub(crate) struct HeldWrite<'a> {
     early: AnsweredEarly<'a>,
 }
 
+impl HeldWrite<'_> {
+    /// The file it writes.
+    pub(crate) fn ino(&self) -> u64 {
+        self.early.apply.changed().0
+    }
+}
+
 impl Server {
     /// `early`, answered for `request`: held when it is a write that ends on a multiple of
     /// `HOLD_END_ALIGN`, else applied now.
@@ -133,6 +140,13 @@ impl Server {
         drop(early.in_flight);
         held_data.extend_from_slice(data);
         true
+    }
+
+    /// Whether a write held on `ino` must be applied now rather than at the next request:
+    /// another request of either door waits for it, or the kernel holds `ino` since (a
+    /// lookup under way at the answer), whose cached attributes go only once it is applied.
+    pub(crate) fn held_is_awaited(&self, ino: u64) -> bool {
+        self.engine.replied_writes().awaited() || self.kernel.holds(ino)
     }
 
     /// Applies a held write, if any.

@@ -68,7 +68,8 @@ struct Waiting<'a> {
 /// What a connection's thread does with a write it holds back (`HeldWrite`) while it
 /// waits for the next request.
 struct HeldBack<'a> {
-    /// Whether another request waits for it: the spin for the next request ends then.
+    /// Whether another request waits for it, or the kernel has come to hold its file (a
+    /// lookup under way at its answer): the spin for the next request ends then.
     awaited: &'a dyn Fn() -> bool,
     /// Applies it (if any), before the thread sleeps.
     apply: &'a mut dyn FnMut(),
@@ -436,9 +437,9 @@ impl Server {
                 spinning_pays,
                 alive: &alive,
             };
-            let holding = held.is_some();
+            let held_ino = held.as_ref().map(HeldWrite::ino);
             let held_back = HeldBack {
-                awaited: &|| holding && self.engine.replied_writes().awaited(),
+                awaited: &|| held_ino.is_some_and(|ino| self.held_is_awaited(ino)),
                 apply: &mut || self.apply_held(caller, process, held.take()),
             };
             let Some((next, arrived)) =
