@@ -7,9 +7,10 @@
 //! to extend chunks.
 //!
 //! Held, it is in flight as any write answered early (`RepliedWrites`): every other request
-//! of either door waits for it. So the thread applies it as soon as one does (its spin for
-//! the next request looks), before it sleeps, and before it serves anything that does not
-//! go on with it; and a held write grows to `HELD_WRITE_MAX_BYTES` at most.
+//! of either door waits for it. So the thread applies it as soon as one does or the kernel
+//! comes to hold the file (its spin for the next request looks: `held_is_awaited`), before
+//! it sleeps, and before it serves anything that does not go on with it; and a held write
+//! grows to `HELD_WRITE_MAX_BYTES` at most.
 
 use shoal_fastpath::{Reply, Request, Status};
 
