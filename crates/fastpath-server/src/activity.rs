@@ -61,8 +61,7 @@ impl Activity {
     /// Whether some connection is busy (one load and a clock read: cheap enough for a
     /// poll loop of the kernel door's to ask between spins).
     pub fn any_busy(&self, now: Instant) -> bool {
-        let last = self.any_served_us.load(Ordering::Relaxed);
-        last != 0 && self.micros(now).saturating_sub(last) <= BUSY_WINDOW_US
+        busy_at(self.any_served_us.load(Ordering::Relaxed), self.micros(now))
     }
 
     /// How many connections are busy at `now` (a connection that just served counts).
@@ -70,10 +69,7 @@ impl Activity {
         let now = self.micros(now);
         self.last_served_us
             .iter()
-            .filter(|slot| {
-                let last = slot.load(Ordering::Relaxed);
-                last != 0 && now.saturating_sub(last) <= BUSY_WINDOW_US
-            })
+            .filter(|slot| busy_at(slot.load(Ordering::Relaxed), now))
             .count()
     }
 
@@ -81,6 +77,11 @@ impl Activity {
     pub fn spinning_pays(&self, busy: usize) -> bool {
         busy * 2 <= self.cpus
     }
+}
+
+/// Whether what last served at `last` (microseconds, 0: never) is busy at `now`.
+fn busy_at(last: u64, now: u64) -> bool {
+    last != 0 && now.saturating_sub(last) <= BUSY_WINDOW_US
 }
 
 #[cfg(test)]

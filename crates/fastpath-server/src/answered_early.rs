@@ -195,7 +195,7 @@ impl Server {
         drop(in_flight);
         // The kernel held neither the directory nor the file when the change was decided;
         // a lookup may have begun since (told after the waiters go on, as in
-        // `served_early`).
+        // `apply_early`).
         match removed {
             None => self.kernel.name_added(dir, &name),
             Some(ino) => self.kernel.name_removed(dir, &name, ino),
@@ -285,18 +285,34 @@ impl Server {
         target: &Target,
         change: &SetAttrWire,
     ) -> Option<(u64, Early)> {
+        if change.size.is_some() {
+            return None;
+        }
+        self.set_attr_early_of(s, target, |_| Some(change.clone()))
+    }
+
+    /// `set_attr_early` of the change `change_of` makes of the file as it is (`None`: not
+    /// answered early).
+    fn set_attr_early_of(
+        &self,
+        s: &Session,
+        target: &Target,
+        change_of: impl FnOnce(&Inode) -> Option<SetAttrWire>,
+    ) -> Option<(u64, Early)> {
         let Target::Handle(id) = target else {
             return None;
         };
         // The cheap refusals first: a refused one is planned again by `set_attr`.
-        let ino = s.process.get(*id)?.ino;
-        if change.size.is_some() || !self.may_answer_early(ino, 0) {
+        let handle = s.process.get(*id)?;
+        if !self.may_answer_early(handle.ino, 0) {
             return None;
         }
-        let (inode, mut engine_change) = self.planned_set_attr(s, target, change).ok()?;
+        let inode = self.engine.getattr(handle.ino).ok()?;
         if inode.nlink == 0 || inode.may_have_xattrs {
             return None;
         }
+        let change = change_of(&inode)?;
+        let mut engine_change = self.plan_set_attr(s, &inode, Some(handle), &change).ok()?;
         // The change's time fixed now, so the engine leaves what the answer says.
         let now = Timestamp::now();
         let fixed = |time: Option<SetTime>| time.map(|time| SetTime::At(time.resolved(now)));
@@ -313,23 +329,16 @@ impl Server {
     /// open that holds no xattrs (`cp -a` sets one on every file it copies): `set_acl_mode`
     /// is then the chmod of its permission bits, answered as `set_attr_early` answers one.
     fn acl_mode_early(&self, s: &Session, target: &Target, perm: u32) -> Option<(u64, Early)> {
-        let Target::Handle(id) = target else {
-            return None;
-        };
-        let inode = self.engine.getattr(s.process.get(*id)?.ino).ok()?;
-        let plain = matches!(inode.kind, FileKind::Regular | FileKind::Directory);
-        if !plain || inode.may_have_xattrs {
-            return None;
-        }
-        let change = SetAttrWire {
-            mode: Some(u32::from(inode.perm & !0o777) | (perm & 0o777)),
-            uid: None,
-            gid: None,
-            size: None,
-            atime: TimeWire::Omit,
-            mtime: TimeWire::Omit,
-        };
-        self.set_attr_early(s, target, &change)
+        self.set_attr_early_of(s, target, |inode| {
+            matches!(inode.kind, FileKind::Regular | FileKind::Directory).then(|| SetAttrWire {
+                mode: Some(u32::from(inode.perm & !0o777) | (perm & 0o777)),
+                uid: None,
+                gid: None,
+                size: None,
+                atime: TimeWire::Omit,
+                mtime: TimeWire::Omit,
+            })
+        })
     }
 
     /// Whether a change of `bytes` to `ino` may be answered before it is applied: the

@@ -913,17 +913,29 @@ impl Server {
         change: &SetAttrWire,
     ) -> Served<(Inode, SetAttr)> {
         let (inode, handle) = self.target(s, target)?;
+        let engine_change = self.plan_set_attr(s, &inode, handle, change)?;
+        Ok((inode, engine_change))
+    }
+
+    /// `planned_set_attr` of an inode already read (through `handle`, if by one).
+    pub(crate) fn plan_set_attr(
+        &self,
+        s: &Session,
+        inode: &Inode,
+        handle: Option<Handle>,
+        change: &SetAttrWire,
+    ) -> Served<SetAttr> {
         self.writable()?;
         let mut engine_change = SetAttr::default();
         if let Some(size) = change.size {
-            self.authorize_size(s, &inode, handle)?;
+            self.authorize_size(s, inode, handle)?;
             engine_change.size = Some(size);
             engine_change.kill_suidgid = !s.caller.privileged;
         }
         if let Some(mode) = change.mode {
             // notify_change: a symlink's mode never changes (fchmodat2 with NOFOLLOW).
             ensure(inode.kind != FileKind::Symlink, libc::EOPNOTSUPP)?;
-            require_permission(owns(s.caller, &inode))?;
+            require_permission(owns(s.caller, inode))?;
             let mut perm = (mode & 0o7777) as u16;
             if !s.caller.privileged && !s.caller.in_group(inode.gid) {
                 perm &= !0o2000;
@@ -931,14 +943,14 @@ impl Server {
             engine_change.perm = Some(perm);
         }
         if change.uid.is_some() || change.gid.is_some() {
-            self.authorize_chown(s, &inode, change)?;
+            self.authorize_chown(s, inode, change)?;
             engine_change.uid = change.uid;
             engine_change.gid = change.gid;
         }
-        self.authorize_times(s, &inode, change)?;
+        self.authorize_times(s, inode, change)?;
         engine_change.atime = set_time(change.atime);
         engine_change.mtime = set_time(change.mtime);
-        Ok((inode, engine_change))
+        Ok(engine_change)
     }
 
     /// A setattr's reply, with what the caller may keep of the inode: its version, then its
