@@ -1597,6 +1597,10 @@ case("truncate public", lambda: os.truncate(p("public"), 0))
 case("create in root dir", lambda: write(p("rootdir/" + prefix), "wb"))
 case("mkdir in root dir", lambda: os.mkdir(p("rootdir/d" + prefix)))
 case("unlink in root dir", lambda: os.unlink(p("rootdir/kept")))
+# Permission before the victim's kind (the kernel's may_delete): EACCES, not EISDIR/ENOTDIR.
+case("unlink dir in root dir", lambda: os.unlink(p("rootdir/sub")))
+case("rmdir file in root dir", lambda: os.rmdir(p("rootdir/kept")))
+case("unlink dir/ in root dir", lambda: os.unlink(p("rootdir/kept/")))
 case("rename in root dir", lambda: os.rename(p("rootdir/kept"), p("rootdir/k" + prefix)))
 case("symlink in root dir", lambda: os.symlink("x", p("rootdir/s" + prefix)))
 case("link root's file", lambda: os.link(p("public"), p("open/l" + prefix)))
@@ -1652,6 +1656,7 @@ fn prepare_user_fixtures(m: &Mounted) {
     mode(&m.path("public"), 0o644);
     fs::create_dir(m.path("rootdir")).unwrap();
     fs::write(m.path("rootdir/kept"), "kept").unwrap();
+    fs::create_dir(m.path("rootdir/sub")).unwrap();
     fs::create_dir(m.path("private")).unwrap();
     fs::write(m.path("private/inside"), "inside").unwrap();
     mode(&m.path("private"), 0o700);
@@ -2418,6 +2423,26 @@ case("rmdir ..", lambda: os.rmdir("dir/.."))
 case("rmdir missing", lambda: os.rmdir("missing"))
 case("unlink missing", lambda: os.unlink("missing"))
 case("unlink file/", lambda: os.unlink("file/"))
+# An unlink's last name is looked up in its entry alone (`walk_to_entry`): the path up to
+# it is walked as any, symlinks there followed, the last one never.
+def made(path):
+    open(path, "w").close()
+    return path
+os.symlink("dir", "dirlink")
+case("unlink through dir link", lambda: os.unlink(made("dir/victim") and "dirlink/victim"))
+case("unlink through dir link gone", lambda: os.stat("dir/victim"))
+case("unlink dir link/", lambda: os.unlink("dirlink/"))
+case("rmdir dir link", lambda: os.rmdir("dirlink"))
+case("unlink symlink", lambda: os.unlink(made("target") and os.symlink("target", "tlink") or "tlink"))
+case("unlink symlink kept target", lambda: os.stat("target").st_size)
+case("unlink dangling", lambda: os.unlink("dangling"))
+case("unlink loop", lambda: os.unlink("loop"))
+case("unlink file/x", lambda: os.unlink("file/x"))
+case("unlink missing/x", lambda: os.unlink("missing/x"))
+case("unlink loop/x", lambda: os.unlink("loop/x"))
+case("unlink dir//./x", lambda: os.unlink(made("dir/x") and "dir//./x"))
+case("unlink long name", lambda: os.unlink("n" * 256))
+case("rmdir full/x", lambda: os.rmdir("full/x"))
 case("open link O_NOFOLLOW", lambda: O("link", os.O_RDONLY | os.O_NOFOLLOW))
 case("open dangling O_NOFOLLOW", lambda: O("dangling", os.O_RDONLY | os.O_NOFOLLOW))
 case("open dangling", lambda: O("dangling", os.O_RDONLY))

@@ -139,13 +139,19 @@ impl Engine {
     /// `lookup_child`'s first half: the inode number `name` in `parent` names, without
     /// reading the inode (a caller that notes the inode's version before it reads it).
     pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> FsResult<Option<u64>> {
+        Ok(self.lookup_entry(parent, name)?.map(|(ino, _)| ino))
+    }
+
+    /// What `name` in `parent` names and its kind, as its entry says: no inode read (an
+    /// unlink reads its victim's inode once, in the removal itself).
+    pub fn lookup_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, FileKind)>> {
         self.stats().count(Op::Lookup);
         if name.len() > NAME_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
         let key = keys::entry_key(parent, name);
         match self.store().get(Space::Meta, &key)? {
-            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?.0)),
+            Some(value) => Ok(Some(keys::decode_entry(&key, &value)?)),
             None => Ok(None),
         }
     }

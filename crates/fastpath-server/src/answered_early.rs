@@ -102,15 +102,15 @@ impl Server {
     pub(crate) fn removed_early<'a>(
         &'a self,
         s: &Session<'a>,
-        walked: &Walked,
+        dir: u64,
+        name: &[u8],
         victim: u64,
         directory: bool,
     ) -> Option<Served<Reply>> {
         if self.kernel.holds(victim) {
             return None;
         }
-        let in_flight = self.may_decide_early(s, walked.dir.ino)?;
-        let (dir, name) = (walked.dir.ino, &walked.name);
+        let in_flight = self.may_decide_early(s, dir)?;
         let decided = match if directory {
             self.engine.rmdir_decided(dir, name)
         } else {
@@ -124,7 +124,7 @@ impl Server {
         if removed != victim && self.kernel.holds(removed) {
             return None;
         }
-        self.announce_pending(s, in_flight, decided, walked, Some(removed));
+        self.announce_pending(s, in_flight, decided, (dir, name), Some(removed));
         Some(Ok(Reply::Empty))
     }
 
@@ -141,7 +141,7 @@ impl Server {
             Err(error) => return Some(Err(error.into())),
         };
         let inode = decided.inode().clone();
-        self.announce_pending(s, in_flight, decided, walked, None);
+        self.announce_pending(s, in_flight, decided, (walked.dir.ino, &walked.name), None);
         Some(Ok(inode))
     }
 
@@ -163,17 +163,16 @@ impl Server {
         s: &Session<'a>,
         in_flight: InFlight<'a>,
         decided: Decided<'a>,
-        walked: &Walked,
+        (dir, name): (u64, &[u8]),
         removed: Option<u64>,
     ) {
-        let dir = walked.dir.ino;
         self.engine.announce_change(&[dir, decided.inode().ino]);
         self.stats.count_answered_early();
         *s.pending.borrow_mut() = Some(Pending {
             decided,
             in_flight,
             dir,
-            name: walked.name.clone(),
+            name: name.to_vec(),
             removed,
         });
     }

@@ -16,10 +16,12 @@ use crate::answered_early::Pending;
 use crate::below::{Ahead, Frame, Via};
 use crate::credentials::Credentials;
 use crate::handles::{release, Handle, Process};
-use crate::permission::{check, granted, may_remove, owns, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::permission::{
+    check, granted, may_remove, may_remove_owned_by, owns, MAY_EXEC, MAY_READ, MAY_WRITE,
+};
 use crate::refusal::{ensure, require, require_because, require_permission, Refusal, Served, Why};
 use crate::server::Server;
-use crate::walk::{walk_witnessed, Reader, Walked, Witness};
+use crate::walk::{walk_to_entry, walk_witnessed, Reader, Walked, WalkedToEntry, Witness};
 
 /// Permission bits a create keeps (`S_IALLUGO`); set-id bits on a new file fall back (the
 /// kernel's `mode_strip_sgid` rules).
@@ -146,20 +148,35 @@ impl Server {
         at: &At,
         witness: Option<&mut Witness>,
     ) -> Served<Walked> {
+        self.require_held_start(s, at)?;
+        self.with_reader(|reader| walk_witnessed(reader, s.caller, at, witness))
+    }
+
+    /// `walk_to_entry` from `at`'s start (see `walk_from`).
+    fn walk_to_entry_from(&self, s: &Session, at: &At) -> Served<Option<WalkedToEntry>> {
+        self.require_held_start(s, at)?;
+        self.with_reader(|reader| walk_to_entry(reader, s.caller, at))
+    }
+
+    /// A walk starts only where the caller holds a descriptor (`starts`).
+    fn require_held_start(&self, s: &Session, at: &At) -> Served<()> {
         let held = s
             .process
             .starts
             .allow(s.caller.pid, self.device, at.base, |ino| {
                 s.process.holds_directory(ino)
             });
-        require_because(held, Why::UnheldStart)?;
-        let reader = Reader {
+        require_because(held, Why::UnheldStart)
+    }
+
+    /// `walk` with the reader of this mount's inodes (the kept directories).
+    fn with_reader<T>(&self, walk: impl FnOnce(&Reader) -> T) -> T {
+        walk(&Reader {
             engine: &self.engine,
             version_of: &|ino| self.version_of(ino),
             kept: Some(&self.walks),
             stats: &self.stats,
-        };
-        walk_witnessed(&reader, s.caller, at, witness)
+        })
     }
 
     fn writable(&self) -> Served<()> {
@@ -812,27 +829,58 @@ impl Server {
     }
 
     pub fn unlink<'a>(&'a self, s: &Session<'a>, at: &At, dir: bool) -> Served<Reply> {
-        let walked = self.walk_from(s, at)?;
-        require(!walked.is_dots())?;
+        let Some(walked) = self.walk_to_entry_from(s, at)? else {
+            return self.unlink_walked(s, at, dir);
+        };
         // The kernel asks for write access to the mount before it looks the last name up:
         // a missing name on a read-only mount is EROFS, not ENOENT.
         self.writable()?;
-        let victim = walked.existing()?.clone();
-        let is_dir = victim.kind == FileKind::Directory;
-        ensure(!dir || is_dir, libc::ENOTDIR)?;
-        ensure(dir || !is_dir, libc::EISDIR)?;
+        let (victim, kind) = walked.entry.ok_or(Refusal::Errno(libc::ENOENT))?;
+        if !dir && walked.trailing_slash {
+            // `unlink("name/")` is refused before any permission check: EISDIR for a
+            // directory, else ENOTDIR (a symlink to a directory included).
+            removable_kind(kind, dir)?;
+            return Err(Refusal::Errno(libc::ENOTDIR));
+        }
+        // The kernel's `may_delete`: permission (the sticky bit's rule reading the
+        // victim's owner only where it applies), then the victim's kind.
+        may_remove_owned_by(&self.engine, s.caller, &walked.dir, || {
+            Ok(self.engine.getattr(victim)?.uid)
+        })?;
+        removable_kind(kind, dir)?;
+        self.remove(s, &walked.dir, &walked.name, victim, dir)
+    }
+
+    /// `unlink` of a path whose last name the whole walk decides (`.`, `..`, none).
+    fn unlink_walked<'a>(&'a self, s: &Session<'a>, at: &At, dir: bool) -> Served<Reply> {
+        let walked = self.walk_from(s, at)?;
+        require(!walked.is_dots())?;
+        self.writable()?;
         require(dir || !walked.trailing_slash)?;
+        let victim = walked.existing()?.clone();
         may_remove(&self.engine, s.caller, &walked.dir, &victim)?;
-        if let Some(removed) = self.removed_early(s, &walked, victim.ino, dir) {
+        removable_kind(victim.kind, dir)?;
+        self.remove(s, &walked.dir, &walked.name, victim.ino, dir)
+    }
+
+    /// Removes `name` (naming `victim`) from `dir`, every check passed.
+    fn remove<'a>(
+        &'a self,
+        s: &Session<'a>,
+        dir: &Inode,
+        name: &[u8],
+        victim: u64,
+        directory: bool,
+    ) -> Served<Reply> {
+        if let Some(removed) = self.removed_early(s, dir.ino, name, victim, directory) {
             return removed;
         }
-        if dir {
-            self.engine.rmdir(walked.dir.ino, &walked.name)?;
+        if directory {
+            self.engine.rmdir(dir.ino, name)?;
         } else {
-            self.engine.unlink(walked.dir.ino, &walked.name)?;
+            self.engine.unlink(dir.ino, name)?;
         }
-        self.kernel
-            .name_removed(walked.dir.ino, &walked.name, victim.ino);
+        self.kernel.name_removed(dir.ino, name, victim);
         Ok(Reply::Empty)
     }
 
@@ -1163,4 +1211,11 @@ struct Found {
     inode: Inode,
     version: Option<u32>,
     created: bool,
+}
+
+/// `unlink` removes no directory, `rmdir` nothing else.
+fn removable_kind(kind: FileKind, directory: bool) -> Served<()> {
+    let is_dir = kind == FileKind::Directory;
+    ensure(!directory || is_dir, libc::ENOTDIR)?;
+    ensure(directory || !is_dir, libc::EISDIR)
 }

@@ -66,10 +66,21 @@ pub fn may_remove(
     dir: &Inode,
     victim: &Inode,
 ) -> Served<()> {
+    may_remove_owned_by(engine, caller, dir, || Ok(victim.uid))
+}
+
+/// `may_remove`, the victim's owner read (`victim_uid`) only where the sticky bit asks.
+pub fn may_remove_owned_by(
+    engine: &Engine,
+    caller: &Credentials,
+    dir: &Inode,
+    victim_uid: impl FnOnce() -> Served<u32>,
+) -> Served<()> {
     check(engine, caller, dir, MAY_WRITE | MAY_EXEC)?;
-    let sticky_blocks = dir.perm & S_ISVTX != 0
-        && !caller.privileged
-        && caller.uid != dir.uid
-        && caller.uid != victim.uid;
-    require_permission(!sticky_blocks)
+    let sticky_applies = dir.perm & S_ISVTX != 0 && !caller.privileged && caller.uid != dir.uid;
+    if sticky_applies {
+        require_permission(caller.uid == victim_uid()?)
+    } else {
+        Ok(())
+    }
 }
