@@ -71,6 +71,12 @@ impl Engine {
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         self.stats().count(Op::Read);
         let inode = self.read_inode(ino)?;
+        self.read_of(&inode, offset, size)
+    }
+
+    /// `read` of `inode` as already read.
+    fn read_of(&self, inode: &Inode, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let ino = inode.ino;
         match inode.kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(FsError::IsDir),
@@ -225,14 +231,18 @@ impl Engine {
                 offset_in.saturating_add(copied),
                 offset_out.saturating_add(copied),
             );
-            if let Some(chunk) = self.whole_chunk_at(ino_in, from, to, wanted - copied)? {
+            // Read once for both ways of copying: a file's inode holding its bytes (up to
+            // 4 KiB) is too large for the read cache, each read of it goes to the LSM.
+            let source = self.read_inode(ino_in)?;
+            if let Some(chunk) = self.whole_chunk_of(&source, from, to, wanted - copied)? {
                 let length = chunk.len() as u64;
                 self.write_bytes(ino_out, to, WriteBytes::Shared(chunk), false)?;
                 copied += length;
                 continue;
             }
             let piece = (wanted - copied).min(COPY_RANGE_PIECE_BYTES);
-            let bytes = self.read(ino_in, offset_in.saturating_add(copied), piece as u32)?;
+            self.stats().count(Op::Read);
+            let bytes = self.read_of(&source, from, piece as u32)?;
             if bytes.is_empty() {
                 break;
             }
@@ -247,13 +257,13 @@ impl Engine {
         Ok(copied)
     }
 
-    /// The stored chunk of `ino` starting at `offset`, when a copy of up to `len` bytes
+    /// The stored chunk of `inode` starting at `offset`, when a copy of up to `len` bytes
     /// from there to `to` can take it whole: both offsets on a chunk boundary, and the
     /// chunk holds every byte of the copy's part of it (a short chunk with zeros read
     /// after it does not). The copy then puts the same buffer again: no byte is copied.
-    fn whole_chunk_at(
+    fn whole_chunk_of(
         &self,
-        ino: u64,
+        inode: &Inode,
         offset: u64,
         to: u64,
         len: u64,
@@ -262,7 +272,7 @@ impl Engine {
         if !offset.is_multiple_of(chunk_bytes) || !to.is_multiple_of(chunk_bytes) {
             return Ok(None);
         }
-        let inode = self.read_inode(ino)?;
+        let ino = inode.ino;
         if inode.kind != FileKind::Regular
             || !matches!(inode.content, Content::Chunked)
             || offset >= inode.size
