@@ -231,28 +231,35 @@ impl Engine {
                 offset_in.saturating_add(copied),
                 offset_out.saturating_add(copied),
             );
-            // Read once for both ways of copying: a file's inode holding its bytes (up to
-            // 4 KiB) is too large for the read cache, each read of it goes to the LSM.
+            // Read once per piece, for both ways of copying and for where the source ends:
+            // a file's inode holding its bytes (up to 4 KiB) is too large for the read
+            // cache, each read of it goes to the LSM.
             let source = self.read_inode(ino_in)?;
-            if let Some(chunk) = self.whole_chunk_of(&source, from, to, wanted - copied)? {
-                let length = chunk.len() as u64;
-                self.write_bytes(ino_out, to, WriteBytes::Shared(chunk), false)?;
-                copied += length;
-                continue;
-            }
-            let piece = (wanted - copied).min(COPY_RANGE_PIECE_BYTES);
-            self.stats().count(Op::Read);
-            let bytes = self.read_of(&source, from, piece as u32)?;
-            if bytes.is_empty() {
+            let length =
+                if let Some(chunk) = self.whole_chunk_of(&source, from, to, wanted - copied)? {
+                    let length = chunk.len() as u64;
+                    self.write_bytes(ino_out, to, WriteBytes::Shared(chunk), false)?;
+                    length
+                } else {
+                    let piece = (wanted - copied).min(COPY_RANGE_PIECE_BYTES);
+                    self.stats().count(Op::Read);
+                    let bytes = self.read_of(&source, from, piece as u32)?;
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    let written = self.write(ino_out, to, &bytes)?;
+                    assert_eq!(
+                        written as usize,
+                        bytes.len(),
+                        "a write takes all of its bytes"
+                    );
+                    bytes.len() as u64
+                };
+            copied += length;
+            if from.saturating_add(length) >= source.size {
+                // The source ended there when read: asking again would read an empty piece.
                 break;
             }
-            let written = self.write(ino_out, offset_out.saturating_add(copied), &bytes)?;
-            assert_eq!(
-                written as usize,
-                bytes.len(),
-                "a write takes all of its bytes"
-            );
-            copied += bytes.len() as u64;
         }
         Ok(copied)
     }
