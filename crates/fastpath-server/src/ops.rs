@@ -839,7 +839,7 @@ impl Server {
         if !dir && walked.trailing_slash {
             // `unlink("name/")` is refused before any permission check: EISDIR for a
             // directory, else ENOTDIR (a symlink to a directory included).
-            removable_kind(kind, dir)?;
+            ensure(kind != FileKind::Directory, libc::EISDIR)?;
             return Err(Refusal::Errno(libc::ENOTDIR));
         }
         // The kernel's `may_delete`: permission (the sticky bit's rule reading the
