@@ -544,13 +544,8 @@ impl Server {
     ) -> Speculation {
         let changes = self.engine.changes();
         let session = Session {
-            caller,
-            process,
-            channel: None,
-            predicted: RefCell::new(None),
             carried: RefCell::new(Some(stack)),
-            may_answer_early: false,
-            pending: RefCell::new(None),
+            ..Session::plain(caller, process)
         };
         let result = self.dispatch(&session, &predicted);
         Speculation {
@@ -756,13 +751,9 @@ impl Server {
         may_answer_early: bool,
     ) -> ServedRequest<'a> {
         let session = Session {
-            caller,
-            process,
             channel,
-            predicted: RefCell::new(None),
-            carried: RefCell::new(None),
             may_answer_early,
-            pending: RefCell::new(None),
+            ..Session::plain(caller, process)
         };
         let result = self.dispatch(&session, request);
         self.stats.record(request, &result);
