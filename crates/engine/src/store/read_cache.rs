@@ -48,16 +48,25 @@ struct Shard {
     generation: u64,
 }
 
+fn entry_cost(key: &[u8], value: Option<&Vec<u8>>) -> usize {
+    key.len() + value.map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES
+}
+
 impl Shard {
+    /// Keeps `value` for `key`. It may replace another one: a read that missed before a
+    /// checkpoint wrote the key and a scan that read it after, both before the checkpoint
+    /// dropped it, keep an absence and the value under one generation (counting only the
+    /// first made the count fall below zero when the key was dropped).
     fn insert(&mut self, key: &[u8], value: Option<Vec<u8>>) {
-        let cost = key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES;
+        let cost = entry_cost(key, value.as_ref());
         if self.bytes + cost > self.budget {
             self.entries.clear();
             self.bytes = 0;
         }
-        if self.entries.insert(key.to_vec(), value).is_none() {
-            self.bytes += cost;
+        if let Some(replaced) = self.entries.insert(key.to_vec(), value) {
+            self.bytes -= entry_cost(key, replaced.as_ref());
         }
+        self.bytes += cost;
     }
 }
 
@@ -112,7 +121,7 @@ impl CachedStore {
             let mut shard = self.shard(key).lock();
             shard.generation += 1;
             if let Some(value) = shard.entries.remove(key) {
-                shard.bytes -= key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD_BYTES;
+                shard.bytes -= entry_cost(key, value.as_ref());
             }
         }
     }
@@ -276,6 +285,17 @@ mod tests {
         batch.delete(Space::Meta, b"k".to_vec());
         store.write(batch).unwrap();
         assert_eq!(store.get(Space::Meta, b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn a_value_kept_over_another_is_counted_once() {
+        let store = CachedStore::new(Box::new(MemoryStore::default()), 8 << 20);
+        let shard = store.shard(b"k");
+        shard.lock().insert(b"k", None);
+        shard.lock().insert(b"k", Some(vec![7; 100]));
+        assert_eq!(shard.lock().bytes, entry_cost(b"k", Some(&vec![7; 100])));
+        store.forget([b"k".as_slice()].into_iter());
+        assert_eq!(shard.lock().bytes, 0);
     }
 
     /// Whether the cache holds `key` (a read of it then asks nothing of the store).
