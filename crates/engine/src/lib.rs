@@ -53,6 +53,7 @@ pub use counters::quota_ops::ProjectQuota;
 pub use counters::tree_usage::{
     format_rctime, XATTR_RBYTES, XATTR_RCTIME, XATTR_RENTRIES, XATTR_RFILES,
 };
+pub use engine::listing_cache::SharedPage;
 pub use engine::replied_writes::{InFlight, RepliedWrites};
 pub use engine::ReferenceProbe;
 pub use engine::{Caller, ChangeObserver, Engine, EngineConfig, FsStats, MkfsOptions};

@@ -15,7 +15,7 @@ pub(crate) mod xattr;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::engine::listing_cache::{Page, PageKey};
+use crate::engine::listing_cache::{Page, PageKey, SharedPage};
 use crate::engine::tree_usage::TreeDelta;
 use crate::engine::{check_name, Caller, Engine, Txn};
 use crate::error::{FsError, FsResult};
@@ -33,11 +33,10 @@ use crate::records::inode::S_ISGID;
 const SCAN_SPAN_PER_ENTRY: u64 = 4;
 const SCAN_MIN_ENTRIES: usize = 4;
 
-fn page_key(dir: u64, after: Option<&[u8]>, limit: usize, with_inodes: bool) -> PageKey {
+fn page_key(dir: u64, after: Option<&[u8]>, with_inodes: bool) -> PageKey {
     PageKey {
         dir,
         after: after.map(Box::from),
-        limit,
         with_inodes,
     }
 }
@@ -163,7 +162,8 @@ impl Engine {
             return Ok(Vec::new());
         }
         self.kept_page(
-            page_key(dir, after, limit, false),
+            page_key(dir, after, false),
+            limit,
             Page::Names,
             |page| match page {
                 Page::Names(entries) => Some(entries),
@@ -171,7 +171,7 @@ impl Engine {
             },
             || self.scan_entries(dir, after, limit),
         )
-        .map(Arc::unwrap_or_clone)
+        .map(SharedPage::into_vec)
     }
 
     /// `readdir` from the store, past the listing cache.
@@ -234,7 +234,7 @@ impl Engine {
         limit: usize,
     ) -> FsResult<Vec<(DirEntry, Inode)>> {
         self.readdir_plus_shared(dir, after, limit)
-            .map(Arc::unwrap_or_clone)
+            .map(SharedPage::into_vec)
     }
 
     /// `readdir_plus`, shared with the listing cache rather than copied out of it: a
@@ -244,13 +244,14 @@ impl Engine {
         dir: u64,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> FsResult<Arc<Vec<(DirEntry, Inode)>>> {
+    ) -> FsResult<SharedPage<(DirEntry, Inode)>> {
         self.stats().count(Op::Readdir);
         if limit == 0 {
-            return Ok(Arc::default());
+            return Ok(SharedPage::new(Arc::default(), 0));
         }
         self.kept_page(
-            page_key(dir, after, limit, true),
+            page_key(dir, after, true),
+            limit,
             Page::WithInodes,
             |page| match page {
                 Page::WithInodes(entries) => Some(entries),
@@ -260,23 +261,27 @@ impl Engine {
         )
     }
 
-    /// A page from the listing cache while it holds, else from `scan`, kept for next time
-    /// (see `listing_cache`: the change count is read before the scan).
+    /// A page of at most `limit` entries from the listing cache while it holds, else from
+    /// `scan`, kept for next time (see `listing_cache`: the change count is read before
+    /// the scan).
     fn kept_page<T: Clone>(
         &self,
         key: PageKey,
+        limit: usize,
         wrap: fn(Arc<Vec<T>>) -> Page,
         unwrap: fn(Page) -> Option<Arc<Vec<T>>>,
         scan: impl FnOnce() -> FsResult<Vec<T>>,
-    ) -> FsResult<Arc<Vec<T>>> {
+    ) -> FsResult<SharedPage<T>> {
         let read_at = self.changes();
-        if let Some(entries) = self.listings().get(&key).and_then(unwrap) {
-            return Ok(entries);
+        if let Some(entries) = self.listings().get(&key, limit).and_then(unwrap) {
+            return Ok(SharedPage::new(entries, limit));
         }
         let entries = Arc::new(scan()?);
         self.listings()
-            .put(key, wrap(entries.clone()), read_at, || self.changes());
-        Ok(entries)
+            .put(key, wrap(entries.clone()), limit, read_at, || {
+                self.changes()
+            });
+        Ok(SharedPage::new(entries, limit))
     }
 
     /// `readdir_plus` from the store, past the listing cache.
