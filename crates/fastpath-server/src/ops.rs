@@ -3,7 +3,7 @@
 //! never leaves half an operation behind.
 
 use shoal_engine::{
-    Caller, Content, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
+    Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
     At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
@@ -227,9 +227,9 @@ impl Server {
     /// The bytes of the file `opened`, if it is a regular file opened for reading, of at
     /// most `read_ahead` bytes, and the daemon keeps versions: read after the version the
     /// answer carries, they hold while it stays. A read that fails sends none (the
-    /// program's own read then gets the error, as through the kernel). A file whose bytes
-    /// are in its record (`inode`, the record the answer's attributes come from) is not
-    /// read again: half of a small file's open was reading its record twice.
+    /// program's own read then gets the error, as through the kernel). The file's record
+    /// is not read again: `inode`, the record the answer's attributes come from, says
+    /// where its bytes are (half of a small file's open was reading its record twice).
     fn whole_file(
         &self,
         opened: &Opened,
@@ -245,16 +245,12 @@ impl Server {
         if !wanted {
             return None;
         }
-        if let Content::Inline(bytes) = &inode.content {
-            if bytes.len() as u64 == opened.attr.size {
-                return Some(bytes.clone());
-            }
-        }
+        // Its bytes as they are now, to its size in `inode`: a change since moved the
+        // version the answer carries, and the client then reads anew.
         let data = self
             .engine
-            .read(opened.attr.ino, 0, opened.attr.size as u32)
+            .read_from(inode, 0, opened.attr.size as u32)
             .ok()?;
-        // The file changed between the attributes and the read: the program reads anew.
         (data.len() as u64 == opened.attr.size).then_some(data)
     }
 
@@ -282,7 +278,7 @@ impl Server {
         witness: Option<&mut Witness>,
     ) -> Served<(Opened, Inode)> {
         // O_TMPFILE includes O_DIRECTORY's bit: tested whole, or every opendir falls back.
-        require(flags & (libc::O_PATH | libc::O_NOATIME) == 0)?;
+        require(flags & libc::O_PATH == 0)?;
         require(flags & libc::O_TMPFILE != libc::O_TMPFILE)?;
         let accmode = flags & libc::O_ACCMODE;
         require(accmode != libc::O_ACCMODE)?;
@@ -295,6 +291,13 @@ impl Server {
         } = self.find_or_create(s, at, witness, flags, (mode, umask))?;
         if !created {
             self.may_open(s, &inode, flags)?;
+            // The kernel's may_open: O_NOATIME only for the owner or with CAP_FOWNER (a
+            // capability alone, without the others of `privileged`, is the kernel's to
+            // see). shoal never updates access times (FUSE marks every inode S_NOATIME),
+            // so the flag asks nothing more.
+            if flags & libc::O_NOATIME != 0 {
+                require_permission(owns(s.caller, &inode))?;
+            }
         }
         let readable = accmode != libc::O_WRONLY;
         let writable = accmode != libc::O_RDONLY;

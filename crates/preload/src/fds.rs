@@ -286,28 +286,35 @@ pub fn to_kernel(fd: i64) -> Result<(), i32> {
     Ok(())
 }
 
-/// A kernel descriptor of `file` at its offset, checked to be the same inode.
+/// A kernel descriptor of `file` at its offset, checked to be the same inode, with the
+/// status flags the program opened it with.
 fn reopen(file: &OpenFile) -> Result<i32, i32> {
-    let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC | libc::O_DSYNC;
-    let flags = (file.status_flags() & keep) | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    let by_path = sys::check(sys::openat(libc::AT_FDCWD, &file.path, flags, 0));
-    let kernel_fd = match by_path {
-        // A directory above the working directory is closed to the caller (pjdfstest's
-        // other users, in a work directory under root's 0700 one): from the working
-        // directory, as the program reached the file. The inode check below still holds.
-        Err(libc::EACCES) => match crate::resolve::from_working_directory(&file.path) {
-            Some(relative) => sys::check(sys::openat(libc::AT_FDCWD, &relative, flags, 0)),
-            None => by_path,
-        },
-        other => other,
-    }? as i32;
-    // SAFETY: stat is plain data; all zeroes is a valid value.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    if sys::fstat(kernel_fd, &mut stat) < 0 || stat.st_ino != file.ino {
-        sys::close(kernel_fd);
-        crate::stats::note_lost_conversion();
-        return Err(libc::ESTALE);
-    }
+    let keep = libc::O_ACCMODE
+        | libc::O_APPEND
+        | libc::O_NONBLOCK
+        | libc::O_SYNC
+        | libc::O_DSYNC
+        | libc::O_NOATIME
+        | libc::O_NOFOLLOW
+        | libc::O_DIRECTORY;
+    let flags = (file.status_flags() & keep) | libc::O_CLOEXEC;
+    let kernel_fd = if flags & libc::O_NOFOLLOW != 0 {
+        open_by_path(file, flags)?
+    } else {
+        // The path's own file, not a symlink put in its place since (O_NOFOLLOW), then
+        // opened as the program opened it through its /proc link: O_NOFOLLOW on the open
+        // itself would stay in the descriptor's flags (F_GETFL).
+        let found = open_by_path(file, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)?;
+        let link = format!("/proc/self/fd/{found}\0");
+        let reopened = sys::check(sys::openat(libc::AT_FDCWD, link.as_bytes(), flags, 0));
+        sys::close(found);
+        match reopened {
+            Ok(fd) => fd as i32,
+            // No /proc (a chroot): by path, O_NOFOLLOW showing in its flags.
+            Err(libc::ENOENT) => open_by_path(file, flags | libc::O_NOFOLLOW)?,
+            Err(errno) => return Err(errno),
+        }
+    };
     if file.directory {
         // A listing in progress goes on where it was (a fork in the middle of a readdir
         // loop restarted it from the top: every entry came twice).
@@ -323,6 +330,29 @@ fn reopen(file: &OpenFile) -> Result<i32, i32> {
         sys::lseek(kernel_fd, offset as i64, libc::SEEK_SET);
     }
     Ok(kernel_fd)
+}
+
+/// `file`'s path opened with `flags`, if it still names the same inode (ESTALE if not).
+fn open_by_path(file: &OpenFile, flags: i32) -> Result<i32, i32> {
+    let by_path = sys::check(sys::openat(libc::AT_FDCWD, &file.path, flags, 0));
+    let fd = match by_path {
+        // A directory above the working directory is closed to the caller (pjdfstest's
+        // other users, in a work directory under root's 0700 one): from the working
+        // directory, as the program reached the file. The inode check below still holds.
+        Err(libc::EACCES) => match crate::resolve::from_working_directory(&file.path) {
+            Some(relative) => sys::check(sys::openat(libc::AT_FDCWD, &relative, flags, 0)),
+            None => by_path,
+        },
+        other => other,
+    }? as i32;
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if sys::fstat(fd, &mut stat) < 0 || stat.st_ino != file.ino {
+        sys::close(fd);
+        crate::stats::note_lost_conversion();
+        return Err(libc::ESTALE);
+    }
+    Ok(fd)
 }
 
 /// Sets the kernel descriptor `fd` of a directory just after the entry `last`. The kernel

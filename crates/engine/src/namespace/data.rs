@@ -74,6 +74,13 @@ impl Engine {
         self.read_of(&inode, offset, size)
     }
 
+    /// `read` of `inode` as the caller already read it: its bytes as they are now, up to
+    /// its size then.
+    pub fn read_from(&self, inode: &Inode, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.stats().count(Op::Read);
+        self.read_of(inode, offset, size)
+    }
+
     /// `read` of `inode` as already read.
     fn read_of(&self, inode: &Inode, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let ino = inode.ino;

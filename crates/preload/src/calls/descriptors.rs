@@ -100,11 +100,18 @@ pub fn dup(nr: i64, args: [i64; 6]) -> Option<i64> {
 
 const SETTABLE_FLAGS: i32 = libc::O_APPEND | libc::O_NONBLOCK;
 
+/// O_LARGEFILE as the kernel's F_GETFL shows it: a 64-bit kernel sets it on every open
+/// (`force_o_largefile`), though x86_64's C library defines the flag as 0.
+#[cfg(target_arch = "x86_64")]
+const KERNEL_O_LARGEFILE: i32 = 0o100_000;
+#[cfg(not(target_arch = "x86_64"))]
+const KERNEL_O_LARGEFILE: i32 = libc::O_LARGEFILE;
+
 pub fn fcntl(args: [i64; 6]) -> Option<i64> {
     let file = fds::get(args[0])?;
     let cmd = args[1] as i32;
     Some(match cmd {
-        libc::F_GETFL => i64::from(file.status_flags() | libc::O_LARGEFILE),
+        libc::F_GETFL => i64::from(file.status_flags() | KERNEL_O_LARGEFILE),
         libc::F_SETFL => {
             let wanted = args[2] as i32;
             // O_DIRECT, O_ASYNC and O_NOATIME change how I/O works: the kernel's.
