@@ -74,6 +74,14 @@ fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// The Python script `script` run under `shoal run` in the mount, given the mount's path.
+fn python_on_fast_path(m: &Mounted, script: &Path) -> CmdOutput {
+    fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), script.as_os_str(), m.mnt.as_os_str()],
+    )
+}
+
 /// A C program compiled from `source` into `dir`, with extra `gcc` flags.
 fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
@@ -458,10 +466,7 @@ fn mixed_access(options: &[&str]) {
     let programs = programs_dir();
     let check = script(programs.path(), "mixed.py", MIXED_ACCESS);
     let m = mount_with_fast_path(options);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 50, "mixed access");
     assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
     m.finish();
@@ -633,10 +638,7 @@ fn open_kernel_fd(options: &[&str]) {
     let programs = programs_dir();
     let check = script(programs.path(), "held.py", OPEN_KERNEL_FD);
     let m = mount_with_fast_path(options);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 3, "open kernel descriptor");
     assert_eq!(
         out.stdout,
@@ -676,10 +678,7 @@ fn unflushed_kernel_write(options: &[&str]) {
     let programs = programs_dir();
     let check = script(programs.path(), "unflushed.py", UNFLUSHED_KERNEL_WRITE);
     let m = mount_with_fast_path(options);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 1, "unflushed kernel write");
     assert_eq!(
         out.stdout,
@@ -802,10 +801,7 @@ fn python_subprocess_children_share_the_parents_descriptions() {
     let programs = programs_dir();
     let check = script(programs.path(), "children.py", SUBPROCESS);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 5, "python subprocess");
     assert_eq!(out.stdout, "child read: ['b', 'c']\n", "{}", out.describe());
     assert_eq!(
@@ -848,10 +844,7 @@ fn fork_children_share_the_parents_descriptions() {
     let programs = programs_dir();
     let check = script(programs.path(), "fork.py", FORK);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     // The children's calls are not counted: _exit skips the library's report.
     assert_served(&out, 3, "fork");
     assert_eq!(
@@ -883,10 +876,7 @@ fn posix_spawn_child_writes_through_the_parents_description() {
     let programs = programs_dir();
     let check = script(programs.path(), "spawn.py", POSIX_SPAWN);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 2, "posix_spawn");
     assert_eq!(out.stdout, "parent stdout\n", "{}", out.describe());
     assert_eq!(fs::read_to_string(m.path("spawned")).unwrap(), "1\n2\n3\n");
@@ -920,10 +910,7 @@ fn vfork_children_leave_the_parents_descriptors_alone() {
     // Without the writeback cache: the posix_spawn child's reopen makes the kernel cache
     // the file's size, which the writeback cache bug then keeps stale.
     let m = mount_with_fast_path(&["writeback=off"]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     // The open and the first write: the spawns make the descriptor a kernel one.
     assert_served(&out, 2, "vfork children");
     assert_eq!(
@@ -1092,10 +1079,7 @@ fn threads_share_one_descriptor_table() {
     let programs = programs_dir();
     let check = script(programs.path(), "threads.py", THREADS);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 1000, "threads");
     assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
     for t in 0..4 {
@@ -1138,10 +1122,7 @@ fn files_opened_by_a_thread_that_ended_stay_open() {
     let check = script(programs.path(), "thread_ends.py", THREAD_ENDS);
     let m = mount_with_fast_path(&[]);
     fs::write(m.path("kept"), "kept").unwrap();
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 3, "thread ends");
     assert_eq!(out.stdout, "kept 9\n", "{}", out.describe());
     assert_eq!(fs::read_to_string(m.path("written")).unwrap(), "from main");
@@ -1205,10 +1186,7 @@ fn descriptors_dup_mmap_proc_fd_close_range_and_exec() {
     let programs = programs_dir();
     let check = script(programs.path(), "fds.py", DESCRIPTORS);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &check);
     assert_served(&out, 5, "descriptors");
     assert_eq!(out.stdout, "", "{}", out.describe());
     assert_eq!(
@@ -1293,10 +1271,7 @@ fn o_noatime_opens_by_the_owner_are_served() {
     let programs = programs_dir();
     let opens = script(programs.path(), "noatime.py", NOATIME_OPENS);
     let m = mount_with_fast_path(&[]);
-    let out = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), opens.as_os_str(), m.mnt.as_os_str()],
-    );
+    let out = python_on_fast_path(&m, &opens);
     assert_served(&out, 20, "O_NOATIME opens");
     let (served, fell_back) = stats_of(&out).get("openat").copied().unwrap_or((0, 0));
     assert!(
