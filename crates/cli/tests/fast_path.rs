@@ -1264,8 +1264,7 @@ assert flags(fd) == before, "flags %o became %o" % (before, flags(fd))
 /// `O_NOATIME` is the kernel's `may_open` rule: the owner (or CAP_FOWNER) may, others get
 /// EPERM (`another_user_gets_exactly_what_the_kernel_gives_it`). Every open went to the
 /// kernel before (backup tools, rsync --open-noatime and tar --atime-preserve=system open
-/// every file so: a loop of opens, reads and closes of small files took 22-28 µs a file
-/// against 11-12 without the flag).
+/// every file so: docs/fastpath.md item 3).
 #[test]
 fn o_noatime_opens_by_the_owner_are_served() {
     let programs = programs_dir();
