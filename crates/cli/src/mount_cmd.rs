@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use shoal_engine::store_dir::{self, StoreDirError};
-use shoal_engine::{Engine, EngineConfig, FjallTuning, OpenError};
+use shoal_engine::{defaults, Engine, EngineConfig, FjallTuning, OpenError};
 use shoal_fuse::{FuseStats, MountConfig};
 use shoal_sys::signals::BlockedSignals;
 
@@ -206,15 +206,16 @@ fn engine_config(options: &MountOptions) -> EngineConfig {
             compress_new_data: false,
         },
         checkpoint_bytes: options.checkpoint_bytes,
-        read_cache_bytes: read_cache_bytes(options.memory_bytes),
+        read_cache_bytes: within_memory(defaults::READ_CACHE_BYTES, options.memory_bytes),
+        listing_cache_bytes: within_memory(defaults::LISTING_CACHE_BYTES, options.memory_bytes),
     }
 }
 
-/// The metadata read cache within `-o memory=`: the default (32 MiB), or an eighth of a
-/// smaller budget.
-fn read_cache_bytes(memory_bytes: u64) -> usize {
+/// A cache's size within `-o memory=`: its default (the read cache's and the listing
+/// cache's: 32 MiB each), or an eighth of a smaller budget.
+fn within_memory(default_bytes: usize, memory_bytes: u64) -> usize {
     let share = usize::try_from(memory_bytes / 8).unwrap_or(usize::MAX);
-    shoal_engine::defaults::READ_CACHE_BYTES.min(share)
+    default_bytes.min(share)
 }
 
 fn open_engine(request: &MountRequest) -> Result<Arc<Engine>> {
@@ -665,5 +666,18 @@ fn spawn_signal_thread(signals: BlockedSignals, mountpoint: PathBuf) {
         });
     if let Err(error) = spawned {
         tracing::error!("cannot start the signal thread: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caches_take_their_default_or_an_eighth_of_a_smaller_memory_budget() {
+        let budget: u64 = 96 << 20;
+        assert_eq!(within_memory(32 << 20, budget), 12 << 20);
+        assert_eq!(within_memory(32 << 20, 1 << 30), 32 << 20);
+        assert_eq!(within_memory(32 << 20, u64::MAX), 32 << 20);
     }
 }

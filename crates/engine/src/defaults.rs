@@ -19,7 +19,8 @@ pub const JOURNAL_BYTES: u64 = 512 << 20;
 /// Directory listings kept while nothing changes (`engine/listing_cache.rs`): about 130k
 /// entries with their attributes. Pages used in the last round (half of it) always stay:
 /// a 32k-entry clone's `git status` lists 9 MB; at 16 MiB it passed that half and listed
-/// 1000 directories from the LSM per run (at 64 MiB, 350).
+/// 1000 directories from the LSM per run (at 64 MiB, 350). A mount gives it an eighth of a
+/// smaller `memory=` budget.
 pub const LISTING_CACHE_BYTES: usize = 32 << 20;
 /// Point reads of metadata kept (`store/read_cache.rs`): an entry and an inode of each of
 /// about 120k files, so the opens of a 30k-file tree read again (`grep -r`, a build) find

@@ -67,6 +67,8 @@ pub struct EngineConfig {
     pub checkpoint_bytes: u64,
     /// Point reads of metadata kept in memory (`store::read_cache`).
     pub read_cache_bytes: usize,
+    /// Directory listings kept in memory (`engine::listing_cache`).
+    pub listing_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -77,6 +79,7 @@ impl Default for EngineConfig {
             tuning: FjallTuning::default(),
             checkpoint_bytes: crate::defaults::CHECKPOINT_BYTES,
             read_cache_bytes: crate::defaults::READ_CACHE_BYTES,
+            listing_cache_bytes: crate::defaults::LISTING_CACHE_BYTES,
         }
     }
 }
@@ -341,7 +344,7 @@ impl Engine {
             space,
             reclaim: Arc::default(),
             change_observer: OnceLock::new(),
-            listings: ListingCache::new(crate::defaults::LISTING_CACHE_BYTES),
+            listings: ListingCache::new(config.listing_cache_bytes),
             poison,
             _lock: lock,
         });
