@@ -3523,6 +3523,84 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
     m.finish();
 }
 
+/// Probes names before making each, as `unzip` does (`stat`, `lstat`, `stat`, `lstat` of
+/// a name, then a file beside it), printing what each probe said; given `argv[1]` (a shell
+/// command), runs it and probes them again.
+const PROBES_BEFORE_CREATES_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static void look(const char *when) {
+    for (int i = 0; i < 20; i++) {
+        char path[32], made[32];
+        struct stat st;
+        snprintf(path, sizeof path, "d/n%d", i);
+        int a = stat(path, &st), b = lstat(path, &st), c = stat(path, &st), d = lstat(path, &st);
+        printf("%s %s: %d %d %d %d\n", when, path, a, b, c, d);
+        snprintf(made, sizeof made, "d/%s%d", when, i);
+        int fd = open(made, O_CREAT | O_WRONLY, 0644);
+        if (fd >= 0) close(fd);
+    }
+}
+int main(int argc, char **argv) {
+    look("before");
+    if (argc > 1) {
+        if (system(argv[1]) != 0) return 2;
+        look("after");
+    }
+    return 0;
+}
+"#;
+
+/// A name probed again and again before it is made (`unzip`: `stat`, `lstat`, `stat`,
+/// `lstat`, then the create) is asked of the daemon once each way while nothing changes,
+/// and no listing is asked for it (each was stale at the next create: 10k listings for
+/// 9k files). A change by another process, through either door, is seen at the next
+/// probe, the last name probed missing included; a dangling symlink is missing to `stat`
+/// and there to `lstat`.
+#[test]
+fn names_probed_before_their_creates_are_asked_once_and_see_changes() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "probes", PROBES_BEFORE_CREATES_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let asked = |kind| daemon_requests(&m.mnt, kind);
+    let top = m.path("count");
+    fs::create_dir_all(top.join("d")).unwrap();
+    let (stats, listings) = (asked("stat"), asked("open_dir"));
+    let out = fast(&top, &[binary.as_os_str()]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        asked("open_dir") - listings,
+        0,
+        "no listing: {}",
+        out.describe()
+    );
+    // Each of the 20 names: its `stat` and its `lstat` asked once, not twice.
+    let stats = asked("stat") - stats;
+    assert!(stats <= 2 * 20, "{stats} stats asked: {}", out.describe());
+    let change = "echo x > d/n19; ln -s missing d/n5; mkdir d/n7";
+    let mut outputs = Vec::new();
+    for (door, changer) in [("kernel", "off"), ("fast", "off"), ("fast", "on")] {
+        let top = m.path(format!("{door}-{changer}"));
+        fs::create_dir_all(top.join("d")).unwrap();
+        let command = format!("SHOAL_RUN={changer}; export SHOAL_RUN; {change}");
+        let out = through(door, &top, &[binary.as_os_str(), OsStr::new(&command)]);
+        assert!(out.success(), "{}", out.describe());
+        outputs.push(out);
+    }
+    let kernel = &outputs[0].stdout;
+    assert!(kernel.contains("before d/n19: -1 -1 -1 -1"));
+    assert!(kernel.contains("after d/n19: 0 0 0 0"));
+    assert!(kernel.contains("after d/n5: -1 0 -1 0"), "{kernel}");
+    assert!(kernel.contains("after d/n7: 0 0 0 0"));
+    for out in &outputs[1..] {
+        assert_eq!(&out.stdout, kernel, "{}", out.describe());
+    }
+    m.finish();
+}
+
 /// Runs the command `program` makes for a changer (the door other processes change the
 /// tree through: `off`, the kernel's, or `on`, the fast path) as USER in a fresh directory
 /// of `m` made by `setup`, three times: through the kernel door with changes through it,

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use shoal_fastpath::state::MountState;
-use shoal_fastpath::{Attr, DirEntryWire, NAME_MAX_BYTES};
+use shoal_fastpath::{At, Attr, DirEntryWire, NAME_MAX_BYTES};
 
 use crate::fds::{Holds, Known, OpenFile};
 use crate::{channel, mounts};
@@ -196,12 +196,35 @@ struct Reached {
     who: channel::Who,
 }
 
-#[derive(PartialEq, Eq)]
+/// A `stat` no listing answered: the directory (as base inode and path) and the name.
 struct Miss {
     mount: usize,
     base: u64,
     path: Box<[u8]>,
+    name: Box<[u8]>,
     changes: Option<u64>,
+}
+
+impl Miss {
+    /// Whether `self` and `other` are stats of two names of one directory, nothing changed
+    /// between them.
+    fn another_name_in_same_directory(&self, other: &Miss) -> bool {
+        self.changes.is_some()
+            && (self.mount, self.base, &self.path, self.changes)
+                == (other.mount, other.base, &other.path, other.changes)
+            && self.name != other.name
+    }
+}
+
+/// A path this thread's last `stat` by path found missing (ENOENT), from where, by whom,
+/// following a last symlink or not, and the mount's change count read before it was asked.
+struct Absent {
+    mount: usize,
+    base: u64,
+    path: Box<[u8]>,
+    follow: bool,
+    changes: u64,
+    who: channel::Who,
 }
 
 /// Directories reached by path kept at most.
@@ -220,6 +243,8 @@ thread_local! {
     /// The directory (as base inode and path) of this thread's last `stat` that no listing
     /// answered, and the change count then (per thread: `git status` stats from two).
     static LAST_MISS: std::cell::RefCell<Option<Miss>> = const { std::cell::RefCell::new(None) };
+    /// This thread's last `stat` by path that the daemon answered ENOENT.
+    static LAST_ABSENT: std::cell::RefCell<Option<Absent>> = const { std::cell::RefCell::new(None) };
     /// The directory this thread's last listing asked for by stats was of (`paid_off`).
     static LAST_PREFETCH: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
 }
@@ -301,15 +326,19 @@ pub fn without_trailing_slashes(path: &[u8]) -> &[u8] {
     &path[..end]
 }
 
-/// A `stat` in directory (`base`, `path`) that no listing answered: whether the one
-/// before it missed in the same directory with nothing changed since, the sign of a
-/// program going through a directory's entries by name (`git status`, in index order)
-/// that a listing of it would answer.
-pub fn second_miss_in(mount: usize, base: u64, path: &[u8]) -> bool {
+/// A `stat` of `name` in directory (`base`, `path`) that no listing answered: whether the
+/// one before it missed another name in the same directory with nothing changed since, the
+/// sign of a program going through a directory's entries by name (`git status`, in index
+/// order) that a listing of it would answer. A name probed again is not: `unzip` stats
+/// each name it is about to create four times (`stat`, `lstat`, twice), and a listing
+/// asked for at the second answered the two after it and went stale at the create (10k
+/// listings, with attributes, of directories growing to hundreds of entries, for 9k files).
+pub fn second_miss_in(mount: usize, base: u64, path: &[u8], name: &[u8]) -> bool {
     let miss = Miss {
         mount,
         base,
         path: path.into(),
+        name: name.into(),
         changes: changes_now(mount),
     };
     LAST_MISS
@@ -317,11 +346,57 @@ pub fn second_miss_in(mount: usize, base: u64, path: &[u8]) -> bool {
             let Ok(mut last) = last.try_borrow_mut() else {
                 return false;
             };
-            let again = miss.changes.is_some() && last.as_ref() == Some(&miss);
+            let again = last
+                .as_ref()
+                .is_some_and(|last| miss.another_name_in_same_directory(last));
             *last = Some(miss);
             again
         })
         .unwrap_or(false)
+}
+
+/// Whether this thread's last `stat` that the daemon answered ENOENT was of the path `at`
+/// names, by the same caller, and nothing has changed on the mount since it was asked: then
+/// it is missing still. A path missing without following its last symlink is missing when
+/// following it too; not the other way round (a dangling symlink).
+pub fn known_absent(mount: usize, at: &At, who: channel::Who) -> bool {
+    let Some(now) = changes_now(mount) else {
+        return false;
+    };
+    LAST_ABSENT
+        .try_with(|last| {
+            last.try_borrow().ok().is_some_and(|last| {
+                last.as_ref().is_some_and(|absent| {
+                    (
+                        absent.mount,
+                        absent.base,
+                        &*absent.path,
+                        absent.changes,
+                        absent.who,
+                    ) == (mount, at.base, at.path.as_slice(), now, who)
+                        && (absent.follow == at.follow || !absent.follow)
+                })
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// The daemon said the path `at` names is missing, asked when the change count was
+/// `changes` (read before the request, so a change made meanwhile moved it).
+pub fn remember_absent(mount: usize, at: &At, changes: u64, who: channel::Who) {
+    let absent = Absent {
+        mount,
+        base: at.base,
+        path: at.path.as_slice().into(),
+        follow: at.follow,
+        changes,
+        who,
+    };
+    let _ = LAST_ABSENT.try_with(|last| {
+        if let Ok(mut last) = last.try_borrow_mut() {
+            *last = Some(absent);
+        }
+    });
 }
 
 /// This thread asked for a listing of directory `dir` to answer its stats.

@@ -45,27 +45,43 @@ pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
 
 /// The daemon's attributes for what `named` names; `None` for the kernel.
 fn attributes(nr: i64, target: Named) -> Result<Option<(usize, Attr)>, i32> {
-    let (mount, request) = match target {
-        Named::Handle(file) => return descriptor_attributes(nr, &file),
-        Named::Path(mount, at) => {
-            match listed(mount, &at) {
-                Looked::Found(attr) => {
-                    stats::note(nr, stats::Way::Fast);
-                    stats::note_listed();
-                    return Ok(Some((mount, attr)));
-                }
-                Looked::Absent => {
-                    stats::note(nr, stats::Way::Fast);
-                    return Err(libc::ENOENT);
-                }
-                Looked::Unanswered | Looked::Unlisted => {}
-            }
-            (mount, Request::Stat { at })
+    match target {
+        Named::Handle(file) => descriptor_attributes(nr, &file),
+        Named::Path(mount, at) => path_attributes(nr, mount, at),
+        Named::Kernel => Ok(None),
+        Named::Fail(errno) => Err(errno),
+    }
+}
+
+/// A path's attributes: its absence this thread was last told of, or a listing, while
+/// they hold; else asked (and an absence kept).
+fn path_attributes(nr: i64, mount: usize, at: At) -> Result<Option<(usize, Attr)>, i32> {
+    let who = crate::channel::who();
+    if crate::listings::known_absent(mount, &at, who) {
+        stats::note(nr, stats::Way::Fast);
+        return Err(libc::ENOENT);
+    }
+    match listed(mount, &at, who) {
+        Looked::Found(attr) => {
+            stats::note(nr, stats::Way::Fast);
+            stats::note_listed();
+            return Ok(Some((mount, attr)));
         }
-        Named::Kernel => return Ok(None),
-        Named::Fail(errno) => return Err(errno),
-    };
-    match ask(nr, mount, &request) {
+        Looked::Absent => {
+            stats::note(nr, stats::Way::Fast);
+            return Err(libc::ENOENT);
+        }
+        Looked::Unanswered | Looked::Unlisted => {}
+    }
+    let changes = crate::listings::changes_now(mount);
+    let request = Request::Stat { at };
+    let answer = ask(nr, mount, &request);
+    if let (Answer::Errno(libc::ENOENT), Some(changes), Request::Stat { at }) =
+        (&answer, changes, &request)
+    {
+        crate::listings::remember_absent(mount, at, changes, who);
+    }
+    match answer {
         Answer::Done(Reply::Attr(attr)) => Ok(Some((mount, attr))),
         Answer::Done(_) => Err(libc::EPROTO),
         Answer::Errno(errno) => Err(errno),
@@ -141,8 +157,7 @@ pub fn absent(mount: usize, at: &At) -> bool {
 /// What the listings say of a path's last name: an entry of a directory, from a listing
 /// that still holds (of the base directory, or of the directory a path reached, listed by
 /// `prefetch` at the second miss in a row there), or its absence from a whole one.
-fn listed(mount: usize, at: &At) -> Looked {
-    let who = crate::channel::who();
+fn listed(mount: usize, at: &At, who: Who) -> Looked {
     let Some((parent, dir, name)) = parent_and_name(mount, at, who) else {
         return Looked::Unlisted;
     };
@@ -158,7 +173,7 @@ fn listed(mount: usize, at: &At) -> Looked {
             looked => return looked,
         }
     }
-    if !crate::listings::second_miss_in(mount, at.base, parent)
+    if !crate::listings::second_miss_in(mount, at.base, parent, name)
         && !crate::listings::last_prefetch_paid_off()
     {
         return Looked::Unlisted;
