@@ -305,7 +305,7 @@ fn reopen(file: &OpenFile) -> Result<i32, i32> {
         // opened as the program opened it through its /proc link: O_NOFOLLOW on the open
         // itself would stay in the descriptor's flags (F_GETFL).
         let found = open_by_path(file, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)?;
-        let link = format!("/proc/self/fd/{found}\0");
+        let link = sys::proc_fd_link(found);
         let reopened = sys::check(sys::openat(libc::AT_FDCWD, link.as_bytes(), flags, 0));
         sys::close(found);
         match reopened {

@@ -363,7 +363,7 @@ pub fn absolute(dirfd: i64, path: &[u8]) -> Vec<u8> {
     } else if let Some(file) = fds::get(dirfd) {
         file.path[..file.path.len().saturating_sub(1)].to_vec()
     } else {
-        link_target(&format!("/proc/self/fd/{dirfd}\0"))
+        link_target(&crate::sys::proc_fd_link(dirfd))
     };
     if !out.is_empty() && out.last() != Some(&b'/') {
         out.push(b'/');

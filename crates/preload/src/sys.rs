@@ -92,3 +92,9 @@ pub fn rlimit_nofile() -> i64 {
         i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX)
     }
 }
+
+/// The NUL-terminated `/proc/self/fd/N` link of descriptor `fd`: the kernel's name for the
+/// open file itself, whatever has happened to its path since.
+pub fn proc_fd_link(fd: impl std::fmt::Display) -> String {
+    format!("/proc/self/fd/{fd}\0")
+}

@@ -184,7 +184,7 @@ fn fchmodat_nofollow_emulated(args: [i64; 6]) -> i64 {
         result = if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
             -i64::from(libc::EOPNOTSUPP)
         } else {
-            let link = format!("/proc/self/fd/{fd}\0");
+            let link = crate::sys::proc_fd_link(fd);
             crate::calls::raw(libc::SYS_chmod, [link.as_ptr() as i64, args[2], 0, 0, 0, 0])
         };
     }
