@@ -1759,7 +1759,11 @@ fn a_start_named_by_inode_alone_is_left_to_the_kernel() {
 /// `hello`): 0 when the daemon did not serve it (an errno or a fallback), 1 when it did,
 /// 2 and up when no channel could be made.
 fn forged_request(name: &str, hello: &[u8], request: &[u8]) -> i32 {
-    use shoal_fastpath::{fd_passing, shared::SharedChannel, Reply, Status};
+    use shoal_fastpath::{
+        fd_passing,
+        shared::{Patience, SharedChannel},
+        Reply, Status,
+    };
     // SAFETY: plain socket(2).
     let socket = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0) };
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
@@ -1799,7 +1803,12 @@ fn forged_request(name: &str, hello: &[u8], request: &[u8]) -> i32 {
     let seq = channel.send(request);
     let mut reply = Vec::new();
     if channel
-        .wait_reply(seq, &mut reply, Duration::from_millis(1), &|| true)
+        .wait_reply(
+            seq,
+            &mut reply,
+            Patience::Spin(Duration::from_millis(1)),
+            &|| true,
+        )
         .is_err()
     {
         return 7;

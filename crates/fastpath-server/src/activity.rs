@@ -8,7 +8,7 @@
 //! each waiting for a peer that has no CPU to answer on: 24k creates/s spinning against
 //! 36k/s not at all (`shoal bench --make shoal-run --threads 2 --files 20000 --file-size
 //! 100 create`). So nobody spins, on either side, while the busy connections need more
-//! CPUs than the machine has.
+//! CPUs than the machine has: both take turns instead (`Patience::TakeTurns`).
 //!
 //! The same count says whether a request may be answered before it is applied
 //! (`answered_early`): only while its connection is the only busy one, since every other

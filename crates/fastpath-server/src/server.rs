@@ -11,7 +11,7 @@ use parking_lot::{Mutex, MutexGuard};
 use shoal_engine::{ChangeObserver, Engine, FsError, ROOT_INO};
 use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
-use shoal_fastpath::shared::SharedChannel;
+use shoal_fastpath::shared::{Patience, SharedChannel};
 use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
@@ -637,7 +637,15 @@ impl Server {
         }
         let next = match polled {
             Some(next) => Ok(next),
-            None => channel.next_request(seq, request_buf, Duration::ZERO, alive),
+            // Past its spin it sleeps; while spinning does not pay it takes turns first.
+            None => {
+                let patience = if spinning_pays {
+                    Patience::Spin(Duration::ZERO)
+                } else {
+                    Patience::TakeTurns
+                };
+                channel.next_request(seq, request_buf, patience, alive)
+            }
         };
         let arrived = Instant::now();
         let waited = arrived.saturating_duration_since(waiting_since);

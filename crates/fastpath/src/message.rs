@@ -522,6 +522,12 @@ impl Target {
 }
 
 impl Request {
+    /// Whether its answer waits for the journal to reach the disk (milliseconds, not
+    /// microseconds: its caller sleeps rather than keep a CPU busy waiting).
+    pub fn waits_on_journal(&self) -> bool {
+        matches!(self, Request::Fsync { .. } | Request::Sync)
+    }
+
     fn tag(&self) -> u32 {
         match self {
             Request::Hello { .. } => 1,

@@ -193,23 +193,28 @@ impl SharedChannel {
     }
 
     /// Client: sends `request`, waits for the reply into `reply`. `pace` bounds the busy
-    /// wait before sleeping, and learns from this one; `alive` says whether the daemon
-    /// still holds the connection.
+    /// wait before sleeping, and learns from this one; `soon`: the answer does not wait on
+    /// the journal (a sync does, for milliseconds: its caller sleeps at once when it may
+    /// not spin, rather than take turns); `alive` says whether the daemon still holds the
+    /// connection.
     pub fn call(
         &self,
         request: &[u8],
         reply: &mut Vec<u8>,
         pace: &mut Pace,
+        soon: bool,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
         let (seq, woke_server) = self.send_request(request);
         let sent = Instant::now();
-        let spin = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
-            pace.spin()
+        let patience = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
+            Patience::Spin(pace.spin())
+        } else if soon {
+            Patience::TakeTurns
         } else {
-            Duration::ZERO
+            Patience::Spin(Duration::ZERO)
         };
-        let answered = self.wait_reply(seq, reply, spin, alive);
+        let answered = self.wait_reply(seq, reply, patience, alive);
         let waited = sent.elapsed();
         // A daemon thread woken from its sleep answers late by its wake-up: only its time
         // on the request says whether the answer comes soon enough to spin for.
@@ -274,14 +279,14 @@ impl SharedChannel {
         &self,
         seq: u32,
         reply: &mut Vec<u8>,
-        spin: Duration,
+        patience: Patience,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
         wait_for(
             self.word(REPLY_SEQ),
             self.word(CLIENT_SLEEPING),
             seq,
-            spin,
+            patience,
             alive,
         )?;
         self.word(REPLY_SEEN_AT).store(stamp(), Ordering::Relaxed);
@@ -296,7 +301,7 @@ impl SharedChannel {
         &self,
         last_seq: u32,
         request: &mut Vec<u8>,
-        spin: Duration,
+        patience: Patience,
         alive: &dyn Fn() -> bool,
     ) -> Result<u32, Gone> {
         let seq = last_seq.wrapping_add(1);
@@ -304,7 +309,7 @@ impl SharedChannel {
             self.word(REQUEST_SEQ),
             self.word(SERVER_SLEEPING),
             seq,
-            spin,
+            patience,
             alive,
         )?;
         let len = self.word(REQUEST_LEN).load(Ordering::Acquire) as usize;
@@ -469,17 +474,41 @@ const LIVENESS_CHECK: Duration = Duration::from_millis(100);
 /// 2-core VM takes 20-50 µs to wake, which the nudge takes off the round trip).
 const AFTER_NUDGE_SPIN: Duration = Duration::from_micros(200);
 
-/// Waits until `word` reaches `wanted` (sequence numbers only move forward by one):
-/// spinning for `spin`, then sleeping on the futex with `sleeping` raised.
+/// How a side waits for its peer before it sleeps on the futex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Patience {
+    /// Spins up to this long (zero: sleeps at once).
+    Spin(Duration),
+    /// Takes turns with the peer, for up to `TAKING_TURNS`: gives the CPU away
+    /// (`sched_yield`) until the word arrives. For while the busy connections, callers and
+    /// threads, outnumber the CPUs: a spinner then holds a CPU its peer needs to answer,
+    /// and a sleeper costs its peer a futex wake-up, an interrupt to a halted vCPU that
+    /// took 36% of the daemon's CPU with two threads creating files on the 2-core VM. A
+    /// CPU whose runnable threads all take turns never halts, and hands itself on with a
+    /// context switch.
+    TakeTurns,
+}
+
+/// How long a side takes turns before it sleeps: several of its peer's answers (a create
+/// takes the daemon 8-10 µs), and short of what a sleep would save when the peer is busy
+/// with something else.
+const TAKING_TURNS: Duration = Duration::from_micros(50);
+
+/// Waits until `word` reaches `wanted` (sequence numbers only move forward by one), with
+/// `patience`, then sleeping on the futex with `sleeping` raised.
 fn wait_for(
     word: &AtomicU32,
     sleeping: &AtomicU32,
     wanted: u32,
-    spin: Duration,
+    patience: Patience,
     alive: &dyn Fn() -> bool,
 ) -> Result<(), Gone> {
     let arrived = || word.load(Ordering::Acquire) == wanted;
-    if spin_until(word, wanted, spin) {
+    let awake = match patience {
+        Patience::Spin(spin) => spin_until(word, wanted, spin),
+        Patience::TakeTurns => yield_until(word, wanted, TAKING_TURNS),
+    };
+    if awake {
         return Ok(());
     }
     loop {
@@ -503,6 +532,19 @@ fn wait_for(
             return Err(Gone::Closed);
         }
     }
+}
+
+/// Gives the CPU away until `word` is `wanted` or `wait` has passed; whether it arrived.
+fn yield_until(word: &AtomicU32, wanted: u32, wait: Duration) -> bool {
+    let arrived = || word.load(Ordering::Acquire) == wanted;
+    let start = Instant::now();
+    while !arrived() {
+        if start.elapsed() >= wait {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 /// Spins until `word` is `wanted` or `spin` has passed; whether it arrived.
@@ -582,7 +624,12 @@ mod tests {
             let mut last = 0;
             for _ in 0..1000 {
                 last = server
-                    .next_request(last, &mut request, Duration::from_micros(50), &|| true)
+                    .next_request(
+                        last,
+                        &mut request,
+                        Patience::Spin(Duration::from_micros(50)),
+                        &|| true,
+                    )
                     .expect("request");
                 request.reverse();
                 server.reply(last, &request, Duration::ZERO);
@@ -596,6 +643,7 @@ mod tests {
                     &request,
                     &mut reply,
                     &mut Pace::new(Duration::from_micros(50)),
+                    true,
                     &|| true,
                 )
                 .expect("reply");
@@ -648,12 +696,12 @@ mod tests {
         let (mut request, mut reply) = (Vec::new(), Vec::new());
         let waiting_since = stamp();
         let seq = client.send(b"a");
-        let taken = server.next_request(0, &mut request, Duration::ZERO, &|| true);
+        let taken = server.next_request(0, &mut request, Patience::Spin(Duration::ZERO), &|| true);
         assert_eq!(taken, Ok(seq));
         server.reply(seq, b"r", Duration::from_micros(3));
         assert_eq!(client.service(), Duration::from_micros(3));
         client
-            .wait_reply(seq, &mut reply, Duration::ZERO, &|| true)
+            .wait_reply(seq, &mut reply, Patience::Spin(Duration::ZERO), &|| true)
             .expect("reply");
         // The client works 5 ms before its next request; the daemon, asleep since before
         // the reply was seen, takes the request 100 ms later: its wait is the client's 5.
@@ -666,12 +714,16 @@ mod tests {
             "{own:?}"
         );
         // A daemon that began to wait after the client had its reply counts from then.
-        let taken =
-            server.next_request(seq.wrapping_sub(1), &mut request, Duration::ZERO, &|| true);
+        let taken = server.next_request(
+            seq.wrapping_sub(1),
+            &mut request,
+            Patience::Spin(Duration::ZERO),
+            &|| true,
+        );
         assert_eq!(taken, Ok(seq));
         server.reply(seq, b"r", Duration::ZERO);
         client
-            .wait_reply(seq, &mut reply, Duration::ZERO, &|| true)
+            .wait_reply(seq, &mut reply, Patience::Spin(Duration::ZERO), &|| true)
             .expect("reply");
         std::thread::sleep(Duration::from_millis(5));
         let since_at = Instant::now();
@@ -702,11 +754,60 @@ mod tests {
     }
 
     #[test]
+    fn a_side_taking_turns_sees_an_answer_in_its_window_and_sleeps_after_it() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let delays = [Duration::ZERO, Duration::from_millis(5)];
+        let serving = std::thread::spawn(move || {
+            let mut request = Vec::new();
+            let mut last = 0;
+            for delay in delays {
+                last = server
+                    .next_request(last, &mut request, Patience::Spin(Duration::ZERO), &|| true)
+                    .expect("request");
+                std::thread::sleep(delay);
+                server.reply(last, b"a", Duration::ZERO);
+            }
+        });
+        let mut waits = Vec::new();
+        for _ in delays {
+            let seq = client.send(b"q");
+            let started = Instant::now();
+            let mut reply = Vec::new();
+            client
+                .wait_reply(seq, &mut reply, Patience::TakeTurns, &|| true)
+                .expect("reply");
+            assert_eq!(reply, b"a");
+            waits.push(started.elapsed());
+        }
+        serving.join().expect("server thread");
+        // Answered at once: seen while taking turns. Answered long after the window: the
+        // waiter slept, and the reply's wake ended its sleep (one nobody woke would wait
+        // for its liveness check).
+        assert!(waits[0] < LIVENESS_CHECK, "{waits:?}");
+        assert!(
+            waits[1] >= Duration::from_millis(5) && waits[1] < LIVENESS_CHECK,
+            "{waits:?}"
+        );
+        assert!(!yield_until(
+            &AtomicU32::new(0),
+            1,
+            Duration::from_micros(100)
+        ));
+    }
+
+    #[test]
     fn a_sleeping_waiter_sees_its_peer_gone() {
         let (client, _fd) = SharedChannel::create().expect("memfd");
         let mut reply = Vec::new();
         let started = Instant::now();
-        let result = client.call(b"x", &mut reply, &mut Pace::new(Duration::ZERO), &|| false);
+        let result = client.call(
+            b"x",
+            &mut reply,
+            &mut Pace::new(Duration::ZERO),
+            true,
+            &|| false,
+        );
         assert_eq!(result, Err(Gone::Closed));
         assert!(started.elapsed() < Duration::from_secs(2));
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
-use shoal_fastpath::shared::SharedChannel;
+use shoal_fastpath::shared::{Patience, SharedChannel};
 use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
@@ -217,7 +217,7 @@ impl ThreadChannels {
         if let Some(seq) = connection.unanswered.take() {
             // The reply of a request sent without waiting (its outcome mattered to nobody).
             if shared
-                .wait_reply(seq, &mut self.receive, pace.spin(), &alive)
+                .wait_reply(seq, &mut self.receive, Patience::Spin(pace.spin()), &alive)
                 .is_err()
             {
                 result = Err(ChannelError::Lost);
@@ -227,7 +227,9 @@ impl ThreadChannels {
         if result.is_ok() {
             result = match mode {
                 Wait::ForReply => {
-                    shared_round_trip(slot, shared, pace, &self.send, &mut self.receive)
+                    let soon = !request.waits_on_journal();
+                    let exchange = (&self.send[..], &mut self.receive);
+                    shared_round_trip(slot, shared, pace, soon, exchange)
                 }
                 Wait::No => {
                     connection.unanswered = Some(shared.send(&self.send));
@@ -247,12 +249,12 @@ fn shared_round_trip(
     slot: usize,
     shared: &SharedChannel,
     pace: &mut Pace,
-    send: &[u8],
-    receive: &mut Vec<u8>,
+    soon: bool,
+    (send, receive): (&[u8], &mut Vec<u8>),
 ) -> Result<(Status, Reply), ChannelError> {
     let alive = || daemon_alive(crate::internal_fds::fd(slot));
     shared
-        .call(send, receive, pace, &alive)
+        .call(send, receive, pace, soon, &alive)
         .map_err(|_| ChannelError::Lost)?;
     Reply::decode(receive).map_err(|_| ChannelError::Lost)
 }
