@@ -14,6 +14,7 @@ mod handles;
 mod held_write;
 mod ops;
 mod permission;
+mod placement;
 mod refusal;
 mod server;
 mod starts;

@@ -22,6 +22,7 @@ use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
 use crate::held_write::HeldWrite;
 use crate::ops::{OpenDirAsked, Prediction, Session};
+use crate::placement::Placement;
 use crate::refusal::{Refusal, Served};
 use crate::stats::FastPathStats;
 use crate::walk_cache::WalkCache;
@@ -431,6 +432,7 @@ impl Server {
         // with it (`HeldWrite`); applied before the thread sleeps, as soon as another
         // request waits for it, and before anything else is served.
         let mut held: Option<HeldWrite> = None;
+        let mut placement = Placement::of_this_thread();
         loop {
             let waiting = Waiting {
                 seq,
@@ -451,6 +453,7 @@ impl Server {
             self.activity.served(id, arrived);
             let busy = self.activity.busy(arrived);
             spinning_pays = self.activity.spinning_pays(busy);
+            placement.follow(channel.client_cpu(), !spinning_pays);
             let mut answer = |status: Status, reply: &Reply| {
                 Reply::encode(status, reply, &mut reply_buf);
                 channel.let_client_spin(spinning_pays);

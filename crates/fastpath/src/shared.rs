@@ -48,6 +48,9 @@ const REQUEST_LEN: usize = 512;
 /// Client: when it sent its request, and when it had the reply before that.
 const REQUEST_SENT_AT: usize = 516;
 const REPLY_SEEN_AT: usize = 520;
+/// Client, with each request: the CPU it runs on, plus one (0: unknown). A hint only, for
+/// where the daemon runs the connection's thread (the server's `placement`).
+const CLIENT_CPU: usize = 524;
 /// Daemon, with each reply.
 const REPLY_LEN: usize = 640;
 /// Daemon: nanoseconds from taking the request to publishing its reply.
@@ -96,6 +99,7 @@ const _: () = {
 };
 const _: () = assert!(CLIENT_NO_SPIN / LINE_PAIR_BYTES == SERVER_SLEEPING / LINE_PAIR_BYTES);
 const _: () = assert!(REQUEST_SENT_AT / LINE_PAIR_BYTES == REQUEST_LEN / LINE_PAIR_BYTES);
+const _: () = assert!(CLIENT_CPU / LINE_PAIR_BYTES == REQUEST_LEN / LINE_PAIR_BYTES);
 const _: () = assert!(SERVICE_NS / LINE_PAIR_BYTES == REPLY_LEN / LINE_PAIR_BYTES);
 // The reply area starts 8-byte aligned, so its words could be read in place too.
 const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
@@ -242,6 +246,8 @@ impl SharedChannel {
             .load(Ordering::Relaxed)
             .wrapping_add(1);
         self.word(REQUEST_SENT_AT).store(stamp(), Ordering::Relaxed);
+        self.word(CLIENT_CPU)
+            .store(current_cpu_plus_one(), Ordering::Relaxed);
         // SeqCst, as the sleeper's flag and its read of the sequence in `wait_for`: a
         // Release store may pass the load below (x86 reorders a store with a later load),
         // and both sides could then miss each other: a sleep until `LIVENESS_CHECK`.
@@ -345,6 +351,12 @@ impl SharedChannel {
         if no_spin.load(Ordering::Relaxed) != u32::from(!spin) {
             no_spin.store(u32::from(!spin), Ordering::Relaxed);
         }
+    }
+
+    /// Daemon: the CPU the client ran on when it sent its last request, as it says.
+    pub fn client_cpu(&self) -> Option<usize> {
+        let plus_one = self.word(CLIENT_CPU).load(Ordering::Relaxed);
+        (plus_one as usize).checked_sub(1)
     }
 
     /// Daemon: the client's own time before its request, from its last reply or from
@@ -597,6 +609,14 @@ fn spin_until_or(
         }
     }
     arrived()
+}
+
+/// The CPU the calling thread runs on, plus one (0: unknown). glibc reads it from the
+/// thread's rseq area, or asks the vDSO: no system call.
+fn current_cpu_plus_one() -> u32 {
+    // SAFETY: no arguments, no memory.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(0, |cpu| cpu.saturating_add(1))
 }
 
 /// Sleeps on `word` while it is `expected`, at most `timeout`; whether a wake ended it (not

@@ -19,13 +19,21 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    set_allowed_cpus(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus` only (EINVAL for a CPU past the set's size or
+/// none at all).
+pub fn set_allowed_cpus(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() || cpus.iter().any(|&cpu| cpu >= libc::CPU_SETSIZE as usize) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` < CPU_SETSIZE (checked above), so CPU_SET writes inside the set.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: `cpu` < CPU_SETSIZE (checked above), so CPU_SET writes inside the set.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: a cpu_set_t of the size we pass, for the calling thread (0).
     check(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })
 }
@@ -102,6 +110,7 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_to_cpu(libc::CPU_SETSIZE as usize).is_err());
+        assert!(set_allowed_cpus(&[]).is_err());
         assert!(cpu_time(CpuOf::ThisProcess) > Duration::ZERO);
     }
 }
