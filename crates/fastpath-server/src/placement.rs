@@ -1,23 +1,35 @@
-//! Where a connection's thread runs while callers and threads take turns for the CPUs
-//! (`activity`: more busy connections than the CPUs can give a spinner to each side).
+//! Where a connection's thread runs: off the CPU its caller runs on.
 //!
-//! Left to the scheduler, a caller and its own thread often end up on one CPU, where they
-//! run strictly one after the other: the thread's apply of an answer given early never
-//! overlaps the caller's next call. Two threads creating 100-byte files on two CPUs
-//! (`perf record -e sched:sched_switch`, then `/proc/TID/stat` samples): 48-50k files/s
-//! with each caller and its thread on one CPU, 55-68k with both callers on one CPU and
-//! both threads on the other, 100k and more with each CPU running one caller and the other
-//! caller's thread. So while taking turns a thread keeps off the CPU its caller says it
-//! runs on (a word of the shared page), and goes back to every CPU it may use once that
-//! ends: the first placement never forms, and the last forms whenever the callers are on
-//! different CPUs. Medians of 6 alternating runs: 100-byte files 65.6k -> 80.3k files/s,
-//! empty files 93.9k -> 124k; fsync'd 4 KiB creates with 8 threads, medians of 3, 7.6k ->
-//! 8.6k (`docs/bench/fastpath/2core/thirty-first/placement-ab.txt`).
+//! Left to the scheduler, a caller and its own thread often end up on one CPU (a wake-up
+//! or a yield hands the CPU from one to the other), where they run strictly one after the
+//! other: the thread's apply of an answer given early never overlaps the caller's next
+//! call, and every answer waits for a context switch. On the 2-core VM, `tar x` of the
+//! bench tree switched 7.5k times between `tar` and its thread on one CPU
+//! (`perf record -e sched:sched_switch`). Two threads creating 100-byte files ran at
+//! 48-50k files/s with each caller and its thread on one CPU, 55-68k with both callers on
+//! one CPU and both threads on the other, 100k and more with each CPU running one caller
+//! and the other caller's thread.
+//!
+//! So the thread keeps off the CPU its caller says it runs on (a word of the shared page,
+//! written with each request), moving at most once per `SETTLE` when the scheduler moves
+//! the caller. While callers and threads take turns for the CPUs (`activity`), medians of
+//! 6 alternating runs against the scheduler's placement: two threads' 100-byte creates
+//! 65.6k -> 80.3k files/s, empty files 93.9k -> 124k; fsync'd 4 KiB creates with 8
+//! threads, medians of 3, 7.6k -> 8.6k. With one busy caller: `tar x` + sync 957 -> 901 ms,
+//! `cp -a` 1578 -> 1430, warm `find` 35.4 -> 34.2, `du -s` 38.5 -> 37.2 (medians of 6, 3,
+//! 21, 21); one-thread creates, `rm -rf` and `git clone` unchanged
+//! (`docs/bench/fastpath/2core/thirty-first/placement-ab.txt`).
 //!
 //! The caller's word is a hint it could fake: at worst its own connection's thread runs
 //! on another of the CPUs the daemon may use.
 
+use std::time::{Duration, Instant};
+
 use shoal_sys::cpu::{allowed_cpus, set_allowed_cpus};
+
+/// The least time between two moves of a thread: a caller the scheduler moves back and
+/// forth costs a system call and a migration a millisecond at most.
+const SETTLE: Duration = Duration::from_millis(1);
 
 /// The CPUs a connection's thread may use, and the one it keeps off now.
 pub(crate) struct Placement {
@@ -25,6 +37,7 @@ pub(crate) struct Placement {
     /// cpuset included): never widened.
     allowed: Vec<usize>,
     avoided: Option<usize>,
+    moved_at: Option<Instant>,
 }
 
 impl Placement {
@@ -33,14 +46,19 @@ impl Placement {
         Placement {
             allowed: allowed_cpus().unwrap_or_default(),
             avoided: None,
+            moved_at: None,
         }
     }
 
-    /// Keeps the thread off `client_cpu` while `taking_turns`, else lets it run on every
-    /// CPU it was allowed. A system call only when that changes.
-    pub(crate) fn follow(&mut self, client_cpu: Option<usize>, taking_turns: bool) {
-        let wanted = client_cpu.filter(|cpu| taking_turns && self.may_avoid(*cpu));
-        if wanted == self.avoided {
+    /// Keeps the thread off `caller_cpu` (every CPU it was allowed, for a caller that did
+    /// not say). A system call only when that changes, at most once per `SETTLE`.
+    pub(crate) fn follow(&mut self, caller_cpu: Option<usize>, now: Instant) {
+        let wanted = caller_cpu.filter(|cpu| self.may_avoid(*cpu));
+        if wanted == self.avoided
+            || self
+                .moved_at
+                .is_some_and(|at| now.saturating_duration_since(at) < SETTLE)
+        {
             return;
         }
         let cpus: Vec<usize> = self
@@ -54,6 +72,7 @@ impl Placement {
         }
         // Recorded even when refused (a cpuset changed since): not asked again each request.
         self.avoided = wanted;
+        self.moved_at = Some(now);
     }
 
     /// Whether the thread may keep off `cpu`: one of its CPUs, and not its only one.
@@ -67,31 +86,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_thread_keeps_off_its_callers_cpu_only_while_taking_turns() {
+    fn a_thread_keeps_off_its_callers_cpu_and_moves_at_most_once_per_settle() {
         std::thread::spawn(|| {
             let mut placement = Placement::of_this_thread();
             let all = allowed_cpus().unwrap();
             assert_eq!(placement.allowed, all);
-            let first = all[0];
-            placement.follow(Some(first), true);
-            let expected: Vec<usize> = if all.len() > 1 {
-                all[1..].to_vec()
-            } else {
-                all.clone()
+            let without = |cpu: usize| -> Vec<usize> {
+                if all.len() > 1 {
+                    all.iter().copied().filter(|&c| c != cpu).collect()
+                } else {
+                    all.clone()
+                }
             };
-            assert_eq!(allowed_cpus().unwrap(), expected, "off the caller's CPU");
-            placement.follow(Some(first), false);
-            assert_eq!(allowed_cpus().unwrap(), all, "every CPU again");
-            for bogus in [libc::CPU_SETSIZE as usize, usize::MAX] {
-                placement.follow(Some(bogus), true);
+            let mut now = Instant::now();
+            placement.follow(Some(all[0]), now);
+            assert_eq!(
+                allowed_cpus().unwrap(),
+                without(all[0]),
+                "off the caller's CPU"
+            );
+            if let Some(&second) = all.get(1) {
+                placement.follow(Some(second), now);
                 assert_eq!(
                     allowed_cpus().unwrap(),
-                    all,
-                    "a CPU it may not use: {bogus}"
+                    without(all[0]),
+                    "a caller moved within SETTLE: not followed yet"
+                );
+                now += SETTLE;
+                placement.follow(Some(second), now);
+                assert_eq!(
+                    allowed_cpus().unwrap(),
+                    without(second),
+                    "followed after it"
                 );
             }
-            placement.follow(None, true);
-            assert_eq!(allowed_cpus().unwrap(), all, "a caller that did not say");
+            for bogus in [None, Some(libc::CPU_SETSIZE as usize), Some(usize::MAX)] {
+                now += SETTLE;
+                placement.follow(bogus, now);
+                assert_eq!(allowed_cpus().unwrap(), all, "every CPU again: {bogus:?}");
+            }
         })
         .join()
         .unwrap();
@@ -103,7 +136,7 @@ mod tests {
             let all = allowed_cpus().unwrap();
             shoal_sys::cpu::pin_to_cpu(all[0]).unwrap();
             let mut placement = Placement::of_this_thread();
-            placement.follow(Some(all[0]), true);
+            placement.follow(Some(all[0]), Instant::now());
             assert_eq!(allowed_cpus().unwrap(), vec![all[0]]);
         })
         .join()

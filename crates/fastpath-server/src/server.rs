@@ -453,7 +453,7 @@ impl Server {
             self.activity.served(id, arrived);
             let busy = self.activity.busy(arrived);
             spinning_pays = self.activity.spinning_pays(busy);
-            placement.follow(channel.client_cpu(), !spinning_pays);
+            placement.follow(channel.client_cpu(), arrived);
             let mut answer = |status: Status, reply: &Reply| {
                 Reply::encode(status, reply, &mut reply_buf);
                 channel.let_client_spin(spinning_pays);
