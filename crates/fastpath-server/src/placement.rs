@@ -53,6 +53,10 @@ impl Placement {
     /// Keeps the thread off `caller_cpu` (every CPU it was allowed, for a caller that did
     /// not say). A system call only when that changes, at most once per `SETTLE`.
     pub(crate) fn follow(&mut self, caller_cpu: Option<usize>, now: Instant) {
+        if caller_cpu == self.avoided {
+            // Every request of a caller that stays where it was: nothing to look up.
+            return;
+        }
         let wanted = caller_cpu.filter(|cpu| self.may_avoid(*cpu));
         if wanted == self.avoided
             || self
