@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use shoal_engine::histogram::HistogramSnapshot;
 use shoal_engine::metric::{exposed, Kind, Metric, Unit};
 use shoal_engine::{Engine, QuotaKind, StoreMetrics};
+use shoal_fastpath_server::FastPathStats;
 use shoal_fuse::{FuseStats, FuseStatsSnapshot, HeapBytes};
 
 /// Its numbers are described once each, in `DAEMON_METRICS`, `ENGINE_METRICS`,
@@ -59,6 +60,7 @@ pub struct StatsReport {
     pub fastpath_answered_early: u64,
     #[serde(default)]
     pub fastpath_joined_writes: u64,
+    pub fastpath_thread_moves: u64,
     #[serde(default)]
     pub fastpath_kept_walk_steps: u64,
     #[serde(default)]
@@ -551,6 +553,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_joined_writes,
     ),
     exposed(
+        "fastpath_thread_moves",
+        "shoal_fastpath_thread_moves_total",
+        Counter,
+        Count,
+        "Times a fast-path connection's daemon thread changed the CPUs it may run on, to keep off the CPU its caller runs on (or, for a caller that did not say, to take them all back): at most once a millisecond per connection.",
+        |r| r.fastpath_thread_moves,
+    ),
+    exposed(
         "fastpath_kept_walk_steps",
         "shoal_fastpath_kept_walk_steps_total",
         Counter,
@@ -605,7 +615,7 @@ pub struct StatsSource {
     /// The busy-waiting chosen at mount, and why.
     pub busy_wait: shoal_fuse::BusyWait,
     /// The fast path's counts (`None`: `-o fastpath=off`, or it could not start).
-    pub fast_path: Option<Arc<shoal_fastpath_server::FastPathStats>>,
+    pub fast_path: Option<Arc<FastPathStats>>,
     /// The store's UUID ("" if none) and the mountpoint: the report's labels.
     pub uuid: String,
     pub mountpoint: String,
@@ -698,14 +708,9 @@ impl StatsSource {
             fastpath_connections: self.fast_path_connections(),
             fastpath_answered_ahead: self.fast_path_ahead().0,
             fastpath_dropped_ahead: self.fast_path_ahead().1,
-            fastpath_answered_early: self
-                .fast_path
-                .as_ref()
-                .map_or(0, |stats| stats.answered_early()),
-            fastpath_joined_writes: self
-                .fast_path
-                .as_ref()
-                .map_or(0, |stats| stats.joined_writes()),
+            fastpath_answered_early: self.fast_path_count(FastPathStats::answered_early),
+            fastpath_joined_writes: self.fast_path_count(FastPathStats::joined_writes),
+            fastpath_thread_moves: self.fast_path_count(FastPathStats::thread_moves),
             fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
             fastpath_read_walk_steps: self.fast_path_walk_steps().1,
             fastpath_fallbacks: self.fast_path_fallbacks(),
@@ -756,6 +761,11 @@ impl StatsSource {
     fn fast_path_connections(&self) -> u64 {
         let connections = self.fast_path.as_ref().map(|stats| stats.connections());
         connections.unwrap_or(0)
+    }
+
+    /// A count of the fast path's statistics; 0 without a fast path.
+    fn fast_path_count(&self, count: fn(&FastPathStats) -> u64) -> u64 {
+        self.fast_path.as_deref().map_or(0, count)
     }
 
     fn fast_path_ahead(&self) -> (u64, u64) {

@@ -572,6 +572,33 @@ _, status = os.waitpid(pid, 0)
 print("ok" if status == 0 else "stale reads")
 "#;
 
+/// A connection's daemon thread keeps off the CPU its caller runs on (the daemon's
+/// `placement`): with more than one CPU, a program's first request moves it.
+#[test]
+fn a_connections_thread_moves_off_its_callers_cpu() {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let m = mount_with_fast_path(&[]);
+    let moves = |m: &Mounted| {
+        common::stats_json(&m.mnt)["fastpath_thread_moves"]
+            .as_u64()
+            .expect("fastpath_thread_moves in shoal stats")
+    };
+    let before = moves(&m);
+    fs::write(m.mnt.join("f"), b"x").unwrap();
+    let out = fast(&m.mnt, &["cat", "f"]);
+    assert_served(&out, 1, "cat");
+    assert_eq!(out.stdout, "x", "{}", out.describe());
+    let after = moves(&m);
+    if cpus > 1 {
+        assert!(
+            after > before,
+            "no move on {cpus} CPUs: {before} -> {after}"
+        );
+    } else {
+        assert_eq!(after, before, "one CPU: nowhere to move");
+    }
+}
+
 #[test]
 fn what_is_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
     const ROUNDS: u64 = 1000;

@@ -51,11 +51,12 @@ impl Placement {
     }
 
     /// Keeps the thread off `caller_cpu` (every CPU it was allowed, for a caller that did
-    /// not say). A system call only when that changes, at most once per `SETTLE`.
-    pub(crate) fn follow(&mut self, caller_cpu: Option<usize>, now: Instant) {
+    /// not say). A system call only when that changes, at most once per `SETTLE`; whether
+    /// it was made and taken.
+    pub(crate) fn follow(&mut self, caller_cpu: Option<usize>, now: Instant) -> bool {
         if caller_cpu == self.avoided {
             // Every request of a caller that stays where it was: nothing to look up.
-            return;
+            return false;
         }
         let wanted = caller_cpu.filter(|cpu| self.may_avoid(*cpu));
         if wanted == self.avoided
@@ -63,7 +64,7 @@ impl Placement {
                 .moved_at
                 .is_some_and(|at| now.saturating_duration_since(at) < SETTLE)
         {
-            return;
+            return false;
         }
         let cpus: Vec<usize> = self
             .allowed
@@ -71,12 +72,14 @@ impl Placement {
             .copied()
             .filter(|&cpu| Some(cpu) != wanted)
             .collect();
-        if let Err(error) = set_allowed_cpus(&cpus) {
+        let moved = set_allowed_cpus(&cpus);
+        if let Err(error) = &moved {
             tracing::debug!(%error, ?wanted, "fast path: thread placement unchanged");
         }
         // Recorded even when refused (a cpuset changed since): not asked again each request.
         self.avoided = wanted;
         self.moved_at = Some(now);
+        moved.is_ok()
     }
 
     /// Whether the thread may keep off `cpu`: one of its CPUs, and not its only one.
@@ -103,21 +106,21 @@ mod tests {
                 }
             };
             let mut now = Instant::now();
-            placement.follow(Some(all[0]), now);
+            assert_eq!(placement.follow(Some(all[0]), now), all.len() > 1);
             assert_eq!(
                 allowed_cpus().unwrap(),
                 without(all[0]),
                 "off the caller's CPU"
             );
             if let Some(&second) = all.get(1) {
-                placement.follow(Some(second), now);
+                assert!(!placement.follow(Some(second), now));
                 assert_eq!(
                     allowed_cpus().unwrap(),
                     without(all[0]),
                     "a caller moved within SETTLE: not followed yet"
                 );
                 now += SETTLE;
-                placement.follow(Some(second), now);
+                assert!(placement.follow(Some(second), now));
                 assert_eq!(
                     allowed_cpus().unwrap(),
                     without(second),
@@ -126,7 +129,7 @@ mod tests {
             }
             for bogus in [None, Some(libc::CPU_SETSIZE as usize), Some(usize::MAX)] {
                 now += SETTLE;
-                placement.follow(bogus, now);
+                let _ = placement.follow(bogus, now);
                 assert_eq!(allowed_cpus().unwrap(), all, "every CPU again: {bogus:?}");
             }
         })
@@ -140,7 +143,7 @@ mod tests {
             let all = allowed_cpus().unwrap();
             shoal_sys::cpu::pin_to_cpu(all[0]).unwrap();
             let mut placement = Placement::of_this_thread();
-            placement.follow(Some(all[0]), Instant::now());
+            assert!(!placement.follow(Some(all[0]), Instant::now()));
             assert_eq!(allowed_cpus().unwrap(), vec![all[0]]);
         })
         .join()

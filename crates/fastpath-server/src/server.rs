@@ -453,7 +453,9 @@ impl Server {
             self.activity.served(id, arrived);
             let busy = self.activity.busy(arrived);
             spinning_pays = self.activity.spinning_pays(busy);
-            placement.follow(channel.client_cpu(), arrived);
+            if placement.follow(channel.client_cpu(), arrived) {
+                self.stats.count_thread_move();
+            }
             let mut answer = |status: Status, reply: &Reply| {
                 Reply::encode(status, reply, &mut reply_buf);
                 channel.let_client_spin(spinning_pays);

@@ -92,6 +92,8 @@ pub struct FastPathStats {
     /// Writes answered early that went on with a held one and were applied with it
     /// (`held_write`).
     joined_writes: AtomicU64,
+    /// Times a connection's thread changed the CPUs it may run on (`placement`).
+    thread_moves: AtomicU64,
 }
 
 /// One request kind's counts.
@@ -170,6 +172,15 @@ impl FastPathStats {
     /// Writes applied with the held write they went on with (see the field).
     pub fn joined_writes(&self) -> u64 {
         self.joined_writes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_thread_move(&self) {
+        self.thread_moves.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Changes of a connection's thread's CPUs (see the field).
+    pub fn thread_moves(&self) -> u64 {
+        self.thread_moves.load(Ordering::Relaxed)
     }
 
     pub fn answered_ahead(&self) -> (u64, u64) {
