@@ -60,6 +60,7 @@ pub struct StatsReport {
     pub fastpath_answered_early: u64,
     #[serde(default)]
     pub fastpath_joined_writes: u64,
+    #[serde(default)]
     pub fastpath_thread_moves: u64,
     #[serde(default)]
     pub fastpath_kept_walk_steps: u64,
