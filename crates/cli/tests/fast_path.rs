@@ -1156,6 +1156,70 @@ fn files_opened_by_a_thread_that_ended_stay_open() {
     m.finish();
 }
 
+/// The size of this process's descriptor table (`FDSize` in /proc/self/status), before any
+/// second thread exists and after a second thread's first call on the mount.
+const TABLE_SIZE_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+static int table_size(void) {
+    char line[256]; int size = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "FDSize:", 7) == 0) sscanf(line + 7, "%d", &size);
+    if (f) fclose(f);
+    return size;
+}
+static const char *path; static int found;
+static void *stat_it(void *unused) { struct stat st; found = stat(path, &st) == 0; return unused; }
+int main(int argc, char **argv) {
+    path = argv[1];
+    int before = table_size();
+    pthread_t thread;
+    pthread_create(&thread, 0, stat_it, 0);
+    pthread_join(thread, 0);
+    printf("%d %d %d\n", before, table_size(), found);
+    return 0;
+}
+"#;
+
+/// The library's own descriptors sit high in the table (`internal_fds`); the kernel grows a
+/// table threads share only after an RCU grace period (10-25 ms here), so the table grows
+/// at load, while the process has one thread, and a thread's first call on the mount (its
+/// connection) finds it grown: the program sees no such wait.
+#[test]
+fn a_threads_first_call_finds_the_descriptor_table_grown() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "table_size", TABLE_SIZE_C, &["-pthread"]);
+    let m = mount_with_fast_path(&[]);
+    fs::write(m.path("file"), "x").unwrap();
+    let file = m.path("file");
+    let k = kernel(&m.mnt, &[binary.as_os_str(), file.as_os_str()]);
+    let f = fast(&m.mnt, &[binary.as_os_str(), file.as_os_str()]);
+    assert_served(&f, 1, "a thread's stat");
+    let sizes = |out: &CmdOutput| -> Vec<i64> {
+        out.stdout
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    let (kernel_sizes, fast_sizes) = (sizes(&k), sizes(&f));
+    assert_eq!(kernel_sizes[2], 1, "{}", k.describe());
+    assert_eq!(fast_sizes[2], 1, "{}", f.describe());
+    assert!(
+        fast_sizes[0] > kernel_sizes[0],
+        "the table had grown before main: {fast_sizes:?} against {kernel_sizes:?}"
+    );
+    assert_eq!(
+        fast_sizes[0],
+        fast_sizes[1],
+        "the table grew once threads shared it: {}",
+        f.describe()
+    );
+    m.finish();
+}
+
 const DESCRIPTORS: &str = r#"
 import errno, mmap, os, sys
 mnt = sys.argv[1]

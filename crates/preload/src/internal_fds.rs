@@ -47,6 +47,24 @@ fn high_copy(fd: i32) -> Option<i32> {
     (copy >= 0).then_some(copy as i32)
 }
 
+/// The slot of the placeholder every other one is a copy of, made at its first use.
+fn placeholder_base() -> Option<usize> {
+    static BASE: OnceLock<Option<usize>> = OnceLock::new();
+    *BASE.get_or_init(|| {
+        let fd = sys::placeholder(true);
+        (fd >= 0).then(|| hide(fd as i32))
+    })
+}
+
+/// At load, while the process most likely has one thread: makes the placeholder base, so
+/// the kernel's descriptor table grows to hold `HIGH_FD` now. The kernel grows a table
+/// that threads share only after an RCU grace period (`expand_fdtable`), 12-25 ms on the
+/// 2-core VM: a threaded program whose first call on a mount came from a second thread (a
+/// JVM runs `main` in one) waited that long at its first connection's `hide`.
+pub fn grow_table_early() {
+    let _ = placeholder_base();
+}
+
 /// The descriptor in `slot` now.
 pub fn fd(slot: usize) -> i32 {
     slots().get(slot).copied().unwrap_or(-1)
@@ -101,12 +119,7 @@ pub fn in_range(first: u32, last: u32) -> Vec<u32> {
 /// the fast path. Placeholders then share one open file description, which nothing reads:
 /// the library keeps each fast descriptor's flags and offset itself.
 pub fn placeholder(cloexec: bool) -> i64 {
-    static BASE: OnceLock<Option<usize>> = OnceLock::new();
-    let base = BASE.get_or_init(|| {
-        let fd = sys::placeholder(true);
-        (fd >= 0).then(|| hide(fd as i32))
-    });
-    if let Some(slot) = *base {
+    if let Some(slot) = placeholder_base() {
         let command = if cloexec {
             libc::F_DUPFD_CLOEXEC
         } else {

@@ -48,6 +48,7 @@ extern "C" fn load() {
         return;
     }
     process_state::start();
+    internal_fds::grow_table_early();
     spawn::resolve();
     // SAFETY: registering plain extern "C" functions with no preconditions.
     unsafe {
