@@ -106,7 +106,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 }
 
 /// The counters each process adds after its calls, and how the report names them.
-const COUNTED: [(&str, &str); 4] = [
+const COUNTED: [(&str, &str); 5] = [
     (
         "listed=",
         "stats answered from directory listings (no round trip)",
@@ -119,11 +119,15 @@ const COUNTED: [(&str, &str); 4] = [
         "whole=",
         "reads answered from files sent with their open (no round trip)",
     ),
+    (
+        "links=",
+        "symlinks read from directory listings (no round trip)",
+    ),
     ("lost=", "descriptors that could not become kernel ones"),
 ];
 
 /// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N
-/// whole=N`) into one table.
+/// whole=N links=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;

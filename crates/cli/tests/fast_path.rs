@@ -3623,6 +3623,84 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
     m.finish();
 }
 
+/// Lists a directory, then reads every entry as a symlink and a few names that are not
+/// there or end in a slash; then replaces one link through the kernel door (a path the
+/// library leaves to the kernel) and reads it again.
+const LINKS_AFTER_LISTING: &str = r#"
+import os, sys
+d = sys.argv[1]
+def read(name):
+    try:
+        return "%s -> %s" % (name, os.readlink(os.path.join(d, name)))
+    except OSError as e:
+        return "%s: %s" % (name, e.strerror)
+out = [read(n) for n in sorted(os.listdir(d))]
+out += [read(n) for n in ("missing", "file/", "dirlink/", "sub/nested")]
+through_kernel = "/proc/self/root" + os.path.join(d, "rel")
+os.unlink(through_kernel)
+os.symlink("changed/target", through_kernel)
+out.append("after the kernel door's change: " + read("rel"))
+print("\n".join(out))
+"#;
+
+/// Listings carry their symlinks' targets, so a `readlink` after the listing (`find -ls`,
+/// `ls -l`, `tar c`) needs no round trip; what it returns, errors included, is the kernel
+/// door's, and a link replaced through the other door is read anew.
+#[test]
+fn symlinks_are_read_from_listings_as_the_kernel_reads_them() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "links.py", LINKS_AFTER_LISTING);
+    let m = mount_with_fast_path(&[]);
+    let setup = |dir: &Path| {
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("file"), "data").unwrap();
+        std::os::unix::fs::symlink("sub/nested", dir.join("sub/nested")).unwrap();
+        std::os::unix::fs::symlink("file", dir.join("rel")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("abs")).unwrap();
+        std::os::unix::fs::symlink("nowhere/x", dir.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("sub", dir.join("dirlink")).unwrap();
+        std::os::unix::fs::symlink("t".repeat(4000), dir.join("long")).unwrap();
+    };
+    let (k_dir, f_dir) = (m.path("k"), m.path("f"));
+    setup(&k_dir);
+    setup(&f_dir);
+    let k = kernel(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), k_dir.as_os_str()],
+    );
+    let f = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), f_dir.as_os_str()],
+    );
+    assert!(k.success(), "{}", k.describe());
+    assert_served(&f, 10, "readlinks");
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    assert!(
+        k.stdout.contains("rel -> file\n")
+            && k.stdout.contains("file: Invalid argument\n")
+            && k.stdout.contains("missing: No such file or directory\n")
+            && k.stdout
+                .contains("after the kernel door's change: rel -> changed/target"),
+        "{}",
+        k.describe()
+    );
+    let from_listings = f
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("symlinks read from directory listings (no round trip): ")
+        })
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    // The five links and the file, read after the listing; not the names it lacks, those
+    // ending in a slash, nor the link changed since.
+    assert!(
+        from_listings.is_some_and(|n| n >= 6),
+        "readlinks after the listing came from it: {}",
+        f.describe()
+    );
+    m.finish();
+}
+
 /// Probes names before making each, as `unzip` does (`stat`, `lstat`, `stat`, `lstat` of
 /// a name, then a file beside it), printing what each probe said; given `argv[1]` (a shell
 /// command), runs it and probes them again.

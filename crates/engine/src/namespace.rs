@@ -41,10 +41,11 @@ fn page_key(dir: u64, after: Option<&[u8]>, with_inodes: bool) -> PageKey {
     }
 }
 
-/// `inode` as a listing returns it: attributes only (a symlink's target and a small
-/// file's data stay in the store, not in every listing kept).
+/// `inode` as a listing returns it: attributes, and a symlink's target (tens of bytes, read
+/// by `find -ls`, `ls -l` and `tar c` for each symlink they list: the fast path sends it
+/// with the listing); a small file's data stays in the store, not in every listing kept.
 fn without_content(mut inode: Inode) -> Inode {
-    if let Content::Inline(data) = &mut inode.content {
+    if let (Content::Inline(data), false) = (&mut inode.content, inode.kind == FileKind::Symlink) {
         *data = Vec::new();
     }
     inode

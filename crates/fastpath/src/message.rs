@@ -244,15 +244,19 @@ pub struct DirEntryWire {
     /// (see the daemon's `read_dir_within`): `attr` holds while it stays, whatever else
     /// changes on the mount.
     pub version: Option<u32>,
+    /// With `attr` and `version`, for a symlink: its target, what `readlink` of the entry
+    /// would return (a symlink's target never changes, so it holds as `attr` does).
+    pub target: Option<Vec<u8>>,
 }
 
 impl DirEntryWire {
     /// Bytes this entry takes in an encoded `Entries` reply.
     pub fn encoded_len(&self) -> usize {
-        let attr = match (self.attr, self.version) {
-            (None, _) => 0,
-            (Some(_), None) => ATTR_BYTES,
-            (Some(_), Some(_)) => ATTR_BYTES + 4,
+        let attr = match (self.attr, self.version, &self.target) {
+            (None, _, _) => 0,
+            (Some(_), None, _) => ATTR_BYTES,
+            (Some(_), Some(_), None) => ATTR_BYTES + 4,
+            (Some(_), Some(_), Some(target)) => ATTR_BYTES + 4 + 4 + target.len(),
         };
         ENTRY_FIXED_BYTES + self.name.len() + attr
     }
@@ -1036,12 +1040,16 @@ fn encode_entries(
     encode_option_u32(e, dir_version);
     for entry in entries {
         e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
-        match (&entry.attr, entry.version) {
-            (None, _) => void(e.u8(0)),
-            (Some(attr), None) => attr.encode(e.u8(1)),
-            (Some(attr), Some(version)) => {
+        match (&entry.attr, entry.version, &entry.target) {
+            (None, _, _) => void(e.u8(0)),
+            (Some(attr), None, _) => attr.encode(e.u8(1)),
+            (Some(attr), Some(version), None) => {
                 attr.encode(e.u8(2));
                 e.u32(version);
+            }
+            (Some(attr), Some(version), Some(target)) => {
+                attr.encode(e.u8(3));
+                e.u32(version).bytes(target);
             }
         }
     }
@@ -1060,10 +1068,15 @@ fn decode_entries(d: &mut Decoder) -> Result<Page, WireError> {
     let mut entries = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let (ino, kind, name) = (d.u64()?, d.u8()?, d.bytes(PATH_MAX_BYTES)?.to_vec());
-        let (attr, version) = match d.u8()? {
-            0 => (None, None),
-            1 => (Some(Attr::decode(d)?), None),
-            2 => (Some(Attr::decode(d)?), Some(d.u32()?)),
+        let (attr, version, target) = match d.u8()? {
+            0 => (None, None, None),
+            1 => (Some(Attr::decode(d)?), None, None),
+            2 => (Some(Attr::decode(d)?), Some(d.u32()?), None),
+            3 => (
+                Some(Attr::decode(d)?),
+                Some(d.u32()?),
+                Some(d.bytes(PATH_MAX_BYTES)?.to_vec()),
+            ),
             tag => return Err(WireError::UnknownTag(u32::from(tag))),
         };
         entries.push(DirEntryWire {
@@ -1072,6 +1085,7 @@ fn decode_entries(d: &mut Decoder) -> Result<Page, WireError> {
             name,
             attr,
             version,
+            target,
         });
     }
     Ok((entries, d.bool()?, changes, dir_version))
@@ -1343,6 +1357,7 @@ mod tests {
                         name: b"d".to_vec(),
                         attr: None,
                         version: None,
+                        target: None,
                     },
                     DirEntryWire {
                         ino: 4,
@@ -1350,6 +1365,7 @@ mod tests {
                         name: b"f".to_vec(),
                         attr: Some(attr),
                         version: None,
+                        target: None,
                     },
                     DirEntryWire {
                         ino: 5,
@@ -1357,6 +1373,15 @@ mod tests {
                         name: b"v".to_vec(),
                         attr: Some(attr),
                         version: Some(u32::MAX),
+                        target: None,
+                    },
+                    DirEntryWire {
+                        ino: 7,
+                        kind: 10,
+                        name: b"link".to_vec(),
+                        attr: Some(attr),
+                        version: Some(5),
+                        target: Some(b"../some/where".to_vec()),
                     },
                 ],
                 done: false,
@@ -1377,6 +1402,7 @@ mod tests {
                     name: b"g".to_vec(),
                     attr: Some(attr),
                     version: Some(2),
+                    target: None,
                 }],
                 done: true,
                 changes: 78,
@@ -1398,6 +1424,7 @@ mod tests {
                         name: b"deeper".to_vec(),
                         attr: Some(attr),
                         version: Some(1),
+                        target: None,
                     }],
                     done: true,
                     dir_version: Some(8),

@@ -71,6 +71,8 @@ struct Slot {
     name_len: u32,
     attr: Attr,
     version: Option<u32>,
+    /// A symlink's target, when the listing carried it.
+    target: Option<Box<[u8]>>,
 }
 
 impl Entries {
@@ -98,16 +100,22 @@ impl Entries {
             .map(|&i| i as usize)
     }
 
-    fn get(&self, name: &[u8]) -> Option<(&Attr, &Option<u32>)> {
-        let slot = &self.slots[self.position(name)?];
-        Some((&slot.attr, &slot.version))
+    fn get(&self, name: &[u8]) -> Option<&Slot> {
+        Some(&self.slots[self.position(name)?])
     }
 
-    /// Keeps `name`'s attributes; whether it is new here.
-    fn insert(&mut self, name: &[u8], attr: Attr, version: Option<u32>) -> bool {
+    /// Keeps `name`'s attributes (and a symlink's target); whether it is new here.
+    fn insert(
+        &mut self,
+        name: &[u8],
+        attr: Attr,
+        version: Option<u32>,
+        target: Option<&[u8]>,
+    ) -> bool {
+        let target = target.map(Box::from);
         if let Some(at) = self.position(name) {
             let slot = &mut self.slots[at];
-            (slot.attr, slot.version) = (attr, version);
+            (slot.attr, slot.version, slot.target) = (attr, version, target);
             return false;
         }
         // A listing holds at most MAX_ENTRIES names of at most NAME_MAX bytes: far below
@@ -125,6 +133,7 @@ impl Entries {
             name_len,
             attr,
             version,
+            target,
         });
         let hash = self.hasher.hash_one(name);
         let (hasher, names, slots) = (&self.hasher, &self.names, &self.slots);
@@ -605,9 +614,8 @@ fn keep(
             if attr.mode & libc::S_IFMT == libc::S_IFDIR {
                 listing.subdirs += 1;
             }
-            if listing.attrs.insert(&entry.name, attr, entry.version) {
-                added += 1;
-            }
+            let (name, target) = (&entry.name, entry.target.as_deref());
+            added += usize::from(listing.attrs.insert(name, attr, entry.version, target));
         }
     }
     listings.entries += added;
@@ -632,36 +640,71 @@ pub enum Looked {
 /// `follow`: the caller follows a final symlink, which a listing cannot answer.
 /// `who`: the caller, as for `reached`.
 pub fn lookup(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::Who) -> Looked {
+    match find(mount, dir, name, follow, who, |slot| slot.attr) {
+        Ok(attr) => Looked::Found(attr),
+        Err(looked) => looked,
+    }
+}
+
+/// The target of symlink `name` in directory `dir`, as `lookup` finds the entry: `Ok(None)`
+/// when the entry is not a symlink (`readlink` is EINVAL), `Err` with what `lookup` says
+/// when it finds no entry (or one whose listing did not carry its target).
+pub fn link_target(
+    mount: usize,
+    dir: u64,
+    name: &[u8],
+    who: channel::Who,
+) -> Result<Option<Box<[u8]>>, Looked> {
+    match find(mount, dir, name, false, who, |slot| {
+        (slot.attr.mode & libc::S_IFMT == libc::S_IFLNK).then(|| slot.target.clone())
+    }) {
+        Ok(Some(None)) => Err(Looked::Unanswered),
+        Ok(found) => Ok(found.flatten()),
+        Err(looked) => Err(looked),
+    }
+}
+
+/// What `answer` makes of entry `name` of directory `dir` in a listing that holds for it
+/// (the `Looked` that says why not, else).
+fn find<R>(
+    mount: usize,
+    dir: u64,
+    name: &[u8],
+    follow: bool,
+    who: channel::Who,
+    answer: impl FnOnce(&Slot) -> R,
+) -> Result<R, Looked> {
     let Some(listings) = read_listings() else {
-        return Looked::Unlisted;
+        return Err(Looked::Unlisted);
     };
     let Some(listing) = listings.get(mount, dir) else {
         // A stat by name in a directory listed without attributes: ask for them again.
         WANT_ATTRS.store(true, Ordering::Relaxed);
-        return Looked::Unlisted;
+        return Err(Looked::Unlisted);
     };
     let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
-        return Looked::Unlisted;
+        return Err(Looked::Unlisted);
     };
     let holds = holding(state, listing.changes, dir, listing.dir_version);
     if holds == Holding::Not {
         // Replaced when the directory is listed again, or aged out (`trim`).
-        return Looked::Unlisted;
+        return Err(Looked::Unlisted);
     }
     if listing.who != who {
-        return Looked::Unlisted;
+        return Err(Looked::Unlisted);
     }
     match listing.attrs.get(name) {
-        Some((attr, version))
-            if !(follow && attr.mode & libc::S_IFMT == libc::S_IFLNK)
-                && (holds == Holding::Wholly || *version == Some(state.version(attr.ino))) =>
+        Some(slot)
+            if !(follow && slot.attr.mode & libc::S_IFMT == libc::S_IFLNK)
+                && (holds == Holding::Wholly
+                    || slot.version == Some(state.version(slot.attr.ino))) =>
         {
             listing.hits.fetch_add(1, Ordering::Relaxed);
-            Looked::Found(*attr)
+            Ok(answer(slot))
         }
         // A name too long is ENAMETOOLONG, which the daemon says.
-        None if listing.whole && name.len() <= NAME_MAX_BYTES => Looked::Absent,
-        _ => Looked::Unanswered,
+        None if listing.whole && name.len() <= NAME_MAX_BYTES => Err(Looked::Absent),
+        _ => Err(Looked::Unanswered),
     }
 }
 
@@ -755,18 +798,21 @@ mod tests {
             .map(|i| format!("name-{i}").into_bytes())
             .collect();
         for (i, name) in names.iter().enumerate() {
-            assert!(entries.insert(name, attr(i as u64), Some(i as u32)));
+            let target = (i % 3 == 0).then_some(&name[..]);
+            assert!(entries.insert(name, attr(i as u64), Some(i as u32), target));
         }
         assert_eq!(entries.len(), names.len());
         for (i, name) in names.iter().enumerate() {
-            let (found, version) = entries.get(name).expect("kept");
-            assert_eq!((found.ino, *version), (i as u64, Some(i as u32)));
+            let slot = entries.get(name).expect("kept");
+            assert_eq!((slot.attr.ino, slot.version), (i as u64, Some(i as u32)));
+            assert_eq!(slot.target.as_deref(), (i % 3 == 0).then_some(&name[..]));
         }
         assert!(entries.get(b"name-").is_none());
         assert!(entries.get(b"name-50000").is_none());
-        assert!(!entries.insert(b"name-7", attr(99), None));
+        assert!(!entries.insert(b"name-6", attr(99), None, None));
         assert_eq!(entries.len(), names.len());
-        let (found, version) = entries.get(b"name-7").expect("kept");
-        assert_eq!((found.ino, *version), (99, None));
+        let slot = entries.get(b"name-6").expect("kept");
+        assert_eq!((slot.attr.ino, slot.version), (99, None));
+        assert_eq!(slot.target, None, "a target kept again goes with its entry");
     }
 }

@@ -108,7 +108,9 @@ impl Page {
                 .sum(),
             Page::WithInodes(entries) => entries
                 .iter()
-                .map(|(e, _)| e.name.len() + ENTRY_OVERHEAD_BYTES + INODE_BYTES)
+                .map(|(e, inode)| {
+                    e.name.len() + ENTRY_OVERHEAD_BYTES + INODE_BYTES + inode.inline_data().len()
+                })
                 .sum(),
         };
         key_bytes + entries
