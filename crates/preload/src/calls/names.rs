@@ -12,8 +12,10 @@ fn path_at(dirfd: i64, path_ptr: i64, follow: bool) -> Result<(usize, At), Optio
     if !process_state::fast_path_on() {
         return Err(None);
     }
-    let path = resolve::c_path(path_ptr).map_err(|errno| Some(fail(errno)))?;
-    match resolve::route(dirfd, &path, follow) {
+    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
+    let copied = resolve::c_path(path_ptr);
+    let path = copied.as_ref().map_err(|errno| Some(fail(*errno)))?;
+    match resolve::route(dirfd, path, follow) {
         Route::Fast { mount, at } => Ok((mount, at)),
         Route::Kernel => Err(None),
         Route::Fail(errno) => Err(Some(fail(errno))),

@@ -51,14 +51,16 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         crate::stats::note(nr, crate::stats::Way::FellBack);
         return Some(kernel(nr, args, dirfd_position));
     }
-    let path = match resolve::c_path(path_ptr) {
+    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
+    let copied = resolve::c_path(path_ptr);
+    let path = match &copied {
         Ok(path) => path,
-        Err(errno) => return Some(fail(errno)),
+        Err(errno) => return Some(fail(*errno)),
     };
     // O_CREAT|O_EXCL never follows a final symlink (the name must be new).
     let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
     let follow = flags & libc::O_NOFOLLOW == 0 && !exclusive;
-    let (mount, at) = match resolve::route(dirfd, &path, follow) {
+    let (mount, at) = match resolve::route(dirfd, path, follow) {
         Route::Kernel => return None,
         Route::Fail(errno) => return Some(fail(errno)),
         Route::Fast { mount, at } => (mount, at),
@@ -71,7 +73,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     }
     if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
         crate::below::open_begins();
-        let result = open_directory(nr, args, dirfd, &path, flags, mount, at);
+        let result = open_directory(nr, args, dirfd, path, flags, mount, at);
         crate::below::open_ends();
         return result;
     }
@@ -93,7 +95,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
     let fd = install(
         mount,
         dirfd,
-        &path,
+        path,
         flags,
         &opened,
         None,

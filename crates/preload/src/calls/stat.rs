@@ -25,9 +25,11 @@ pub enum Named {
 /// Resolves (dirfd, path) with AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW as the *at calls take
 /// them.
 pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
-    let path = match resolve::c_path(path_ptr) {
+    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
+    let copied = resolve::c_path(path_ptr);
+    let path = match &copied {
         Ok(path) => path,
-        Err(errno) => return Named::Fail(errno),
+        Err(errno) => return Named::Fail(*errno),
     };
     if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         return match fds::get(dirfd) {
@@ -36,7 +38,7 @@ pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
         };
     }
     let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-    match resolve::route(dirfd, &path, follow) {
+    match resolve::route(dirfd, path, follow) {
         Route::Kernel => Named::Kernel,
         Route::Fail(errno) => Named::Fail(errno),
         Route::Fast { mount, at } => Named::Path(mount, at),
