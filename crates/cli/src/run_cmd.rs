@@ -120,14 +120,14 @@ const COUNTED: [(&str, &str); 5] = [
         "reads answered from files sent with their open (no round trip)",
     ),
     (
-        "links=",
-        "symlinks read from directory listings (no round trip)",
+        "other=",
+        "readlinks and xattr reads by path answered from directory listings (no round trip)",
     ),
     ("lost=", "descriptors that could not become kernel ones"),
 ];
 
 /// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N
-/// whole=N links=N`) into one table.
+/// whole=N other=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;

@@ -3688,7 +3688,9 @@ fn symlinks_are_read_from_listings_as_the_kernel_reads_them() {
         .stderr
         .lines()
         .find_map(|line| {
-            line.strip_prefix("symlinks read from directory listings (no round trip): ")
+            line.strip_prefix(
+                "readlinks and xattr reads by path answered from directory listings (no round trip): ",
+            )
         })
         .and_then(|n| n.trim().parse::<u64>().ok());
     // The five links and the file, read after the listing; not the names it lacks, those
@@ -3696,6 +3698,113 @@ fn symlinks_are_read_from_listings_as_the_kernel_reads_them() {
     assert!(
         from_listings.is_some_and(|n| n >= 6),
         "readlinks after the listing came from it: {}",
+        f.describe()
+    );
+    m.finish();
+}
+
+/// Lists a directory, then reads by path, as `ls -l` and `cp -a` do, the xattrs a listing
+/// may answer for and the list of each entry's xattrs (not following a last symlink, then
+/// following it); then sets one through the kernel door and reads them again.
+const XATTRS_AFTER_LISTING: &str = r#"
+import os, sys
+d = sys.argv[1]
+NAMES = ("security.selinux", "system.posix_acl_access", "system.posix_acl_default",
+         "security.capability", "user.tag")
+def read(name):
+    p = os.path.join(d, name)
+    out = []
+    for follow in (False, True):
+        for n in NAMES:
+            try:
+                out.append("%s=%r" % (n, os.getxattr(p, n, follow_symlinks=follow)))
+            except OSError as e:
+                out.append("%s:%s" % (n, e.strerror))
+        try:
+            out.append("list=%s" % sorted(os.listxattr(p, follow_symlinks=follow)))
+        except OSError as e:
+            out.append("list:%s" % e.strerror)
+    return "%s %s" % (name, " ".join(out))
+names = sorted(os.listdir(d))
+lines = [read(n) for n in names]
+os.setxattr("/proc/self/root" + os.path.join(d, "plain"), "user.tag", b"later")
+lines.append("after the kernel door's change: " + read("plain"))
+print("\n".join(lines))
+"#;
+
+/// Listings say which entries hold no xattr, so the SELinux label and ACLs `ls -l` asks of
+/// every entry by path (and `cp -a` of every directory) are ENODATA without a round trip;
+/// entries that hold xattrs or ACLs, and one given an xattr through the other door since,
+/// are asked, and every answer is the kernel door's.
+#[test]
+fn xattr_reads_by_path_are_answered_from_listings_as_the_kernel_answers() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "xattrs.py", XATTRS_AFTER_LISTING);
+    let m = mount_with_fast_path(&[]);
+    let setup = |dir: &Path| {
+        fs::create_dir_all(dir.join("plain_dir")).unwrap();
+        fs::create_dir_all(dir.join("acl_dir")).unwrap();
+        fs::write(dir.join("plain"), "p").unwrap();
+        fs::write(dir.join("tagged"), "t").unwrap();
+        fs::write(dir.join("acl_file"), "a").unwrap();
+        std::os::unix::fs::symlink("plain", dir.join("link")).unwrap();
+        run_ok(
+            Command::new("setfattr")
+                .args(["-n", "user.tag", "-v", "first"])
+                .arg(dir.join("tagged")),
+            TOOL_TIMEOUT,
+        );
+        run_ok(
+            Command::new("setfacl")
+                .args(["-m", "u:1234:r"])
+                .arg(dir.join("acl_file")),
+            TOOL_TIMEOUT,
+        );
+        run_ok(
+            Command::new("setfacl")
+                .args(["-d", "-m", "u:1234:rx"])
+                .arg(dir.join("acl_dir")),
+            TOOL_TIMEOUT,
+        );
+    };
+    let (k_dir, f_dir) = (m.path("k"), m.path("f"));
+    setup(&k_dir);
+    setup(&f_dir);
+    let k = kernel(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), k_dir.as_os_str()],
+    );
+    let f = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), check.as_os_str(), f_dir.as_os_str()],
+    );
+    assert!(k.success(), "{}", k.describe());
+    assert_served(&f, 20, "xattr reads");
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    assert!(
+        k.stdout
+            .contains("tagged security.selinux:No data available")
+            && k.stdout.contains("user.tag=b'first'")
+            && k.stdout
+                .contains("acl_file security.selinux:No data available system.posix_acl_access=b'")
+            && k.stdout.contains("after the kernel door's change: plain")
+            && k.stdout.contains("user.tag=b'later'"),
+        "{}",
+        k.describe()
+    );
+    let from_listings = f
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                "readlinks and xattr reads by path answered from directory listings (no round trip): ",
+            )
+        })
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    // The plain file and directory (and the link followed): their four names and lists.
+    assert!(
+        from_listings.is_some_and(|n| n >= 10),
+        "xattr reads after the listing came from it: {}",
         f.describe()
     );
     m.finish();

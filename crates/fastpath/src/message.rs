@@ -247,6 +247,9 @@ pub struct DirEntryWire {
     /// With `attr` and `version`, for a symlink: its target, what `readlink` of the entry
     /// would return (a symlink's target never changes, so it holds as `attr` does).
     pub target: Option<Vec<u8>>,
+    /// With `attr` and `version`: the inode holds no xattr (ACLs included), while `attr`
+    /// holds (an xattr's change moves the inode's version).
+    pub no_xattrs: bool,
 }
 
 impl DirEntryWire {
@@ -255,8 +258,8 @@ impl DirEntryWire {
         let attr = match (self.attr, self.version, &self.target) {
             (None, _, _) => 0,
             (Some(_), None, _) => ATTR_BYTES,
-            (Some(_), Some(_), None) => ATTR_BYTES + 4,
-            (Some(_), Some(_), Some(target)) => ATTR_BYTES + 4 + 4 + target.len(),
+            (Some(_), Some(_), None) => ATTR_BYTES + 4 + 1,
+            (Some(_), Some(_), Some(target)) => ATTR_BYTES + 4 + 1 + 4 + target.len(),
         };
         ENTRY_FIXED_BYTES + self.name.len() + attr
     }
@@ -1040,16 +1043,16 @@ fn encode_entries(
     encode_option_u32(e, dir_version);
     for entry in entries {
         e.u64(entry.ino).u8(entry.kind).bytes(&entry.name);
-        match (&entry.attr, entry.version, &entry.target) {
-            (None, _, _) => void(e.u8(0)),
-            (Some(attr), None, _) => attr.encode(e.u8(1)),
-            (Some(attr), Some(version), None) => {
+        match (&entry.attr, entry.version) {
+            (None, _) => void(e.u8(0)),
+            (Some(attr), None) => attr.encode(e.u8(1)),
+            (Some(attr), Some(version)) => {
                 attr.encode(e.u8(2));
-                e.u32(version);
-            }
-            (Some(attr), Some(version), Some(target)) => {
-                attr.encode(e.u8(3));
-                e.u32(version).bytes(target);
+                let flags = u8::from(entry.no_xattrs) | u8::from(entry.target.is_some()) << 1;
+                e.u32(version).u8(flags);
+                if let Some(target) = &entry.target {
+                    e.bytes(target);
+                }
             }
         }
     }
@@ -1068,25 +1071,32 @@ fn decode_entries(d: &mut Decoder) -> Result<Page, WireError> {
     let mut entries = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let (ino, kind, name) = (d.u64()?, d.u8()?, d.bytes(PATH_MAX_BYTES)?.to_vec());
-        let (attr, version, target) = match d.u8()? {
-            0 => (None, None, None),
-            1 => (Some(Attr::decode(d)?), None, None),
-            2 => (Some(Attr::decode(d)?), Some(d.u32()?), None),
-            3 => (
-                Some(Attr::decode(d)?),
-                Some(d.u32()?),
-                Some(d.bytes(PATH_MAX_BYTES)?.to_vec()),
-            ),
-            tag => return Err(WireError::UnknownTag(u32::from(tag))),
-        };
-        entries.push(DirEntryWire {
+        let mut entry = DirEntryWire {
             ino,
             kind,
             name,
-            attr,
-            version,
-            target,
-        });
+            attr: None,
+            version: None,
+            target: None,
+            no_xattrs: false,
+        };
+        match d.u8()? {
+            0 => {}
+            1 => entry.attr = Some(Attr::decode(d)?),
+            2 => {
+                (entry.attr, entry.version) = (Some(Attr::decode(d)?), Some(d.u32()?));
+                let flags = d.u8()?;
+                if flags & !0b11 != 0 {
+                    return Err(WireError::UnknownTag(u32::from(flags)));
+                }
+                entry.no_xattrs = flags & 1 != 0;
+                if flags & 2 != 0 {
+                    entry.target = Some(d.bytes(PATH_MAX_BYTES)?.to_vec());
+                }
+            }
+            tag => return Err(WireError::UnknownTag(u32::from(tag))),
+        }
+        entries.push(entry);
     }
     Ok((entries, d.bool()?, changes, dir_version))
 }
@@ -1358,6 +1368,7 @@ mod tests {
                         attr: None,
                         version: None,
                         target: None,
+                        no_xattrs: false,
                     },
                     DirEntryWire {
                         ino: 4,
@@ -1366,6 +1377,7 @@ mod tests {
                         attr: Some(attr),
                         version: None,
                         target: None,
+                        no_xattrs: false,
                     },
                     DirEntryWire {
                         ino: 5,
@@ -1374,6 +1386,7 @@ mod tests {
                         attr: Some(attr),
                         version: Some(u32::MAX),
                         target: None,
+                        no_xattrs: false,
                     },
                     DirEntryWire {
                         ino: 7,
@@ -1382,6 +1395,7 @@ mod tests {
                         attr: Some(attr),
                         version: Some(5),
                         target: Some(b"../some/where".to_vec()),
+                        no_xattrs: true,
                     },
                 ],
                 done: false,
@@ -1403,6 +1417,7 @@ mod tests {
                     attr: Some(attr),
                     version: Some(2),
                     target: None,
+                    no_xattrs: true,
                 }],
                 done: true,
                 changes: 78,
@@ -1425,6 +1440,7 @@ mod tests {
                         attr: Some(attr),
                         version: Some(1),
                         target: None,
+                        no_xattrs: false,
                     }],
                     done: true,
                     dir_version: Some(8),

@@ -73,6 +73,8 @@ struct Slot {
     version: Option<u32>,
     /// A symlink's target, when the listing carried it.
     target: Option<Box<[u8]>>,
+    /// The inode holds no xattr (`DirEntryWire::no_xattrs`).
+    no_xattrs: bool,
 }
 
 impl Entries {
@@ -104,18 +106,15 @@ impl Entries {
         Some(&self.slots[self.position(name)?])
     }
 
-    /// Keeps `name`'s attributes (and a symlink's target); whether it is new here.
-    fn insert(
-        &mut self,
-        name: &[u8],
-        attr: Attr,
-        version: Option<u32>,
-        target: Option<&[u8]>,
-    ) -> bool {
-        let target = target.map(Box::from);
+    /// Keeps what `entry` says of its name (its attributes, a symlink's target, whether it
+    /// holds xattrs); whether the name is new here.
+    fn insert(&mut self, entry: &DirEntryWire, attr: Attr) -> bool {
+        let (name, version, no_xattrs) = (&entry.name[..], entry.version, entry.no_xattrs);
+        let target = entry.target.as_deref().map(Box::from);
         if let Some(at) = self.position(name) {
             let slot = &mut self.slots[at];
             (slot.attr, slot.version, slot.target) = (attr, version, target);
+            slot.no_xattrs = no_xattrs;
             return false;
         }
         // A listing holds at most MAX_ENTRIES names of at most NAME_MAX bytes: far below
@@ -134,6 +133,7 @@ impl Entries {
             attr,
             version,
             target,
+            no_xattrs,
         });
         let hash = self.hasher.hash_one(name);
         let (hasher, names, slots) = (&self.hasher, &self.names, &self.slots);
@@ -614,8 +614,7 @@ fn keep(
             if attr.mode & libc::S_IFMT == libc::S_IFDIR {
                 listing.subdirs += 1;
             }
-            let (name, target) = (&entry.name, entry.target.as_deref());
-            added += usize::from(listing.attrs.insert(name, attr, entry.version, target));
+            added += usize::from(listing.attrs.insert(entry, attr));
         }
     }
     listings.entries += added;
@@ -662,6 +661,16 @@ pub fn link_target(
         Ok(found) => Ok(found.flatten()),
         Err(looked) => Err(looked),
     }
+}
+
+/// Whether regular file or directory `name` in directory `dir` holds no xattr, as a
+/// listing that holds for the entry says (following a last symlink: never).
+pub fn xattrs_absent(mount: usize, dir: u64, name: &[u8], follow: bool, who: channel::Who) -> bool {
+    find(mount, dir, name, follow, who, |slot| {
+        let kind = slot.attr.mode & libc::S_IFMT;
+        slot.no_xattrs && (kind == libc::S_IFREG || kind == libc::S_IFDIR)
+    })
+    .unwrap_or(false)
 }
 
 /// What `answer` makes of entry `name` of directory `dir` in a listing that holds for it
@@ -793,26 +802,39 @@ mod tests {
 
     #[test]
     fn entries_find_each_name_and_a_name_kept_again_replaces_its_attributes() {
+        let entry = |name: &[u8], version: Option<u32>, target: Option<&[u8]>| DirEntryWire {
+            ino: 0,
+            kind: 0,
+            name: name.to_vec(),
+            attr: None,
+            version,
+            target: target.map(<[u8]>::to_vec),
+            no_xattrs: target.is_none(),
+        };
         let mut entries = Entries::with_capacity(4);
         let names: Vec<Vec<u8>> = (0..5000u32)
             .map(|i| format!("name-{i}").into_bytes())
             .collect();
         for (i, name) in names.iter().enumerate() {
             let target = (i % 3 == 0).then_some(&name[..]);
-            assert!(entries.insert(name, attr(i as u64), Some(i as u32), target));
+            let kept = entry(name, Some(i as u32), target);
+            assert!(entries.insert(&kept, attr(i as u64)));
         }
         assert_eq!(entries.len(), names.len());
         for (i, name) in names.iter().enumerate() {
             let slot = entries.get(name).expect("kept");
             assert_eq!((slot.attr.ino, slot.version), (i as u64, Some(i as u32)));
             assert_eq!(slot.target.as_deref(), (i % 3 == 0).then_some(&name[..]));
+            assert_eq!(slot.no_xattrs, i % 3 != 0);
         }
         assert!(entries.get(b"name-").is_none());
         assert!(entries.get(b"name-50000").is_none());
-        assert!(!entries.insert(b"name-6", attr(99), None, None));
+        let again = entry(b"name-6", None, None);
+        assert!(!entries.insert(&again, attr(99)));
         assert_eq!(entries.len(), names.len());
         let slot = entries.get(b"name-6").expect("kept");
         assert_eq!((slot.attr.ino, slot.version), (99, None));
         assert_eq!(slot.target, None, "a target kept again goes with its entry");
+        assert!(slot.no_xattrs);
     }
 }

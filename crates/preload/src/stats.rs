@@ -20,7 +20,7 @@ struct Counters {
     fell_back: [AtomicU64; CALLS],
     lost_conversions: AtomicU64,
     listed: AtomicU64,
-    listed_links: AtomicU64,
+    listed_other: AtomicU64,
     whole_file_reads: AtomicU64,
 }
 
@@ -29,7 +29,7 @@ static COUNTERS: Counters = Counters {
     fell_back: [const { AtomicU64::new(0) }; CALLS],
     lost_conversions: AtomicU64::new(0),
     listed: AtomicU64::new(0),
-    listed_links: AtomicU64::new(0),
+    listed_other: AtomicU64::new(0),
     whole_file_reads: AtomicU64::new(0),
 };
 
@@ -62,7 +62,7 @@ pub fn forget_inherited() {
     let others = [
         &COUNTERS.lost_conversions,
         &COUNTERS.listed,
-        &COUNTERS.listed_links,
+        &COUNTERS.listed_other,
         &COUNTERS.whole_file_reads,
     ];
     for counter in all.chain(others) {
@@ -85,13 +85,14 @@ pub fn note_listed() {
     COUNTERS.listed.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A readlink answered from a directory listing (counted as fast too).
-pub fn note_listed_link() {
-    COUNTERS.listed_links.fetch_add(1, Ordering::Relaxed);
+/// A readlink or an xattr read by path answered from a directory listing (counted as fast
+/// too).
+pub fn note_listed_other() {
+    COUNTERS.listed_other.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Appends this process's counts as one line:
-/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N links=N`.
+/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N other=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -105,12 +106,12 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={} listed={} ahead={} whole={} links={}\n",
+        " lost={} listed={} ahead={} whole={} other={}\n",
         COUNTERS.lost_conversions.load(Ordering::Relaxed),
         COUNTERS.listed.load(Ordering::Relaxed),
         crate::below::opened(),
         COUNTERS.whole_file_reads.load(Ordering::Relaxed),
-        COUNTERS.listed_links.load(Ordering::Relaxed),
+        COUNTERS.listed_other.load(Ordering::Relaxed),
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

@@ -411,6 +411,15 @@ pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
             Ok(call) => call,
             Err(answer) => return answer,
         };
+    if let Target::Path(at) = &target {
+        if NAMES_LISTINGS_ANSWER.contains(&name.as_slice())
+            && super::stat::listed_without_xattrs(mount, at)
+        {
+            stats::note(nr, stats::Way::Fast);
+            stats::note_listed_other();
+            return Some(fail(libc::ENODATA));
+        }
+    }
     Some(match ask(nr, mount, &Request::GetXattr { target, name }) {
         Answer::Done(Reply::Data(value)) => xattr_result(&value, args[2], args[3] as usize),
         Answer::Done(_) => fail(libc::EPROTO),
@@ -418,6 +427,18 @@ pub fn getxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
         Answer::Kernel => kernel(nr, args, positions),
     })
 }
+
+/// Names a listing answers ENODATA for, by path, for a regular file or directory it says
+/// holds no xattr: what the daemon answers from the store, with no permission rule for them
+/// (nor has the kernel's `xattr_permission` one for `security.*` and `system.*`). `ls -l`
+/// asks the first three of every entry it lists (its SELinux label and its ACLs), `cp -a`
+/// the ACLs of every directory.
+const NAMES_LISTINGS_ANSWER: [&[u8]; 4] = [
+    b"security.selinux",
+    b"system.posix_acl_access",
+    b"system.posix_acl_default",
+    b"security.capability",
+];
 
 /// Whether `name` is a POSIX ACL and the file open as `fd` is known to have no xattrs: the
 /// daemon answers ENODATA then, with no permission rule for these names (nor has the
@@ -439,12 +460,19 @@ pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
         nr == libc::SYS_llistxattr,
         args[0],
     );
-    if let Named::Handle(file) = &named {
-        if crate::listings::known(file).is_some_and(|known| known.no_xattrs) {
-            // What the daemon would answer: an empty list (cp -a asks twice per file).
-            crate::stats::note(nr, crate::stats::Way::Fast);
-            return Some(0);
+    let known_empty = match &named {
+        // What the daemon would answer: an empty list (cp -a asks twice per file, and
+        // twice per directory by path).
+        Named::Handle(file) => crate::listings::known(file).is_some_and(|known| known.no_xattrs),
+        Named::Path(mount, at) => super::stat::listed_without_xattrs(*mount, at),
+        _ => false,
+    };
+    if known_empty {
+        crate::stats::note(nr, crate::stats::Way::Fast);
+        if matches!(named, Named::Path(..)) {
+            stats::note_listed_other();
         }
+        return Some(0);
     }
     let (mount, target) = match target_of(named) {
         Ok(Some(found)) => found,

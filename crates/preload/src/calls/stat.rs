@@ -501,6 +501,17 @@ pub fn readlink(nr: i64, args: [i64; 6]) -> Option<i64> {
     })
 }
 
+/// Whether a listing that holds for what `at` names says it is a regular file or directory
+/// without xattrs.
+pub fn listed_without_xattrs(mount: usize, at: &At) -> bool {
+    let who = crate::channel::who();
+    matches!(
+        parent_and_name(mount, at, who),
+        Some((_, Some(dir), name))
+            if crate::listings::xattrs_absent(mount, dir, name, at.follow, who)
+    )
+}
+
 /// A `readlink` answered from a listing that holds for the entry (the program listed the
 /// directory, as `find -ls`, `ls -l` and `tar c` do before they read each symlink): the
 /// target it carried, EINVAL for an entry that is not a symlink, ENOENT for a name a whole
@@ -522,6 +533,6 @@ fn listed_target(nr: i64, mount: usize, at: &At, buf: i64, size: i64) -> Option<
         Err(_) => return None,
     };
     stats::note(nr, stats::Way::Fast);
-    stats::note_listed_link();
+    stats::note_listed_other();
     Some(answer)
 }
