@@ -140,7 +140,7 @@ pub fn route(dirfd: i64, path: &[u8], follow: bool) -> Route {
         },
         Ok(None) if dirfd == i64::from(libc::AT_FDCWD) && cwd_is_above_a_mount() => {
             // `cp -a mnt/a mnt/b` run beside the mount: the path enters it from outside.
-            let mut joined = working_directory();
+            let mut joined = working_directory_and_room(1 + path.len());
             if joined.first() != Some(&b'/') {
                 return Route::Kernel;
             }
@@ -231,53 +231,40 @@ fn parse_decimal(digits: &[u8]) -> Option<i64> {
 /// mountpoint must be plain (no `..`, no symlinks we could not see: the kernel resolves a
 /// path with them).
 pub fn split_at_mount(path: &[u8]) -> Option<(usize, Vec<u8>)> {
-    // Most paths are on no mount: said without allocating (see `CPath`).
-    if !mounts::all()
+    // Most paths are on no mount: said without allocating (see `CPath`). The deepest
+    // mount holding the path wins (a mount inside another's tree), and of two at one
+    // path the later in mountinfo, the one on top.
+    let (index, depth) = mounts::all()
         .iter()
-        .any(|mount| mount.usable() && plainly_under(path, &mount.path))
-    {
-        return None;
-    }
-    let components: Vec<&[u8]> = path
-        .split(|&b| b == b'/')
-        .filter(|part| !part.is_empty() && *part != b".")
-        .collect();
-    let mut best: Option<(usize, usize)> = None;
-    for (index, mount) in mounts::all().iter().enumerate() {
-        if !mount.usable() {
-            continue;
+        .enumerate()
+        .filter(|(_, mount)| mount.usable() && plainly_under(path, &mount.path))
+        .map(|(index, mount)| (index, components(&mount.path).count()))
+        .max_by_key(|&(_, depth)| depth)?;
+    // One allocation: the rest, its components joined by single slashes.
+    let mut rest = Vec::with_capacity(path.len());
+    for part in components(path).skip(depth) {
+        if !rest.is_empty() {
+            rest.push(b'/');
         }
-        let mount_parts: Vec<&[u8]> = mount
-            .path
-            .split(|&b| b == b'/')
-            .filter(|p| !p.is_empty())
-            .collect();
-        let matches = components.len() >= mount_parts.len()
-            && components.iter().zip(&mount_parts).all(|(a, b)| a == b);
-        if matches && best.is_none_or(|(_, len)| mount_parts.len() > len) {
-            best = Some((index, mount_parts.len()));
-        }
+        rest.extend_from_slice(part);
     }
-    let (index, prefix) = best?;
-    if components[..prefix].iter().any(|part| *part == b"..") {
-        return None;
-    }
-    let mut rest = components[prefix..].join(&b'/');
     if path.ends_with(b"/") && !rest.is_empty() {
         rest.push(b'/');
     }
     Some((index, rest))
 }
 
+/// `path`'s components, without empty and `.` ones.
+fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.split(|&b| b == b'/')
+        .filter(|part| !part.is_empty() && *part != b".")
+}
+
 /// Whether absolute `path`'s components begin with `dir`'s (skipping empty and `.` ones),
 /// without allocating.
 fn plainly_under(path: &[u8], dir: &[u8]) -> bool {
-    let mut parts = path
-        .split(|&b| b == b'/')
-        .filter(|p| !p.is_empty() && *p != b".");
-    dir.split(|&b| b == b'/')
-        .filter(|p| !p.is_empty())
-        .all(|wanted| parts.next() == Some(wanted))
+    let mut parts = components(path);
+    components(dir).all(|wanted| parts.next() == Some(wanted))
 }
 
 /// The mount and directory inode a relative path starts from, `None` for the kernel.
@@ -396,14 +383,23 @@ fn relative_to(dir: &[u8], path: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn working_directory() -> Vec<u8> {
-    let mut buf = vec![0u8; PATH_MAX_BYTES];
+    working_directory_and_room(0)
+}
+
+/// The working directory's path, in a vector with room for `more` bytes after it: read
+/// into the stack, so a call pays no 4 KiB allocation (a relative path from a working
+/// directory above a mount reads it at every call).
+fn working_directory_and_room(more: usize) -> Vec<u8> {
+    let mut buf = [0u8; PATH_MAX_BYTES];
     let n = sys::call(
         libc::SYS_getcwd,
         &[buf.as_mut_ptr() as i64, buf.len() as i64],
     );
     // getcwd(2) returns the length with its NUL.
-    buf.truncate(usize::try_from(n).unwrap_or(1).saturating_sub(1));
-    buf
+    let len = usize::try_from(n).unwrap_or(1).saturating_sub(1);
+    let mut cwd = Vec::with_capacity(len + more);
+    cwd.extend_from_slice(&buf[..len]);
+    cwd
 }
 
 fn link_target(link: &str) -> Vec<u8> {
