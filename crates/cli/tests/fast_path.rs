@@ -3810,6 +3810,55 @@ fn xattr_reads_by_path_are_answered_from_listings_as_the_kernel_answers() {
     m.finish();
 }
 
+/// A kernel descriptor of a directory on the mount (a fork made the fast one a kernel
+/// one), then of another filesystem's directory at the same number, then the mount's
+/// again: a stat relative to it each time.
+const KERNEL_DIRECTORY_REUSED: &str = r#"
+import os, sys
+mnt, other = sys.argv[1], sys.argv[2]
+d = os.open(os.path.join(mnt, "dir"), os.O_RDONLY | os.O_DIRECTORY)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+saved = os.dup(d)
+os.dup2(os.open(other, os.O_RDONLY | os.O_DIRECTORY), d)
+print("other:", os.stat("etc", dir_fd=d, follow_symlinks=False).st_ino > 0)
+os.dup2(saved, d)
+print("mount:", os.stat("file", dir_fd=d, follow_symlinks=False).st_size)
+"#;
+
+/// A call relative to a kernel descriptor of another filesystem's directory goes to the
+/// kernel without an `fstat` each time (the library keeps which numbers are such); a
+/// `dup2` of the mount's directory onto that number makes calls relative to it the fast
+/// path's again.
+#[test]
+fn a_descriptor_number_reused_for_the_mount_goes_the_fast_way_again() {
+    let programs = programs_dir();
+    let check = script(programs.path(), "reused.py", KERNEL_DIRECTORY_REUSED);
+    let m = mount_with_fast_path(&[]);
+    fs::create_dir(m.path("dir")).unwrap();
+    fs::write(m.path("dir/file"), "12345").unwrap();
+    let args = [
+        OsStr::new(PYTHON),
+        check.as_os_str(),
+        m.mnt.as_os_str(),
+        OsStr::new("/"),
+    ];
+    let k = kernel(&m.mnt, &args);
+    let f = fast(&m.mnt, &args);
+    assert!(k.success(), "{}", k.describe());
+    assert_eq!(k.stdout, "other: True\nmount: 5\n");
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    let (served, _) = stats_of(&f).get("newfstatat").copied().unwrap_or_default();
+    assert!(
+        served >= 1,
+        "the stat relative to the mount's directory was served: {}",
+        f.describe()
+    );
+    m.finish();
+}
+
 /// Probes names before making each, as `unzip` does (`stat`, `lstat`, `stat`, `lstat` of
 /// a name, then a file beside it), printing what each probe said; given `argv[1]` (a shell
 /// command), runs it and probes them again.

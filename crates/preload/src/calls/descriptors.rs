@@ -2,7 +2,7 @@
 //! kernel (sendmsg with SCM_RIGHTS, poll, select): the table follows the kernel's numbering.
 
 use super::{fail, kernel, raw};
-use crate::{fds, internal_fds, process_state};
+use crate::{fds, internal_fds, process_state, resolve};
 
 /// A vfork child (posix_spawn's, python's subprocess, dash) shares the parent's memory,
 /// this table included, but has a descriptor table of its own: what it closes or dups is
@@ -18,6 +18,7 @@ pub fn close(args: [i64; 6]) -> Option<i64> {
         // The library's own socket: not a descriptor of the program's.
         return Some(fail(libc::EBADF));
     }
+    resolve::forget_descriptor(fd);
     fds::get(fd)?;
     if !in_vfork_child() {
         fds::remove(fd);
@@ -27,6 +28,7 @@ pub fn close(args: [i64; 6]) -> Option<i64> {
 
 pub fn close_range(args: [i64; 6]) -> Option<i64> {
     let flags = args[2] as u32;
+    resolve::forget_descriptors(args[0] as u32, args[1] as u32);
     let result = close_range_around_internal(args);
     // With CLOSE_RANGE_CLOEXEC the kernel only marks the placeholders; they stay fast.
     if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC == 0 && !in_vfork_child() {
@@ -69,6 +71,7 @@ fn close_range_around_internal(args: [i64; 6]) -> i64 {
 pub fn dup(nr: i64, args: [i64; 6]) -> Option<i64> {
     if nr != libc::SYS_dup {
         internal_fds::make_room(args[1]);
+        resolve::forget_descriptor(args[1]);
     }
     let old = fds::get(args[0]);
     let replaces_fast = nr != libc::SYS_dup && fds::is_fast(args[1]) && args[0] != args[1];
