@@ -3607,13 +3607,10 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
         .stdout
         .contains("after d/sub/f9: mode 644 size 0"));
     for out in &outputs[1..] {
-        let listed = out
-            .stderr
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix("stats answered from directory listings (no round trip): ")
-            })
-            .and_then(|n| n.trim().parse::<u64>().ok());
+        let listed = counted(
+            out,
+            "stats answered from directory listings (no round trip)",
+        );
         assert!(
             listed.is_some_and(|n| n >= 20),
             "the stats after each second miss came from a listing: {}",
@@ -3622,6 +3619,42 @@ fn stats_by_path_are_answered_from_a_listing_asked_for_and_see_changes() {
     }
     m.finish();
 }
+
+/// What the fast path's report counts on the line that `label` starts (`shoal run
+/// --stats`: "stats answered from directory listings (no round trip)", ...).
+fn counted(out: &CmdOutput, label: &str) -> Option<u64> {
+    out.stderr
+        .lines()
+        .find_map(|line| line.strip_prefix(label)?.strip_prefix(": "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// `script DIR` through the kernel door on `m/k` and under `shoal run` on `m/f`, each
+/// made by `setup`: both succeed and print the same; both outputs.
+fn twin_dirs_both_ways(
+    m: &Mounted,
+    script: &Path,
+    setup: impl Fn(&Path),
+) -> (CmdOutput, CmdOutput) {
+    let (k_dir, f_dir) = (m.path("k"), m.path("f"));
+    setup(&k_dir);
+    setup(&f_dir);
+    let k = kernel(
+        &m.mnt,
+        &[OsStr::new(PYTHON), script.as_os_str(), k_dir.as_os_str()],
+    );
+    let f = fast(
+        &m.mnt,
+        &[OsStr::new(PYTHON), script.as_os_str(), f_dir.as_os_str()],
+    );
+    assert!(k.success(), "{}", k.describe());
+    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
+    (k, f)
+}
+
+/// The report's line for readlinks and xattr reads answered from listings.
+const OTHER_FROM_LISTINGS: &str =
+    "readlinks and xattr reads by path answered from directory listings (no round trip)";
 
 /// Lists a directory, then reads every entry as a symlink and a few names that are not
 /// there or end in a slash; then replaces one link through the kernel door (a path the
@@ -3661,20 +3694,8 @@ fn symlinks_are_read_from_listings_as_the_kernel_reads_them() {
         std::os::unix::fs::symlink("sub", dir.join("dirlink")).unwrap();
         std::os::unix::fs::symlink("t".repeat(4000), dir.join("long")).unwrap();
     };
-    let (k_dir, f_dir) = (m.path("k"), m.path("f"));
-    setup(&k_dir);
-    setup(&f_dir);
-    let k = kernel(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), k_dir.as_os_str()],
-    );
-    let f = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), f_dir.as_os_str()],
-    );
-    assert!(k.success(), "{}", k.describe());
+    let (k, f) = twin_dirs_both_ways(&m, &check, setup);
     assert_served(&f, 10, "readlinks");
-    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
     assert!(
         k.stdout.contains("rel -> file\n")
             && k.stdout.contains("file: Invalid argument\n")
@@ -3684,15 +3705,7 @@ fn symlinks_are_read_from_listings_as_the_kernel_reads_them() {
         "{}",
         k.describe()
     );
-    let from_listings = f
-        .stderr
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(
-                "readlinks and xattr reads by path answered from directory listings (no round trip): ",
-            )
-        })
-        .and_then(|n| n.trim().parse::<u64>().ok());
+    let from_listings = counted(&f, OTHER_FROM_LISTINGS);
     // The five links and the file, read after the listing; not the names it lacks, those
     // ending in a slash, nor the link changed since.
     assert!(
@@ -3767,20 +3780,8 @@ fn xattr_reads_by_path_are_answered_from_listings_as_the_kernel_answers() {
             TOOL_TIMEOUT,
         );
     };
-    let (k_dir, f_dir) = (m.path("k"), m.path("f"));
-    setup(&k_dir);
-    setup(&f_dir);
-    let k = kernel(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), k_dir.as_os_str()],
-    );
-    let f = fast(
-        &m.mnt,
-        &[OsStr::new(PYTHON), check.as_os_str(), f_dir.as_os_str()],
-    );
-    assert!(k.success(), "{}", k.describe());
+    let (k, f) = twin_dirs_both_ways(&m, &check, setup);
     assert_served(&f, 20, "xattr reads");
-    assert_eq!(f.stdout, k.stdout, "{}", f.describe());
     assert!(
         k.stdout
             .contains("tagged security.selinux:No data available")
@@ -3792,15 +3793,7 @@ fn xattr_reads_by_path_are_answered_from_listings_as_the_kernel_answers() {
         "{}",
         k.describe()
     );
-    let from_listings = f
-        .stderr
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(
-                "readlinks and xattr reads by path answered from directory listings (no round trip): ",
-            )
-        })
-        .and_then(|n| n.trim().parse::<u64>().ok());
+    let from_listings = counted(&f, OTHER_FROM_LISTINGS);
     // The plain file and directory (and the link followed): their four names and lists.
     assert!(
         from_listings.is_some_and(|n| n >= 10),
