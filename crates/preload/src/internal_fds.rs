@@ -58,7 +58,7 @@ fn placeholder_base() -> Option<usize> {
 
 /// At load, while the process most likely has one thread: makes the placeholder base, so
 /// the kernel's descriptor table grows to hold `HIGH_FD` now. The kernel grows a table
-/// that threads share only after an RCU grace period (`expand_fdtable`), 12-25 ms on the
+/// that threads share only after an RCU grace period (`expand_fdtable`), 10-25 ms on the
 /// 2-core VM: a threaded program whose first call on a mount came from a second thread (a
 /// JVM runs `main` in one) waited that long at its first connection's `hide`.
 pub fn grow_table_early() {
