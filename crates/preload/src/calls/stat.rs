@@ -146,14 +146,22 @@ type ParentAndName<'a> = (&'a [u8], Option<u64>, &'a [u8]);
 /// without O_CREAT of it is ENOENT: `git status` tries a `.gitignore` in every directory,
 /// a compiler each include directory). Lists nothing.
 pub fn absent(mount: usize, at: &At) -> bool {
-    let who = crate::channel::who();
-    matches!(
-        parent_and_name(mount, at, who),
-        Some((_, Some(dir), name)) if matches!(
+    listed_place(mount, at).is_some_and(|(dir, name, who)| {
+        matches!(
             crate::listings::lookup(mount, dir, name, at.follow, who),
             Looked::Absent
         )
-    )
+    })
+}
+
+/// Where a kept listing may answer for what `at` names: the directory its last name is in
+/// (as `parent_and_name` reaches it), that name, and the caller, read once.
+fn listed_place(mount: usize, at: &At) -> Option<(u64, &[u8], Who)> {
+    let who = crate::channel::who();
+    match parent_and_name(mount, at, who)? {
+        (_, Some(dir), name) => Some((dir, name, who)),
+        (_, None, _) => None,
+    }
 }
 
 /// What the listings say of a path's last name: an entry of a directory, from a listing
@@ -504,12 +512,9 @@ pub fn readlink(nr: i64, args: [i64; 6]) -> Option<i64> {
 /// Whether a listing that holds for what `at` names says it is a regular file or directory
 /// without xattrs.
 pub fn listed_without_xattrs(mount: usize, at: &At) -> bool {
-    let who = crate::channel::who();
-    matches!(
-        parent_and_name(mount, at, who),
-        Some((_, Some(dir), name))
-            if crate::listings::xattrs_absent(mount, dir, name, at.follow, who)
-    )
+    listed_place(mount, at).is_some_and(|(dir, name, who)| {
+        crate::listings::xattrs_absent(mount, dir, name, at.follow, who)
+    })
 }
 
 /// A `readlink` answered from a listing that holds for the entry (the program listed the
@@ -517,10 +522,7 @@ pub fn listed_without_xattrs(mount: usize, at: &At) -> bool {
 /// target it carried, EINVAL for an entry that is not a symlink, ENOENT for a name a whole
 /// listing lacks. `None`: asked.
 fn listed_target(nr: i64, mount: usize, at: &At, buf: i64, size: i64) -> Option<i64> {
-    let who = crate::channel::who();
-    let (_, Some(dir), name) = parent_and_name(mount, at, who)? else {
-        return None;
-    };
+    let (dir, name, who) = listed_place(mount, at)?;
     let answer = match crate::listings::link_target(mount, dir, name, who) {
         Ok(Some(target)) => {
             let n = target.len().min(size as usize);
