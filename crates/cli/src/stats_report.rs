@@ -60,6 +60,7 @@ pub struct StatsReport {
     pub fastpath_answered_early: u64,
     #[serde(default)]
     pub fastpath_joined_writes: u64,
+    pub fastpath_joined_attr_changes: u64,
     #[serde(default)]
     pub fastpath_thread_moves: u64,
     #[serde(default)]
@@ -554,6 +555,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_joined_writes,
     ),
     exposed(
+        "fastpath_joined_attr_changes",
+        "shoal_fastpath_joined_attr_changes_total",
+        Counter,
+        Count,
+        "Changes of an open file's mode, owner or times answered early that came right after others of the same file, held back, and were applied with them as one (`tar x` sets each file's times, then its mode; each applied alone rewrote the inode and the usage of every directory above it). Counted also in fastpath_answered_early.",
+        |r| r.fastpath_joined_attr_changes,
+    ),
+    exposed(
         "fastpath_thread_moves",
         "shoal_fastpath_thread_moves_total",
         Counter,
@@ -711,6 +720,7 @@ impl StatsSource {
             fastpath_dropped_ahead: self.fast_path_ahead().1,
             fastpath_answered_early: self.fast_path_count(FastPathStats::answered_early),
             fastpath_joined_writes: self.fast_path_count(FastPathStats::joined_writes),
+            fastpath_joined_attr_changes: self.fast_path_count(FastPathStats::joined_attr_changes),
             fastpath_thread_moves: self.fast_path_count(FastPathStats::thread_moves),
             fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
             fastpath_read_walk_steps: self.fast_path_walk_steps().1,

@@ -64,6 +64,44 @@ both_backends! {
         assert_eq!(names(fs), vec![b"m".to_vec(), b"sub".to_vec()]);
     }
 
+    fn setattrs_leave_what_each_setattr_in_turn_leaves(fs) {
+        // The fast path applies a file's consecutive attribute changes as one
+        // (`Engine::setattrs`): the file, and the usage of the directories above it, must
+        // be what applying them one by one leaves.
+        let at = |secs| Timestamp { secs, nanos: 7 };
+        let changes = [
+            SetAttr { perm: Some(0o4750), ctime: Some(at(100)), ..sattr() },
+            SetAttr { size: Some(70_000), ctime: Some(at(200)), ..sattr() },
+            SetAttr { uid: Some(1234), gid: Some(99), ctime: Some(at(300)), ..sattr() },
+            SetAttr {
+                mtime: Some(SetTime::At(at(5))),
+                atime: Some(SetTime::At(at(6))),
+                ctime: Some(at(400)),
+                ..sattr()
+            },
+        ];
+        let one_by_one = mkdir(fs, ROOT_INO, b"one_by_one");
+        let a = mkfile_with(fs, one_by_one.ino, b"f", b"hello");
+        for change in &changes {
+            fs.setattr(a.ino, change).unwrap();
+        }
+        let together = mkdir(fs, ROOT_INO, b"together");
+        let b = mkfile_with(fs, together.ino, b"f", b"hello");
+        let returned = fs.setattrs(b.ino, &changes).unwrap();
+        let (a, b) = (fs.getattr(a.ino).unwrap(), fs.getattr(b.ino).unwrap());
+        assert_eq!(returned, b, "what setattrs returns is what it left");
+        let attributes = |i: &Inode| (i.perm, i.size, i.uid, i.gid, i.mtime, i.atime, i.ctime, i.allocated_bytes);
+        assert_eq!(attributes(&a), attributes(&b));
+        assert_eq!(attributes(&b), (0o750, 70_000, 1234, 99, at(5), at(6), at(400), b.allocated_bytes), "chown cleared setuid");
+        assert_eq!(fs.read(b.ino, 0, 8).unwrap(), b"hello\0\0\0", "truncation extended with zeros");
+        let counts = |dir| {
+            let usage = fs.tree_usage(dir).unwrap();
+            (usage.entries, usage.files, usage.bytes)
+        };
+        assert_eq!(counts(one_by_one.ino), counts(together.ino));
+        assert_eq!(counts(together.ino), (1, 1, 70_000));
+    }
+
     fn readdir_plus_pairs_every_entry_with_its_own_inode_near_or_far(fs) {
         // Children created in turn in two directories share allocation blocks unevenly;
         // a hard link and renamed-in files bring inode numbers from far away.

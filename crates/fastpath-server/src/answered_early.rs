@@ -37,8 +37,13 @@ pub(crate) enum Apply {
     /// The request's bytes written at `offset` of `ino` (set-id bits killed when `kill`,
     /// as for an unprivileged writer).
     Write { ino: u64, offset: u64, kill: bool },
-    /// The engine's setattr of `ino`, its times fixed when answered.
-    SetAttr { ino: u64, change: Box<SetAttr> },
+    /// The engine's setattr of `ino`, its times fixed when answered, and the file as it
+    /// leaves it (what the answer says).
+    SetAttr {
+        ino: u64,
+        change: Box<SetAttr>,
+        after: Box<Inode>,
+    },
 }
 
 impl Apply {
@@ -202,16 +207,21 @@ impl Server {
     }
 
     /// `request` answered now, to be applied next, when it cannot fail; `None`: serve it
-    /// as any request (its checks then give its error).
+    /// as any request (its checks then give its error). An attribute change is checked
+    /// against `held` when given: the file as changes answered but not yet applied leave
+    /// it (`held_change`), else against the file as the engine has it.
     pub(crate) fn answered_early(
         &self,
         s: &Session,
         request: &Request,
+        held: Option<&Inode>,
     ) -> Option<AnsweredEarly<'_>> {
         let (ino, early) = match request {
             Request::Write { .. } => self.write_early(s, request)?,
-            Request::SetAttr { target, change } => self.set_attr_early(s, target, change)?,
-            Request::SetAccessAclMode { target, perm } => self.acl_mode_early(s, target, *perm)?,
+            Request::SetAttr { target, change } => self.set_attr_early(s, target, change, held)?,
+            Request::SetAccessAclMode { target, perm } => {
+                self.acl_mode_early(s, target, *perm, held)?
+            }
             _ => return None,
         };
         let in_flight = self.engine.replied_writes().begin()?;
@@ -232,6 +242,7 @@ impl Server {
                 let apply = Apply::SetAttr {
                     ino,
                     change: Box::new(change),
+                    after: Box::new(after),
                 };
                 (reply, apply)
             }
@@ -283,19 +294,21 @@ impl Server {
         s: &Session,
         target: &Target,
         change: &SetAttrWire,
+        held: Option<&Inode>,
     ) -> Option<(u64, Early)> {
         if change.size.is_some() {
             return None;
         }
-        self.set_attr_early_of(s, target, |_| Some(change.clone()))
+        self.set_attr_early_of(s, target, held, |_| Some(change.clone()))
     }
 
-    /// `set_attr_early` of the change `change_of` makes of the file as it is (`None`: not
-    /// answered early).
+    /// `set_attr_early` of the change `change_of` makes of the file as it is, or as `held`
+    /// changes leave it (`None`: not answered early).
     fn set_attr_early_of(
         &self,
         s: &Session,
         target: &Target,
+        held: Option<&Inode>,
         change_of: impl FnOnce(&Inode) -> Option<SetAttrWire>,
     ) -> Option<(u64, Early)> {
         let Target::Handle(id) = target else {
@@ -306,7 +319,14 @@ impl Server {
         if !self.may_answer_early(handle.ino, 0) {
             return None;
         }
-        let inode = self.engine.getattr(handle.ino).ok()?;
+        let inode = match held {
+            Some(held) => held.clone(),
+            None => self.engine.getattr(handle.ino).ok()?,
+        };
+        assert_eq!(
+            inode.ino, handle.ino,
+            "held changes are of the handle's file"
+        );
         if inode.nlink == 0 || inode.may_have_xattrs {
             return None;
         }
@@ -327,8 +347,14 @@ impl Server {
     /// An access ACL that says no more than the mode bits, set on a file the caller has
     /// open that holds no xattrs (`cp -a` sets one on every file it copies): `set_acl_mode`
     /// is then the chmod of its permission bits, answered as `set_attr_early` answers one.
-    fn acl_mode_early(&self, s: &Session, target: &Target, perm: u32) -> Option<(u64, Early)> {
-        self.set_attr_early_of(s, target, |inode| {
+    fn acl_mode_early(
+        &self,
+        s: &Session,
+        target: &Target,
+        perm: u32,
+        held: Option<&Inode>,
+    ) -> Option<(u64, Early)> {
+        self.set_attr_early_of(s, target, held, |inode| {
             matches!(inode.kind, FileKind::Regular | FileKind::Directory).then(|| SetAttrWire {
                 mode: Some(u32::from(inode.perm & !0o777) | (perm & 0o777)),
                 uid: None,

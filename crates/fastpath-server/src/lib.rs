@@ -11,7 +11,7 @@ mod answered_early;
 mod below;
 mod credentials;
 mod handles;
-mod held_write;
+mod held_change;
 mod ops;
 mod permission;
 mod placement;

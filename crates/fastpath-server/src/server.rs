@@ -20,7 +20,7 @@ use crate::answered_early::{AnsweredEarly, Apply, Pending};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
-use crate::held_write::HeldWrite;
+use crate::held_change::HeldChange;
 use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::placement::Placement;
 use crate::refusal::{Refusal, Served};
@@ -66,7 +66,7 @@ struct Waiting<'a> {
     alive: &'a dyn Fn() -> bool,
 }
 
-/// What a connection's thread does with a write it holds back (`HeldWrite`) while it
+/// What a connection's thread does with a change it holds back (`HeldChange`) while it
 /// waits for the next request.
 struct HeldBack<'a> {
     /// Whether another request waits for it, or the kernel has come to hold its file (a
@@ -428,10 +428,10 @@ impl Server {
         // Decided once per request, at its arrival, for both sides' next wait.
         let mut spinning_pays = true;
         let mut ahead: Option<Speculation> = None;
-        // A write answered early, held until it is known whether the next request goes on
-        // with it (`HeldWrite`); applied before the thread sleeps, as soon as another
+        // A change answered early, held until it is known whether the next request goes on
+        // with it (`HeldChange`); applied before the thread sleeps, as soon as another
         // request waits for it, and before anything else is served.
-        let mut held: Option<HeldWrite> = None;
+        let mut held: Option<HeldChange> = None;
         let mut placement = Placement::of_this_thread();
         loop {
             let waiting = Waiting {
@@ -439,7 +439,7 @@ impl Server {
                 spinning_pays,
                 alive: &alive,
             };
-            let held_ino = held.as_ref().map(HeldWrite::ino);
+            let held_ino = held.as_ref().map(HeldChange::ino);
             let held_back = HeldBack {
                 awaited: &|| held_ino.is_some_and(|ino| self.held_is_awaited(ino)),
                 apply: &mut || self.apply_held(caller, process, held.take()),
@@ -507,7 +507,7 @@ impl Server {
         channel: &SharedChannel,
         decoded: Result<Request, shoal_fastpath::WireError>,
         alone: bool,
-        (ahead, held): (&mut Option<Speculation>, &mut Option<HeldWrite<'a>>),
+        (ahead, held): (&mut Option<Speculation>, &mut Option<HeldChange<'a>>),
         answer: &mut dyn FnMut(Status, &Reply),
     ) {
         let decoded = match (alone, decoded) {
@@ -665,7 +665,7 @@ impl Server {
     }
 
     /// Answers `request` with `answer` before it is applied, when it cannot fail
-    /// (`answered_early`): the answer, to apply (`apply_early`) or hold (`HeldWrite`).
+    /// (`answered_early`): the answer, to apply (`apply_early`) or hold (`HeldChange`).
     fn answer_early<'a>(
         &'a self,
         caller: &Credentials,
@@ -674,7 +674,7 @@ impl Server {
         answer: &mut dyn FnMut(Status, &Reply),
     ) -> Option<AnsweredEarly<'a>> {
         let session = Session::plain(caller, process);
-        let early = self.answered_early(&session, request)?;
+        let early = self.answered_early(&session, request, None)?;
         answer(Status::Ok, &early.reply);
         Some(early)
     }
@@ -687,7 +687,21 @@ impl Server {
         request: &Request,
         early: AnsweredEarly<'_>,
     ) {
-        if let Some(errno) = self.apply_answered(request, &early) {
+        let failed = self.apply_answered(request, &early);
+        self.after_applied(caller, process, failed, early);
+    }
+
+    /// What follows the apply of a change answered early: a failure (`failed`, an errno) is
+    /// kept for the process's next fsync or sync, the waiting requests go on, and the kernel
+    /// is told.
+    pub(crate) fn after_applied(
+        &self,
+        caller: &Credentials,
+        process: &Process,
+        failed: Option<i32>,
+        early: AnsweredEarly<'_>,
+    ) {
+        if let Some(errno) = failed {
             tracing::error!(
                 errno,
                 pid = caller.pid,
@@ -714,7 +728,7 @@ impl Server {
                 .map(drop),
             // Attributes other than the answer's can only come from a change that was under
             // way when it was given (one begun later waits for this): ordered after this one.
-            (Apply::SetAttr { ino, change }, _) => self.engine.setattr(*ino, change).map(drop),
+            (Apply::SetAttr { ino, change, .. }, _) => self.engine.setattr(*ino, change).map(drop),
             (Apply::Write { .. }, _) => unreachable!("a write's apply is made of its request"),
         };
         let failed = applied.as_ref().err().map(FsError::errno);

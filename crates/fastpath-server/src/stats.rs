@@ -90,8 +90,11 @@ pub struct FastPathStats {
     /// creates, mkdirs, unlinks and rmdirs once decided (`answered_early`).
     answered_early: AtomicU64,
     /// Writes answered early that went on with a held one and were applied with it
-    /// (`held_write`).
+    /// (`held_change`).
     joined_writes: AtomicU64,
+    /// Attribute changes answered early that went on with held ones of the same file and
+    /// were applied with them (`held_change`).
+    joined_attr_changes: AtomicU64,
     /// Times a connection's thread changed the CPUs it may run on (`placement`).
     thread_moves: AtomicU64,
 }
@@ -172,6 +175,15 @@ impl FastPathStats {
     /// Writes applied with the held write they went on with (see the field).
     pub fn joined_writes(&self) -> u64 {
         self.joined_writes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_joined_attr_change(&self) {
+        self.joined_attr_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Attribute changes applied with the held ones they went on with (see the field).
+    pub fn joined_attr_changes(&self) -> u64 {
+        self.joined_attr_changes.load(Ordering::Relaxed)
     }
 
     pub(crate) fn count_thread_move(&self) {
