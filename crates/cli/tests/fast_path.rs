@@ -647,9 +647,10 @@ fn what_is_answered_before_it_is_applied_is_seen_at_once_from_either_door() {
     m.finish();
 }
 
-/// Makes files as `tar x` does (create, write, futimens, fchmod, close) and as `cp -a`
-/// does (times, then an access ACL that says no more than a mode), then reads every
-/// file's mode and times back through the fast path and through the kernel door.
+/// Makes files as `tar x` does (create, write, futimens, fchown, fchmod, close) and as
+/// `cp -a` sets attributes (times, then an access ACL that says no more than a mode), then
+/// reads every file's mode, times, size and bytes back through the fast path and through
+/// the kernel door.
 const TIMES_THEN_MODE: &str = r#"
 import os, stat, struct, sys
 mnt, files = sys.argv[1], int(sys.argv[2])
@@ -680,15 +681,18 @@ for i in range(files):
     for view in (path, "/proc/self/root" + path):
         st = os.stat(view)
         seen = (stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_atime_ns, st.st_size)
-        if seen != (mode, mtime_ns, atime_ns, i % 3000):
+        with open(view, "rb") as f:
+            content = f.read()
+        if seen != (mode, mtime_ns, atime_ns, i % 3000) or content != b"x" * (i % 3000):
             wrong += 1
-            print("wrong", view, seen, (mode, mtime_ns, atime_ns, i % 3000))
+            print("wrong", view, seen, (mode, mtime_ns, atime_ns, i % 3000), len(content))
 print("ok" if wrong == 0 else "wrong attributes")
 "#;
 
-/// A file's attribute changes made one right after the other (`tar x`: times, then mode;
-/// `cp -a`: times, then an ACL that is a mode) are answered before they are applied and
-/// applied as one (`held_change`): every view of the file shows all of them, at once.
+/// A file's last write and the attribute changes made right after it (`tar x`: times,
+/// owner, mode; `cp -a`: times, then an ACL that is a mode) are answered before they are
+/// applied and applied as one (`held_change`): every view of the file shows all of them,
+/// at once.
 #[test]
 fn times_then_mode_are_applied_as_one_and_seen_whole_from_either_door() {
     const FILES: u64 = 2000;

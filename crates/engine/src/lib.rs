@@ -62,7 +62,7 @@ pub use fsck::counters::{verify_counters, verify_counters_store_dir, CountersRep
 pub use keys::FORMAT_VERSION;
 pub use limits::{MAX_FILE_BYTES, NAME_MAX_BYTES};
 pub use namespace::bulk::{BulkAttrs, BulkFailure, BulkOp, NodeRef};
-pub use namespace::data::{set_attributes, SetAttr, SetTime, Written};
+pub use namespace::data::{perm_without_privileges, set_attributes, SetAttr, SetTime, Written};
 pub use namespace::fallocate::Fallocate;
 pub use namespace::rename::{RenameMode, Renamed};
 pub use namespace::xattr::XattrMode;

@@ -64,7 +64,7 @@ both_backends! {
         assert_eq!(names(fs), vec![b"m".to_vec(), b"sub".to_vec()]);
     }
 
-    fn setattrs_leave_what_each_setattr_in_turn_leaves(fs) {
+    fn setattrs_and_a_write_before_them_leave_what_each_in_turn_leaves(fs) {
         // The fast path applies a file's consecutive attribute changes as one
         // (`Engine::setattrs`): the file, and the usage of the directories above it, must
         // be what applying them one by one leaves.
@@ -100,6 +100,25 @@ both_backends! {
         };
         assert_eq!(counts(one_by_one.ino), counts(together.ino));
         assert_eq!(counts(together.ino), (1, 1, 70_000));
+
+        // A write and the changes after it, as one: the same again.
+        let with_write = mkdir(fs, ROOT_INO, b"with_write");
+        let c = mkfile(fs, with_write.ino, b"f");
+        let c = fs.write_then_setattrs(c.ino, (0, b"hello"), false, at(50), &changes).unwrap();
+        assert_eq!(attributes(&c), attributes(&b));
+        assert_eq!(fs.read(c.ino, 0, 8).unwrap(), b"hello\0\0\0");
+        assert_eq!(counts(with_write.ino), counts(together.ino));
+        // An unprivileged writer's write kills setuid; the write's time stands where no
+        // change after it sets the times.
+        let d = mkfile(fs, with_write.ino, b"setuid");
+        fs.setattr(d.ino, &SetAttr { perm: Some(0o4755), ..sattr() }).unwrap();
+        let mode_only = [SetAttr { perm: Some(0o4711), ctime: Some(at(60)), ..sattr() }];
+        let d = fs.write_then_setattrs(d.ino, (3, b"abc"), true, at(55), &mode_only).unwrap();
+        assert_eq!((d.perm, d.size, d.mtime, d.ctime), (0o4711, 6, at(55), at(60)));
+        let e = mkfile(fs, with_write.ino, b"killed");
+        fs.setattr(e.ino, &SetAttr { perm: Some(0o4755), ..sattr() }).unwrap();
+        let e = fs.write_then_setattrs(e.ino, (0, b"x"), true, at(70), &[]).unwrap();
+        assert_eq!((e.perm, e.mtime, e.ctime), (0o755, at(70), at(70)));
     }
 
     fn readdir_plus_pairs_every_entry_with_its_own_inode_near_or_far(fs) {

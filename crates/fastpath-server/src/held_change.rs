@@ -6,107 +6,176 @@
 //!   one value in the store; applied one by one, each record rewrote its chunk so far, so
 //!   the bench tree's 188 MB of files went into the journal and memtable as 384 MB of chunk
 //!   values, 300 MB of it copied to extend chunks;
-//! - a change of an open file's mode, owner or times, when the next request changes the
-//!   same file's attributes too: `tar x` sets each file's times and then its mode, `cp -a`
-//!   its times and then its access ACL (its mode). Each applied alone read and rewrote the
-//!   inode and the usage records of every directory above it (`tree_usage`).
+//! - changes of an open file's mode, owner or times after it (or after a write of it):
+//!   `tar x` writes each file, then sets its times, then its mode; `cp -a` sets its times
+//!   and then an access ACL that is its mode. Each applied alone read and rewrote the inode
+//!   and the usage records of every directory above it (`tree_usage`), and the caller's
+//!   next call waited for each apply in turn.
 //!
 //! Held, it is in flight as any change answered early (`RepliedWrites`): every other
 //! request of either door waits for it. So the thread applies it as soon as one does or the
 //! kernel comes to hold the file (its spin for the next request looks: `held_is_awaited`),
-//! before it sleeps, and before it serves anything that does not go on with it; and a held
-//! write grows to `HELD_WRITE_MAX_BYTES` at most.
+//! before it sleeps, and before it serves anything that does not go on with it; a held
+//! write grows to `HELD_WRITE_MAX_BYTES` at most, and a change of the mode is applied with
+//! what it joined as soon as it is answered.
 
-use shoal_engine::{Inode, SetAttr};
+use shoal_engine::{perm_without_privileges, Inode, SetAttr, Timestamp};
 use shoal_fastpath::{Reply, Request, Status, Target};
 
 use crate::answered_early::{AnsweredEarly, Apply};
 use crate::credentials::Credentials;
 use crate::handles::Process;
 use crate::ops::Session;
+use crate::refusal::Refusal;
 use crate::server::Server;
 
-/// Only a write that ends on a multiple of this is held: holding one that nothing joins
-/// costs the overlap of its apply with the caller's next call (one-thread creates of
-/// 100-byte files, each written once, lost a quarter of their rate when every write was
-/// held). A tool writes from a buffer of whole blocks until the last, short, write: of
-/// `tar x`'s 46k writes of the bench tree, all 17.7k that another followed ended on a
-/// 512-byte boundary, 54 of the 28.7k last ones did.
+/// A write that ends on a multiple of this is held: a tool writes from a buffer of whole
+/// blocks until the last, short, write. Of `tar x`'s 46k writes of the bench tree, all
+/// 17.7k that another followed ended on a 512-byte boundary, 54 of the 28.7k last ones did.
+/// A short write is held only while this connection's short writes are followed by
+/// attribute changes (`ShortWrites`).
 const HOLD_END_ALIGN: u64 = 512;
 
 /// The most a held write grows to: a bound on what another request may wait for (applying
 /// 256 KiB takes well under a millisecond).
 const HELD_WRITE_MAX_BYTES: usize = 256 * 1024;
 
-/// The most attribute changes held together (a bound, as for writes; tools make two).
-const HELD_ATTR_CHANGES_MAX: usize = 8;
+/// Attribute changes held at most. Tools set the mode last (`tar x`: times, owner, mode;
+/// `cp -a`: times, then an ACL that is a mode), so a change of the mode is applied at once
+/// with what it joined, while the caller goes on to its next file. Held until the next
+/// request instead, they made the next file's create wait for their apply (`tar x` and
+/// `cp -a` took 2-7% longer).
+const HELD_ATTR_CHANGES: usize = 4;
 
 /// A change answered and not yet applied, with the changes that went on with it.
-pub(crate) enum HeldChange<'a> {
-    /// The first write's request, its data grown by each one that went on with it.
-    Write {
-        request: Request,
-        early: AnsweredEarly<'a>,
-    },
-    /// Attribute changes of one file, in the order they were answered.
-    Attrs(HeldAttrs<'a>),
-}
-
-pub(crate) struct HeldAttrs<'a> {
+pub(crate) struct HeldChange<'a> {
     ino: u64,
-    /// The requests, for the statistics, and the engine's changes they make.
-    requests: Vec<Request>,
-    changes: Vec<SetAttr>,
-    /// The file as the last answer said it is: the next change is checked and answered
-    /// against it, as it would be once the ones before it are applied.
-    after: Inode,
-    /// The first answer's: holds every other request until the changes are applied.
+    /// The write it began with, if any, its data grown by each write that went on with it.
+    write: Option<Request>,
+    /// A short write (not on `HOLD_END_ALIGN`), held on the bet that attribute changes
+    /// follow it (`ShortWrites`).
+    short_write: bool,
+    /// The attribute changes answered after it, in order: their requests (for the
+    /// statistics) and the engine's changes.
+    attrs: Vec<(Request, SetAttr)>,
+    /// The file as the last change answered leaves it: the next attribute change is
+    /// checked against it, as it would be once the ones before are applied. For a held
+    /// write, the file before it with the privileges the write kills gone (its size and
+    /// times are not known before it is applied: such answers carry no attributes).
+    after: Option<Inode>,
+    /// When the held write took effect: fixed when the first attribute change joined it,
+    /// so the write's times come before that change's, as they would applied one by one.
+    written_at: Option<Timestamp>,
+    /// The first answer's: holds every other request until all are applied.
     early: AnsweredEarly<'a>,
 }
 
 impl HeldChange<'_> {
     /// The file it changes.
     pub(crate) fn ino(&self) -> u64 {
-        match self {
-            HeldChange::Write { early, .. } => early.apply.changed().0,
-            HeldChange::Attrs(attrs) => attrs.ino,
+        self.ino
+    }
+}
+
+/// Whether a connection's short writes are worth holding: a held short write that no
+/// attribute change joins costs the overlap of its apply with the caller's next call
+/// (one-thread creates of 100-byte files, each written once and closed, lost a quarter of
+/// their rate when every write was held).
+pub(crate) struct ShortWrites {
+    /// Above zero: held; set when attribute changes joined one, down by one when none did.
+    score: u8,
+    /// Short writes not held since the score fell to zero: every `PROBE_EVERY`th is held
+    /// anyway, to notice a caller that turned to setting attributes after its writes.
+    passed: u32,
+}
+
+/// How often a connection whose short writes go unjoined holds one anyway.
+const PROBE_EVERY: u32 = 64;
+
+impl Default for ShortWrites {
+    fn default() -> Self {
+        ShortWrites {
+            score: 1,
+            passed: 0,
         }
     }
 }
 
+impl ShortWrites {
+    fn hold(&mut self) -> bool {
+        if self.score > 0 {
+            return true;
+        }
+        self.passed += 1;
+        self.passed.is_multiple_of(PROBE_EVERY)
+    }
+
+    fn learn(&mut self, joined: bool) {
+        self.score = if joined {
+            2
+        } else {
+            self.score.saturating_sub(1)
+        };
+    }
+}
+
+/// A connection's held change and what it learned about its short writes.
+#[derive(Default)]
+pub(crate) struct Holding<'a> {
+    pub held: Option<HeldChange<'a>>,
+    short_writes: ShortWrites,
+}
+
 impl Server {
-    /// `early`, answered for `request`: held when it is a write that ends on a multiple of
-    /// `HOLD_END_ALIGN` or an attribute change, else applied now.
+    /// `early`, answered for `request`: held when it is a write or an attribute change
+    /// (a short write only while this connection's are followed by attribute changes),
+    /// else applied now.
     pub(crate) fn hold_or_apply<'a>(
         &'a self,
         caller: &Credentials,
         process: &Process,
+        holding: &mut Holding<'a>,
         request: Request,
         mut early: AnsweredEarly<'a>,
-    ) -> Option<HeldChange<'a>> {
+    ) {
+        assert!(holding.held.is_none(), "a held change is applied first");
+        let ino = early.apply.changed().0;
         match (&request, &mut early.apply) {
             (Request::Write { offset, data, .. }, Apply::Write { .. }) => {
                 let end = offset.saturating_add(data.len() as u64);
-                if end.is_multiple_of(HOLD_END_ALIGN) {
-                    return Some(HeldChange::Write { request, early });
+                let short_write = !end.is_multiple_of(HOLD_END_ALIGN);
+                if !short_write || holding.short_writes.hold() {
+                    holding.held = Some(HeldChange {
+                        ino,
+                        write: Some(request),
+                        short_write,
+                        attrs: Vec::new(),
+                        after: None,
+                        written_at: None,
+                        early,
+                    });
+                    return;
                 }
             }
-            (_, Apply::SetAttr { ino, change, after }) => {
+            (_, Apply::SetAttr { change, after, .. }) => {
                 // The change moves into the held list; the answer's file is copied, once a
                 // group (the apply keeps its own for `changed`).
-                let (ino, change, after) = (*ino, std::mem::take(&mut **change), (**after).clone());
-                return Some(HeldChange::Attrs(HeldAttrs {
+                let change = std::mem::take(&mut **change);
+                let after = Some((**after).clone());
+                holding.held = Some(HeldChange {
                     ino,
-                    requests: vec![request],
-                    changes: vec![change],
+                    write: None,
+                    short_write: false,
+                    attrs: vec![(request, change)],
                     after,
+                    written_at: None,
                     early,
-                }));
+                });
+                return;
             }
             _ => {}
         }
         self.apply_early(caller, process, &request, early);
-        None
     }
 
     /// Whether `next` went on with the held change (answered with `answer`, to be applied
@@ -115,29 +184,26 @@ impl Server {
         &'a self,
         caller: &Credentials,
         process: &Process,
-        held: &mut Option<HeldChange<'a>>,
+        holding: &mut Holding<'a>,
         next: Option<&Request>,
         answer: &mut dyn FnMut(Status, &Reply),
     ) -> bool {
-        let joined = match (held.as_mut(), next) {
-            (Some(HeldChange::Write { request, early }), Some(next)) => {
-                self.join_write(caller, process, (request, early), next, answer)
+        let joined = match (holding.held.as_mut(), next) {
+            (Some(held), Some(next @ Request::Write { .. })) => {
+                self.join_write(caller, process, held, next, answer)
             }
-            (Some(HeldChange::Attrs(attrs)), Some(next)) => {
-                let joined = self.join_attrs(caller, process, attrs, next, answer);
-                // Tools make two (times then mode): applied at once, while the caller goes
-                // on to its next file, as a lone change is. Held until the next request,
-                // the changes made that request wait for their apply (`tar x` and `cp -a`
-                // took 2-7% longer).
-                if joined {
-                    self.apply_held(caller, process, held.take());
-                }
-                joined
-            }
+            (Some(held), Some(next)) => self.join_attrs(caller, process, held, next, answer),
             _ => false,
         };
-        if !joined {
-            self.apply_held(caller, process, held.take());
+        let complete = holding.held.as_ref().is_some_and(|held| {
+            held.attrs.len() >= HELD_ATTR_CHANGES
+                || held
+                    .attrs
+                    .last()
+                    .is_some_and(|(_, change)| change.perm.is_some())
+        });
+        if !joined || complete {
+            self.apply_held(caller, process, holding);
         }
         joined
     }
@@ -148,18 +214,18 @@ impl Server {
         &self,
         caller: &Credentials,
         process: &Process,
-        (held_request, held_early): (&mut Request, &AnsweredEarly<'_>),
+        held: &mut HeldChange<'_>,
         next: &Request,
         answer: &mut dyn FnMut(Status, &Reply),
     ) -> bool {
-        let Request::Write {
+        let Some(Request::Write {
             handle: held_handle,
             offset: held_offset,
             data: held_data,
             ..
-        } = held_request
+        }) = held.write.as_mut()
         else {
-            unreachable!("a held write is a write request");
+            return false;
         };
         let Request::Write {
             handle,
@@ -168,11 +234,15 @@ impl Server {
             ..
         } = next
         else {
-            return false;
+            unreachable!("only a write joins a write");
         };
         let held_end = *held_offset + held_data.len() as u64;
         let grown = held_data.len() + data.len();
-        if handle != held_handle || *offset != held_end || grown > HELD_WRITE_MAX_BYTES {
+        if !held.attrs.is_empty()
+            || handle != held_handle
+            || *offset != held_end
+            || grown > HELD_WRITE_MAX_BYTES
+        {
             return false;
         }
         if !self.engine.write_surely_fits(grown as u64) {
@@ -185,7 +255,7 @@ impl Server {
             return false;
         };
         assert!(
-            early.apply.changed() == held_early.apply.changed(),
+            early.apply.changed() == held.early.apply.changed(),
             "a write that goes on with a held one changes the same file"
         );
         answer(Status::Ok, &early.reply);
@@ -197,14 +267,14 @@ impl Server {
         true
     }
 
-    /// The held attribute changes and `next`, answered with `answer`, when `next` changes
-    /// the attributes of the same file through a handle and may be answered early itself,
+    /// `next` added to the held change, answered with `answer`, when it changes the
+    /// attributes of the same file through a handle and may be answered early itself,
     /// checked against the file as the held changes leave it.
     fn join_attrs(
         &self,
         caller: &Credentials,
         process: &Process,
-        held: &mut HeldAttrs<'_>,
+        held: &mut HeldChange<'_>,
         next: &Request,
         answer: &mut dyn FnMut(Status, &Reply),
     ) -> bool {
@@ -216,11 +286,14 @@ impl Server {
             return false;
         };
         let same_file = process.get(*handle).is_some_and(|h| h.ino == held.ino);
-        if !same_file || held.changes.len() >= HELD_ATTR_CHANGES_MAX {
+        if !same_file || held.attrs.len() >= HELD_ATTR_CHANGES {
             return false;
         }
+        let Some(before) = self.before_next_change(held) else {
+            return false;
+        };
         let session = Session::plain(caller, process);
-        let Some(early) = self.answered_early(&session, next, Some(&held.after)) else {
+        let Some(early) = self.answered_early(&session, next, Some(&before)) else {
             return false;
         };
         let Apply::SetAttr { ino, change, after } = early.apply else {
@@ -230,14 +303,39 @@ impl Server {
             ino, held.ino,
             "a change that goes on with held ones changes their file"
         );
-        answer(Status::Ok, &early.reply);
+        // After a held write the size, blocks and times the answer would carry are not
+        // known before the write is applied: the answer carries none (the caller's next
+        // fstat asks, and waits for the apply).
+        let reply = if held.write.is_some() {
+            Reply::Empty
+        } else {
+            early.reply
+        };
+        answer(Status::Ok, &reply);
         self.stats.count_joined_attr_change();
         // The first held change keeps every other request waiting until all are applied.
         drop(early.in_flight);
-        held.requests.push(next.clone());
-        held.changes.push(*change);
-        held.after = *after;
+        held.attrs.push((next.clone(), *change));
+        held.after = Some(*after);
         true
+    }
+
+    /// The file the next attribute change is checked against: as the last one answered
+    /// left it, or before a held write, without the privileges the write kills (the
+    /// write's time fixed now, before the change is answered). `None`: not known.
+    fn before_next_change(&self, held: &mut HeldChange<'_>) -> Option<Inode> {
+        if let Some(after) = &held.after {
+            return Some(after.clone());
+        }
+        let Apply::Write { kill, .. } = held.early.apply else {
+            return None;
+        };
+        let mut inode = self.engine.getattr(held.ino).ok()?;
+        if kill {
+            inode.perm = perm_without_privileges(&inode);
+        }
+        held.written_at = Some(Timestamp::now());
+        Some(inode)
     }
 
     /// Whether a change held on `ino` must be applied now rather than at the next request:
@@ -247,34 +345,51 @@ impl Server {
         self.engine.replied_writes().awaited() || self.kernel.holds(ino)
     }
 
-    /// Applies a held change, if any.
+    /// Applies the held change, if any, as one, and learns from it whether short writes
+    /// are worth holding.
     pub(crate) fn apply_held(
         &self,
         caller: &Credentials,
         process: &Process,
-        held: Option<HeldChange<'_>>,
+        holding: &mut Holding,
     ) {
-        match held {
-            Some(HeldChange::Write { request, early }) => {
-                self.apply_early(caller, process, &request, early);
-            }
-            Some(HeldChange::Attrs(attrs)) => self.apply_held_attrs(caller, process, attrs),
-            None => {}
+        let Some(held) = holding.held.take() else {
+            return;
+        };
+        if held.short_write {
+            holding.short_writes.learn(!held.attrs.is_empty());
         }
-    }
-
-    /// Applies held attribute changes as one (`Engine::setattrs`).
-    fn apply_held_attrs(&self, caller: &Credentials, process: &Process, held: HeldAttrs<'_>) {
-        let applied = self.engine.setattrs(held.ino, &held.changes);
+        let HeldChange {
+            ino,
+            write,
+            attrs,
+            written_at,
+            early,
+            ..
+        } = held;
+        let (requests, changes): (Vec<Request>, Vec<SetAttr>) = attrs.into_iter().unzip();
+        let applied = match (&write, &early.apply) {
+            (Some(request), _) if changes.is_empty() => {
+                self.apply_early(caller, process, request, early);
+                return;
+            }
+            (Some(Request::Write { offset, data, .. }), Apply::Write { kill, .. }) => {
+                let written_at = written_at.expect("fixed when the first change joined");
+                self.engine
+                    .write_then_setattrs(ino, (*offset, data), *kill, written_at, &changes)
+            }
+            (None, _) => self.engine.setattrs(ino, &changes),
+            _ => unreachable!("a held write is a write request, answered as one"),
+        };
         let failed = applied.as_ref().err().map(shoal_engine::FsError::errno);
-        for request in &held.requests {
-            // What each answered, when applied: the statistics count the change once.
+        for request in write.iter().chain(&requests) {
+            // What each answered, once applied: the statistics count the change then.
             let result = match failed {
-                None => Ok(held.early.reply.clone()),
-                Some(errno) => Err(crate::refusal::Refusal::Errno(errno)),
+                None => Ok(Reply::Empty),
+                Some(errno) => Err(Refusal::Errno(errno)),
             };
             self.stats.record(request, &result);
         }
-        self.after_applied(caller, process, failed, held.early);
+        self.after_applied(caller, process, failed, early);
     }
 }

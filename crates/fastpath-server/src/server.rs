@@ -20,7 +20,7 @@ use crate::answered_early::{AnsweredEarly, Apply, Pending};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
-use crate::held_change::HeldChange;
+use crate::held_change::{HeldChange, Holding};
 use crate::ops::{OpenDirAsked, Prediction, Session};
 use crate::placement::Placement;
 use crate::refusal::{Refusal, Served};
@@ -431,7 +431,7 @@ impl Server {
         // A change answered early, held until it is known whether the next request goes on
         // with it (`HeldChange`); applied before the thread sleeps, as soon as another
         // request waits for it, and before anything else is served.
-        let mut held: Option<HeldChange> = None;
+        let mut holding = Holding::default();
         let mut placement = Placement::of_this_thread();
         loop {
             let waiting = Waiting {
@@ -439,10 +439,10 @@ impl Server {
                 spinning_pays,
                 alive: &alive,
             };
-            let held_ino = held.as_ref().map(HeldChange::ino);
+            let held_ino = holding.held.as_ref().map(HeldChange::ino);
             let held_back = HeldBack {
                 awaited: &|| held_ino.is_some_and(|ino| self.held_is_awaited(ino)),
-                apply: &mut || self.apply_held(caller, process, held.take()),
+                apply: &mut || self.apply_held(caller, process, &mut holding),
             };
             let Some((next, arrived)) =
                 self.wait_for_request(channel, waiting, &mut pace, &mut request_buf, held_back)
@@ -467,7 +467,7 @@ impl Server {
             // cores their spinning took 4x the daemon's CPU per create).
             let alone = busy <= 1;
             let next = decoded.as_ref().ok().filter(|_| alone);
-            if self.held_goes_on(caller, process, &mut held, next, &mut answer) {
+            if self.held_goes_on(caller, process, &mut holding, next, &mut answer) {
                 continue;
             }
             // Writes other connections answered before applying them land first (this
@@ -480,11 +480,11 @@ impl Server {
                 channel,
                 decoded,
                 alone,
-                (&mut ahead, &mut held),
+                (&mut ahead, &mut holding),
                 &mut answer,
             );
         }
-        self.apply_held(caller, process, held.take());
+        self.apply_held(caller, process, &mut holding);
         if let Some(unused) = ahead {
             self.stats.ahead(false);
             self.discard(process, unused);
@@ -507,13 +507,13 @@ impl Server {
         channel: &SharedChannel,
         decoded: Result<Request, shoal_fastpath::WireError>,
         alone: bool,
-        (ahead, held): (&mut Option<Speculation>, &mut Option<HeldChange<'a>>),
+        (ahead, holding): (&mut Option<Speculation>, &mut Holding<'a>),
         answer: &mut dyn FnMut(Status, &Reply),
     ) {
         let decoded = match (alone, decoded) {
             (true, Ok(request)) => match self.answer_early(caller, process, &request, answer) {
                 Some(early) => {
-                    *held = self.hold_or_apply(caller, process, request, early);
+                    self.hold_or_apply(caller, process, holding, request, early);
                     return;
                 }
                 None => Ok(request),

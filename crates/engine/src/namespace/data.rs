@@ -184,31 +184,9 @@ impl Engine {
         }
         let mut txn = self.begin()?;
         let mut inode = txn.inode(ino)?;
-        match inode.kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(FsError::IsDir),
-            _ => return Err(FsError::Invalid("write to a special file")),
-        }
-        let allocated_before = inode.allocated_bytes;
         let size_before = inode.size;
-        if matches!(inode.content, Content::Inline(_)) && end <= self.inline_max_bytes() {
-            write_inline(&mut inode, offset, &bytes);
-        } else {
-            txn.make_chunked(&mut inode);
-            match bytes {
-                WriteBytes::Borrowed(data) => txn.write_chunks(&mut inode, offset, data)?,
-                WriteBytes::Shared(data) => txn.append_chunk(&mut inode, offset, data)?,
-            }
-            inode.size = inode.size.max(end);
-        }
-        inode.mtime = txn.now;
-        inode.ctime = txn.now;
-        let mode_changed = kill_suidgid && txn.kill_privileges(&mut inode);
-        txn.charge(
-            &inode,
-            0,
-            inode.allocated_bytes as i64 - allocated_before as i64,
-        );
+        let now = txn.now;
+        let mode_changed = txn.write_into(&mut inode, offset, bytes, kill_suidgid, now)?;
         txn.put_inode(&inode);
         txn.inode_changed(&inode, size_before)?;
         txn.commit()?;
@@ -216,6 +194,47 @@ impl Engine {
             bytes: length as u32,
             mode_changed,
         })
+    }
+
+    /// A write of `data` at `offset` (made at `written_at`, set-id bits killed when
+    /// `kill_suidgid`) and then `changes`, in order, as one operation: what `write` and
+    /// each `setattr` in turn leave, in one batch. The fast path applies this way a file's
+    /// last write and the times and mode a caller set right after it, all answered before
+    /// they were applied (`tar x` writes, then sets times, then the mode); `written_at`
+    /// was fixed before the first change was answered, so the changes' times come after
+    /// the write's, as they would one by one.
+    pub fn write_then_setattrs(
+        &self,
+        ino: u64,
+        (offset, data): (u64, &[u8]),
+        kill_suidgid: bool,
+        written_at: Timestamp,
+        changes: &[SetAttr],
+    ) -> FsResult<Inode> {
+        self.stats().count(Op::Write);
+        for _ in changes {
+            self.stats().count(Op::Setattr);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::FileTooBig)?;
+        if end > MAX_FILE_BYTES {
+            return Err(FsError::FileTooBig);
+        }
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino)?;
+        let size_before = inode.size;
+        if !data.is_empty() {
+            let bytes = WriteBytes::Borrowed(data);
+            txn.write_into(&mut inode, offset, bytes, kill_suidgid, written_at)?;
+        }
+        for change in changes {
+            txn.set_attributes_of(&mut inode, change)?;
+        }
+        txn.put_inode(&inode);
+        txn.inode_changed(&inode, size_before)?;
+        txn.commit()?;
+        Ok(inode)
     }
 
     /// Copies up to `len` bytes from `ino_in` at `offset_in` to `ino_out` at `offset_out`
@@ -371,6 +390,45 @@ impl Engine {
 }
 
 impl Txn<'_> {
+    /// A write's `bytes` at `offset` made to `inode` (not yet put) at `now`: data, size,
+    /// times, set-id bits killed when `kill_suidgid`, usage charged. Whether the mode
+    /// changed.
+    fn write_into(
+        &mut self,
+        inode: &mut Inode,
+        offset: u64,
+        bytes: WriteBytes<'_>,
+        kill_suidgid: bool,
+        now: Timestamp,
+    ) -> FsResult<bool> {
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid("write to a special file")),
+        }
+        let end = offset + bytes.len() as u64;
+        let allocated_before = inode.allocated_bytes;
+        if matches!(inode.content, Content::Inline(_)) && end <= self.engine.inline_max_bytes() {
+            write_inline(inode, offset, &bytes);
+        } else {
+            self.make_chunked(inode);
+            match bytes {
+                WriteBytes::Borrowed(data) => self.write_chunks(inode, offset, data)?,
+                WriteBytes::Shared(data) => self.append_chunk(inode, offset, data)?,
+            }
+            inode.size = inode.size.max(end);
+        }
+        inode.mtime = now;
+        inode.ctime = now;
+        let mode_changed = kill_suidgid && self.kill_privileges(inode);
+        self.charge(
+            inode,
+            0,
+            inode.allocated_bytes as i64 - allocated_before as i64,
+        );
+        Ok(mode_changed)
+    }
+
     /// One setattr's `change` made to `inode` (not yet put): checks, truncation, quota
     /// moves with ownership, killed privileges, mode, times, and an access ACL kept in
     /// step with the mode.
@@ -427,6 +485,17 @@ pub fn set_attributes(inode: &Inode, change: &SetAttr, now: Timestamp) -> Inode 
     }
     change_mode_and_times(&mut inode, change, now);
     inode
+}
+
+/// The permission bits a write or truncation by an unprivileged caller leaves a file that
+/// is not a directory: without setuid, and without setgid when group-executable (as the
+/// kernel's `should_remove_suid`).
+pub fn perm_without_privileges(inode: &Inode) -> u16 {
+    let mut perm = inode.perm & !S_ISUID;
+    if perm & S_IXGRP != 0 {
+        perm &= !S_ISGID;
+    }
+    perm
 }
 
 fn changes_owner(inode: &Inode, change: &SetAttr) -> bool {
@@ -501,10 +570,7 @@ impl Txn<'_> {
             return false;
         }
         let before = inode.perm;
-        inode.perm &= !S_ISUID;
-        if inode.perm & S_IXGRP != 0 {
-            inode.perm &= !S_ISGID;
-        }
+        inode.perm = perm_without_privileges(inode);
         if inode.may_have_xattrs {
             self.delete(Space::Meta, keys::xattr_key(inode.ino, SECURITY_CAPABILITY));
         }
