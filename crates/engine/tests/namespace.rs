@@ -119,6 +119,23 @@ both_backends! {
         fs.setattr(e.ino, &SetAttr { perm: Some(0o4755), ..sattr() }).unwrap();
         let e = fs.write_then_setattrs(e.ino, (0, b"x"), true, at(70), &[]).unwrap();
         assert_eq!((e.perm, e.mtime, e.ctime), (0o755, at(70), at(70)));
+
+        // A copy and the changes after it, as one: whole chunks shared, the rest read, at
+        // a chunk boundary and off one, as `copy_range` copies.
+        let source: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+        let from = mkfile_with(fs, with_write.ino, b"source", &source);
+        for (name, from_offset, to_offset) in [(&b"aligned"[..], 0u64, 0u64), (&b"unaligned"[..], 10, 1000)] {
+            let to = mkfile(fs, with_write.ino, name);
+            let len = source.len() as u64 - from_offset;
+            let copied = fs
+                .copy_then_setattrs((from.ino, from_offset), (to.ino, to_offset), len, at(80), &changes[..1])
+                .unwrap();
+            assert_eq!(copied, len);
+            let to = fs.getattr(to.ino).unwrap();
+            assert_eq!((to.size, to.perm, to.mtime, to.ctime), (to_offset + len, 0o4750, at(80), at(100)));
+            let read = fs.read(to.ino, to_offset, len as u32).unwrap();
+            assert!(read == source[from_offset as usize..], "{}: the copied bytes", String::from_utf8_lossy(name));
+        }
     }
 
     fn readdir_plus_pairs_every_entry_with_its_own_inode_near_or_far(fs) {

@@ -9,8 +9,8 @@
 //! door waits; the caller's next request comes to this same thread, after it.
 
 use shoal_engine::{
-    set_attributes, Decided, FileKind, FsResult, InFlight, Inode, NewInode, SetAttr, SetTime,
-    Timestamp, MAX_FILE_BYTES,
+    set_attributes, Decided, FileKind, FsError, FsResult, InFlight, Inode, NewInode, SetAttr,
+    SetTime, Timestamp, MAX_FILE_BYTES,
 };
 use shoal_fastpath::{Reply, Request, SetAttrWire, Target, TimeWire};
 
@@ -37,6 +37,14 @@ pub(crate) enum Apply {
     /// The request's bytes written at `offset` of `ino` (set-id bits killed when `kill`,
     /// as for an unprivileged writer).
     Write { ino: u64, offset: u64, kill: bool },
+    /// `len` bytes of `from` at `from_offset` copied to `offset` of `ino` (the source
+    /// holds them: `len` is what the answer said was copied).
+    Copy {
+        from: (u64, u64),
+        ino: u64,
+        offset: u64,
+        len: u64,
+    },
     /// The engine's setattr of `ino`, its times fixed when answered, and the file as it
     /// leaves it (what the answer says).
     SetAttr {
@@ -50,7 +58,7 @@ impl Apply {
     /// The inode it changes, and whether its data too (what the kernel is told).
     pub fn changed(&self) -> (u64, bool) {
         match self {
-            Apply::Write { ino, .. } => (*ino, true),
+            Apply::Write { ino, .. } | Apply::Copy { ino, .. } => (*ino, true),
             Apply::SetAttr { ino, .. } => (*ino, false),
         }
     }
@@ -218,6 +226,7 @@ impl Server {
     ) -> Option<AnsweredEarly<'_>> {
         let (ino, early) = match request {
             Request::Write { .. } => self.write_early(s, request)?,
+            Request::CopyRange { .. } => self.copy_early(s, request)?,
             Request::SetAttr { target, change } => self.set_attr_early(s, target, change, held)?,
             Request::SetAccessAclMode { target, perm } => {
                 self.acl_mode_early(s, target, *perm, held)?
@@ -284,6 +293,46 @@ impl Server {
             handle.ino,
             Early::Write(Reply::Written { written, end }, apply),
         ))
+    }
+
+    /// A copy_file_range between two regular files the caller has open, with every check
+    /// of `copy_checked` passed, of at most `EARLY_WRITE_MAX_BYTES` (what it copies is
+    /// known from the source's size), that the store surely takes (`may_answer_early`).
+    /// `cp` copies each file with one, then sets its times and mode.
+    fn copy_early(&self, s: &Session, request: &Request) -> Option<(u64, Early)> {
+        let Request::CopyRange {
+            from,
+            from_offset,
+            to,
+            to_offset,
+            len,
+        } = request
+        else {
+            return None;
+        };
+        let (from, to) = ((*from, *from_offset), (*to, *to_offset));
+        let (source, target) = self.copy_checked(s, from, to, *len).ok()?;
+        let source_inode = self.engine.getattr(source).ok()?;
+        if source_inode.kind != FileKind::Regular || from.1 >= source_inode.size {
+            return None;
+        }
+        let copied = (*len).min(source_inode.size - from.1);
+        let end = to.1.checked_add(copied)?;
+        if copied > EARLY_WRITE_MAX_BYTES || end > MAX_FILE_BYTES {
+            return None;
+        }
+        let apply = Apply::Copy {
+            from: (source, from.1),
+            ino: target,
+            offset: to.1,
+            len: copied,
+        };
+        let reply = Reply::Written {
+            written: copied,
+            end,
+        };
+        self.may_answer_early(target, copied)
+            .then_some((target, Early::Write(reply, apply)))
     }
 
     /// A change of the mode, owner or times of a file the caller has open, with every
@@ -372,6 +421,17 @@ impl Server {
     fn may_answer_early(&self, ino: u64, bytes: u64) -> bool {
         !self.kernel.holds(ino) && self.engine.write_surely_fits(bytes)
     }
+}
+
+/// A copy answered early copies what its answer said: nothing could change the source
+/// meanwhile (every other request of either door waited). Anything else is damage.
+pub(crate) fn copied_as_answered(copied: u64, answered: u64) -> FsResult<()> {
+    if copied == answered {
+        return Ok(());
+    }
+    Err(FsError::Corrupt(format!(
+        "a copy answered as {answered} bytes copied {copied}"
+    )))
 }
 
 /// What `answered_early` answers, before the announcement.

@@ -22,7 +22,7 @@
 use shoal_engine::{perm_without_privileges, Inode, SetAttr, Timestamp};
 use shoal_fastpath::{Reply, Request, Status, Target};
 
-use crate::answered_early::{AnsweredEarly, Apply};
+use crate::answered_early::{copied_as_answered, AnsweredEarly, Apply};
 use crate::credentials::Credentials;
 use crate::handles::Process;
 use crate::ops::Session;
@@ -140,22 +140,16 @@ impl Server {
     ) {
         assert!(holding.held.is_none(), "a held change is applied first");
         let ino = early.apply.changed().0;
-        match (&request, &mut early.apply) {
+        // Held as a write: whether a short one (held on `ShortWrites`' bet).
+        let held_as_write = match (&request, &mut early.apply) {
             (Request::Write { offset, data, .. }, Apply::Write { .. }) => {
                 let end = offset.saturating_add(data.len() as u64);
                 let short_write = !end.is_multiple_of(HOLD_END_ALIGN);
-                if !short_write || holding.short_writes.hold() {
-                    holding.held = Some(HeldChange {
-                        ino,
-                        write: Some(request),
-                        short_write,
-                        attrs: Vec::new(),
-                        after: None,
-                        written_at: None,
-                        early,
-                    });
-                    return;
-                }
+                (!short_write || holding.short_writes.hold()).then_some(short_write)
+            }
+            // As a short write: `cp` copies a file with one, then sets its attributes.
+            (Request::CopyRange { .. }, Apply::Copy { .. }) => {
+                holding.short_writes.hold().then_some(true)
             }
             (_, Apply::SetAttr { change, after, .. }) => {
                 // The change moves into the held list; the answer's file is copied, once a
@@ -173,7 +167,19 @@ impl Server {
                 });
                 return;
             }
-            _ => {}
+            _ => None,
+        };
+        if let Some(short_write) = held_as_write {
+            holding.held = Some(HeldChange {
+                ino,
+                write: Some(request),
+                short_write,
+                attrs: Vec::new(),
+                after: None,
+                written_at: None,
+                early,
+            });
+            return;
         }
         self.apply_early(caller, process, &request, early);
     }
@@ -327,8 +333,12 @@ impl Server {
         if let Some(after) = &held.after {
             return Some(after.clone());
         }
-        let Apply::Write { kill, .. } = held.early.apply else {
-            return None;
+        let kill = match held.early.apply {
+            Apply::Write { kill, .. } => kill,
+            // A copy kills nothing: a caller without the privilege copies to no set-id file
+            // on the fast path (`copy_checked`).
+            Apply::Copy { .. } => false,
+            Apply::SetAttr { .. } => return None,
         };
         let mut inode = self.engine.getattr(held.ino).ok()?;
         if kill {
@@ -377,9 +387,21 @@ impl Server {
                 let written_at = written_at.expect("fixed when the first change joined");
                 self.engine
                     .write_then_setattrs(ino, (*offset, data), *kill, written_at, &changes)
+                    .map(drop)
             }
-            (None, _) => self.engine.setattrs(ino, &changes),
-            _ => unreachable!("a held write is a write request, answered as one"),
+            (
+                Some(Request::CopyRange { .. }),
+                Apply::Copy {
+                    from, offset, len, ..
+                },
+            ) => {
+                let written_at = written_at.expect("fixed when the first change joined");
+                self.engine
+                    .copy_then_setattrs(*from, (ino, *offset), *len, written_at, &changes)
+                    .and_then(|copied| copied_as_answered(copied, *len))
+            }
+            (None, _) => self.engine.setattrs(ino, &changes).map(drop),
+            _ => unreachable!("a held write or copy is its request, answered as one"),
         };
         let failed = applied.as_ref().err().map(shoal_engine::FsError::errno);
         for request in write.iter().chain(&requests) {

@@ -539,6 +539,24 @@ impl Server {
         to: (u64, u64),
         len: u64,
     ) -> Served<Reply> {
+        let (source, target) = self.copy_checked(s, from, to, len)?;
+        let copied = self.engine.copy_range(source, from.1, target, to.1, len)?;
+        self.kernel.inode_changed(target, true);
+        Ok(Reply::Written {
+            written: copied,
+            end: to.1 + copied,
+        })
+    }
+
+    /// The checks of a copy_file_range of `len` bytes between two handles (`from` and `to`:
+    /// handle and offset) before it is made; the source's and target's inodes.
+    pub(crate) fn copy_checked(
+        &self,
+        s: &Session,
+        from: (u64, u64),
+        to: (u64, u64),
+        len: u64,
+    ) -> Served<(u64, u64)> {
         let (source, target) = (s.handle(from.0)?, s.handle(to.0)?);
         ensure(!source.directory && !target.directory, libc::EISDIR)?;
         ensure(source.readable && target.writable, libc::EBADF)?;
@@ -548,14 +566,7 @@ impl Server {
         require(s.caller.privileged || u32::from(target_inode.perm) & SET_ID_BITS == 0)?;
         require(from.1.checked_add(len).is_some() && to.1.checked_add(len).is_some())?;
         self.writable()?;
-        let copied = self
-            .engine
-            .copy_range(source.ino, from.1, target.ino, to.1, len)?;
-        self.kernel.inode_changed(target.ino, true);
-        Ok(Reply::Written {
-            written: copied,
-            end: to.1 + copied,
-        })
+        Ok((source.ino, target.ino))
     }
 
     pub fn fstat(&self, s: &Session, id: u64) -> Served<Reply> {

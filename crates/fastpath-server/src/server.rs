@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
-use shoal_engine::{ChangeObserver, Engine, FsError, ROOT_INO};
+use shoal_engine::{ChangeObserver, Engine, FsError, Timestamp, ROOT_INO};
 use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::{Patience, SharedChannel};
@@ -16,7 +16,7 @@ use shoal_fastpath::state::MountState;
 use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::activity::Activity;
-use crate::answered_early::{AnsweredEarly, Apply, Pending};
+use crate::answered_early::{copied_as_answered, AnsweredEarly, Apply, Pending};
 use crate::below::trimmed;
 use crate::credentials::Credentials;
 use crate::handles::{Process, Processes};
@@ -729,6 +729,18 @@ impl Server {
             // Attributes other than the answer's can only come from a change that was under
             // way when it was given (one begun later waits for this): ordered after this one.
             (Apply::SetAttr { ino, change, .. }, _) => self.engine.setattr(*ino, change).map(drop),
+            (
+                Apply::Copy {
+                    from,
+                    ino,
+                    offset,
+                    len,
+                },
+                _,
+            ) => self
+                .engine
+                .copy_then_setattrs(*from, (*ino, *offset), *len, Timestamp::now(), &[])
+                .and_then(|copied| copied_as_answered(copied, *len)),
             (Apply::Write { .. }, _) => unreachable!("a write's apply is made of its request"),
         };
         let failed = applied.as_ref().err().map(FsError::errno);

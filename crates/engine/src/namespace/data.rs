@@ -30,6 +30,7 @@ pub struct Written {
 /// one (a chunk `copy_range` shares), put as they are where they make a whole new chunk.
 enum WriteBytes<'a> {
     Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
     Shared(SharedBytes),
 }
 
@@ -39,6 +40,7 @@ impl std::ops::Deref for WriteBytes<'_> {
     fn deref(&self) -> &[u8] {
         match self {
             WriteBytes::Borrowed(bytes) => bytes,
+            WriteBytes::Owned(bytes) => bytes,
             WriteBytes::Shared(bytes) => bytes,
         }
     }
@@ -290,6 +292,56 @@ impl Engine {
         Ok(copied)
     }
 
+    /// A copy of `len` bytes from `ino_in` at `offset_in` to `ino_out` at `offset_out`
+    /// (made at `written_at`) and then `changes` of `ino_out`, in order, as one operation:
+    /// what `copy_range` and each `setattr` in turn leave, in one batch. The fast path
+    /// applies this way a copy it answered before applying it and the times and mode set
+    /// right after it (`cp -a`). `len` is what the copy answered: the source holds that
+    /// many bytes there (nothing could change it since). Returns the bytes copied.
+    pub fn copy_then_setattrs(
+        &self,
+        (ino_in, offset_in): (u64, u64),
+        (ino_out, offset_out): (u64, u64),
+        len: u64,
+        written_at: Timestamp,
+        changes: &[SetAttr],
+    ) -> FsResult<u64> {
+        assert!(
+            len <= COPY_RANGE_PIECE_BYTES,
+            "one piece: an answered copy is small"
+        );
+        self.stats().count(Op::Read);
+        self.stats().count(Op::Write);
+        for _ in changes {
+            self.stats().count(Op::Setattr);
+        }
+        let source = self.read_inode(ino_in)?;
+        let mut txn = self.begin()?;
+        let mut inode = txn.inode(ino_out)?;
+        let size_before = inode.size;
+        let mut copied = 0;
+        while copied < len {
+            let (from, to) = (offset_in + copied, offset_out + copied);
+            // Whole chunks are shared, as `copy_range` shares them; the rest is read.
+            let bytes = match self.whole_chunk_of(&source, from, to, len - copied)? {
+                Some(chunk) => WriteBytes::Shared(chunk),
+                None => WriteBytes::Owned(self.read_of(&source, from, (len - copied) as u32)?),
+            };
+            if bytes.is_empty() {
+                break;
+            }
+            copied += bytes.len() as u64;
+            txn.write_into(&mut inode, to, bytes, false, written_at)?;
+        }
+        for change in changes {
+            txn.set_attributes_of(&mut inode, change)?;
+        }
+        txn.put_inode(&inode);
+        txn.inode_changed(&inode, size_before)?;
+        txn.commit()?;
+        Ok(copied)
+    }
+
     /// The stored chunk of `inode` starting at `offset`, when a copy of up to `len` bytes
     /// from there to `to` can take it whole: both offsets on a chunk boundary, and the
     /// chunk holds every byte of the copy's part of it (a short chunk with zeros read
@@ -414,6 +466,7 @@ impl Txn<'_> {
             self.make_chunked(inode);
             match bytes {
                 WriteBytes::Borrowed(data) => self.write_chunks(inode, offset, data)?,
+                WriteBytes::Owned(data) => self.write_chunks(inode, offset, &data)?,
                 WriteBytes::Shared(data) => self.append_chunk(inode, offset, data)?,
             }
             inode.size = inode.size.max(end);
