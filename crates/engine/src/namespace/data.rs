@@ -178,12 +178,7 @@ impl Engine {
             // POSIX: a zero-length write changes nothing (not even the size).
             return Ok(Written::default());
         }
-        let end = offset
-            .checked_add(length as u64)
-            .ok_or(FsError::FileTooBig)?;
-        if end > MAX_FILE_BYTES {
-            return Err(FsError::FileTooBig);
-        }
+        write_end(offset, length as u64)?;
         let mut txn = self.begin()?;
         let mut inode = txn.inode(ino)?;
         let size_before = inode.size;
@@ -217,12 +212,7 @@ impl Engine {
         for _ in changes {
             self.stats().count(Op::Setattr);
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or(FsError::FileTooBig)?;
-        if end > MAX_FILE_BYTES {
-            return Err(FsError::FileTooBig);
-        }
+        write_end(offset, data.len() as u64)?;
         let mut txn = self.begin()?;
         let mut inode = txn.inode(ino)?;
         let size_before = inode.size;
@@ -230,11 +220,7 @@ impl Engine {
             let bytes = WriteBytes::Borrowed(data);
             txn.write_into(&mut inode, offset, bytes, kill_suidgid, written_at)?;
         }
-        for change in changes {
-            txn.set_attributes_of(&mut inode, change)?;
-        }
-        txn.put_inode(&inode);
-        txn.inode_changed(&inode, size_before)?;
+        txn.put_changed(&mut inode, size_before, changes)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -333,11 +319,7 @@ impl Engine {
             copied += bytes.len() as u64;
             txn.write_into(&mut inode, to, bytes, false, written_at)?;
         }
-        for change in changes {
-            txn.set_attributes_of(&mut inode, change)?;
-        }
-        txn.put_inode(&inode);
-        txn.inode_changed(&inode, size_before)?;
+        txn.put_changed(&mut inode, size_before, changes)?;
         txn.commit()?;
         Ok(copied)
     }
@@ -408,11 +390,7 @@ impl Engine {
             result => result?,
         };
         let size_before = inode.size;
-        for change in changes {
-            txn.set_attributes_of(&mut inode, change)?;
-        }
-        txn.put_inode(&inode);
-        txn.inode_changed(&inode, size_before)?;
+        txn.put_changed(&mut inode, size_before, changes)?;
         txn.commit()?;
         Ok(inode)
     }
@@ -482,6 +460,21 @@ impl Txn<'_> {
         Ok(mode_changed)
     }
 
+    /// `changes` made to `inode` in turn, then the inode put and its usage moved from
+    /// `size_before` (the size it had when the operation began).
+    fn put_changed(
+        &mut self,
+        inode: &mut Inode,
+        size_before: u64,
+        changes: &[SetAttr],
+    ) -> FsResult<()> {
+        for change in changes {
+            self.set_attributes_of(inode, change)?;
+        }
+        self.put_inode(inode);
+        self.inode_changed(inode, size_before)
+    }
+
     /// One setattr's `change` made to `inode` (not yet put): checks, truncation, quota
     /// moves with ownership, killed privileges, mode, times, and an access ACL kept in
     /// step with the mode.
@@ -522,6 +515,15 @@ impl Txn<'_> {
         }
         Ok(())
     }
+}
+
+/// Where a write of `length` bytes at `offset` ends: EFBIG past the largest file.
+fn write_end(offset: u64, length: u64) -> FsResult<u64> {
+    let end = offset.checked_add(length).ok_or(FsError::FileTooBig)?;
+    if end > MAX_FILE_BYTES {
+        return Err(FsError::FileTooBig);
+    }
+    Ok(end)
 }
 
 /// What a setattr of the owner, mode and times only (no size, no privileges killed) makes
