@@ -1651,6 +1651,10 @@ if role == "renamer":
     os.makedirs(os.path.join(mnt, "race"), exist_ok=True)
     for i, n in enumerate(names):
         with open(n, "wb") as f: f.write(b"content %d\n" % i)
+    # Made once every name has its content: a name made and not yet written is empty on
+    # either door (the reader began at the last name's create, and read it empty when a
+    # busy machine left the writer between its create and its write).
+    open(os.path.join(mnt, "race-ready"), "wb").close()
     print("ready", flush=True)
     for r in range(rounds):
         for i, n in enumerate(names):
@@ -1663,7 +1667,7 @@ if role == "renamer":
             os.rename(n + ".tmp", n)
     print("renamer done")
 else:
-    while not os.path.exists(names[-1]): time.sleep(0.001)
+    while not os.path.exists(os.path.join(mnt, "race-ready")): time.sleep(0.001)
     bad = 0; reads = 0
     deadline = time.time() + 3
     while time.time() < deadline:
