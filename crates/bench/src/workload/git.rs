@@ -22,10 +22,16 @@ const IDENTITY: [(&str, &str); 6] = [
     ("GIT_COMMITTER_DATE", "2025-01-01T00:00:00Z"),
 ];
 
-/// `cmd` (a `git` command) without the machine's or the user's configuration.
+/// `cmd` (a `git` command) without the machine's or the user's configuration, and without
+/// automatic gc: a commit of more than 6700 loose objects starts `git gc --auto` detached,
+/// which went on writing into the staged tree while the session removed it ("Directory not
+/// empty").
 fn plain(cmd: &mut Command) -> &mut Command {
     cmd.env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "gc.auto")
+        .env("GIT_CONFIG_VALUE_0", "0")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .envs(IDENTITY)

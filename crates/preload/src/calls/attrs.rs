@@ -101,8 +101,9 @@ fn refresh_kernel_attributes(nr: i64, args: [i64; 6]) {
         libc::SYS_utimensat => (args[0], args[1], args[3] as i32),
         _ => (args[0], args[1], 0),
     };
-    if let Ok(path) = crate::resolve::c_path(path_ptr) {
-        let absolute = crate::resolve::absolute(dirfd, &path);
+    let mut buffer = crate::resolve::PathBuffer::new();
+    if let Ok(path) = crate::resolve::c_path(path_ptr, &mut buffer) {
+        let absolute = crate::resolve::absolute(dirfd, path);
         stat_in_kernel(&absolute, flags & libc::AT_SYMLINK_NOFOLLOW);
     }
 }
@@ -370,7 +371,8 @@ fn xattr_call(
     no_follow: bool,
 ) -> Result<XattrCall, Option<i64>> {
     let (named, positions) = xattr_target(by_descriptor, no_follow, args[0]);
-    let name = match crate::resolve::c_path(args[1]) {
+    let mut buffer = crate::resolve::PathBuffer::new();
+    let name = match crate::resolve::c_path(args[1], &mut buffer) {
         Ok(name) => name.to_vec(),
         Err(errno) => return Err(Some(fail(errno))),
     };
@@ -449,9 +451,9 @@ fn acl_known_absent(fd: i64, name: i64) -> bool {
     };
     // The name is read from the program only when the file's state could answer.
     crate::listings::known(&file).is_some_and(|known| known.no_xattrs)
-        && crate::resolve::c_path(name).is_ok_and(|name| {
-            &*name == b"system.posix_acl_access" || &*name == b"system.posix_acl_default"
-        })
+        && crate::resolve::c_path(name, &mut crate::resolve::PathBuffer::new()).is_ok_and(
+            |name| name == b"system.posix_acl_access" || name == b"system.posix_acl_default",
+        )
 }
 
 pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
@@ -496,8 +498,9 @@ pub fn setxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
         nr == libc::SYS_lsetxattr,
         args[0],
     );
-    let name = crate::resolve::c_path(args[1]).ok()?;
-    if &*name != b"system.posix_acl_access" || args[4] != 0 {
+    let mut buffer = crate::resolve::PathBuffer::new();
+    let name = crate::resolve::c_path(args[1], &mut buffer).ok()?;
+    if name != b"system.posix_acl_access" || args[4] != 0 {
         return None;
     }
     let size = usize::try_from(args[3]).ok()?;

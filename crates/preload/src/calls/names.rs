@@ -12,9 +12,8 @@ fn path_at(dirfd: i64, path_ptr: i64, follow: bool) -> Result<(usize, At), Optio
     if !process_state::fast_path_on() {
         return Err(None);
     }
-    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
-    let copied = resolve::c_path(path_ptr);
-    let path = copied.as_ref().map_err(|errno| Some(fail(*errno)))?;
+    let mut buffer = resolve::PathBuffer::new();
+    let path = resolve::c_path(path_ptr, &mut buffer).map_err(|errno| Some(fail(errno)))?;
     match resolve::route(dirfd, path, follow) {
         Route::Fast { mount, at } => Ok((mount, at)),
         Route::Kernel => Err(None),
@@ -33,7 +32,8 @@ fn keep_open_files(dirfd: i64, path_ptr: i64) {
     if open.is_empty() {
         return;
     }
-    let Ok(path) = resolve::c_path(path_ptr) else {
+    let mut buffer = resolve::PathBuffer::new();
+    let Ok(path) = resolve::c_path(path_ptr, &mut buffer) else {
         return;
     };
     let absolute = absolute_of(dirfd, path);
@@ -185,7 +185,8 @@ pub fn symlink(nr: i64, args: [i64; 6]) -> Option<i64> {
         libc::SYS_symlink => (args[0], i64::from(libc::AT_FDCWD), args[1], &[]),
         _ => (args[0], args[1], args[2], &[1]),
     };
-    let target = match resolve::c_path(target) {
+    let mut buffer = resolve::PathBuffer::new();
+    let target = match resolve::c_path(target, &mut buffer) {
         Ok(target) => target.to_vec(),
         Err(errno) => return Some(fail(errno)),
     };

@@ -51,11 +51,10 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         crate::stats::note(nr, crate::stats::Way::FellBack);
         return Some(kernel(nr, args, dirfd_position));
     }
-    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
-    let copied = resolve::c_path(path_ptr);
-    let path = match &copied {
+    let mut buffer = resolve::PathBuffer::new();
+    let path = match resolve::c_path(path_ptr, &mut buffer) {
         Ok(path) => path,
-        Err(errno) => return Some(fail(*errno)),
+        Err(errno) => return Some(fail(errno)),
     };
     // O_CREAT|O_EXCL never follows a final symlink (the name must be new).
     let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;

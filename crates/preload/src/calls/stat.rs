@@ -25,11 +25,10 @@ pub enum Named {
 /// Resolves (dirfd, path) with AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW as the *at calls take
 /// them.
 pub fn named(dirfd: i64, path_ptr: i64, flags: i32) -> Named {
-    // Borrowed, not moved: a path is a 4 KiB buffer on the stack (`CPath`).
-    let copied = resolve::c_path(path_ptr);
-    let path = match &copied {
+    let mut buffer = resolve::PathBuffer::new();
+    let path = match resolve::c_path(path_ptr, &mut buffer) {
         Ok(path) => path,
-        Err(errno) => return Named::Fail(*errno),
+        Err(errno) => return Named::Fail(errno),
     };
     if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         return match fds::get(dirfd) {
