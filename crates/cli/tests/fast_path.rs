@@ -3032,6 +3032,15 @@ int main(int argc, char **argv) {
         try_stat("after a guard", path);
     else
         printf("after a guard: kernel without guard regions\n");
+    /* The top of the heap, given back by a shrinking brk. */
+    char *heap = sbrk(0);
+    if (sbrk(2 * page) != (void *)-1) {
+        char *top = (char *)(((unsigned long)heap + page - 1) & ~(page - 1));
+        memcpy(top, argv[1], strlen(argv[1]) + 1);
+        try_stat("on the heap's top", top);
+        sbrk(-(long)(heap + 2 * page - top));
+        try_stat("after the heap shrank", top);
+    }
     try_stat("null", NULL);
     try_stat("wild", (const char *)8);
     return 0;
@@ -3040,7 +3049,8 @@ int main(int argc, char **argv) {
 
 /// A path on memory the program unmapped or made unreadable is EFAULT, as through the
 /// kernel, although the library reads paths on pages it has already read without a system
-/// call (`readable_pages`): every mapping change forgets them.
+/// call (`readable_pages`): a mapping change forgets the pages of its range (a shrinking
+/// heap the pages above its new break).
 #[test]
 fn a_path_on_memory_taken_away_is_efault_as_through_the_kernel() {
     let programs = programs_dir();
@@ -3052,7 +3062,7 @@ fn a_path_on_memory_taken_away_is_efault_as_through_the_kernel() {
     let through_kernel = kernel(&m.mnt, &args);
     let on_fast_path = fast(&m.mnt, &args);
     assert!(through_kernel.success(), "{}", through_kernel.describe());
-    assert_served(&on_fast_path, 6, "stats of paths on remapped pages");
+    assert_served(&on_fast_path, 7, "stats of paths on remapped pages");
     assert_eq!(
         on_fast_path.stdout,
         through_kernel.stdout,
@@ -3066,6 +3076,8 @@ fn a_path_on_memory_taken_away_is_efault_as_through_the_kernel() {
         "readable again: 0 ok",
         "across two pages: 0 ok",
         "second page unmapped: -1 Bad address",
+        "on the heap's top: 0 ok",
+        "after the heap shrank: -1 Bad address",
         "null: -1 Bad address",
     ] {
         assert!(

@@ -45,7 +45,7 @@ pub fn c_path(ptr: i64, buffer: &mut PathBuffer) -> Result<&[u8], i32> {
             address += want;
             continue;
         }
-        let generation = readable_pages::generation();
+        let seen = readable_pages::before_read(address);
         let local = libc::iovec {
             iov_base: buffer.room(len, want).cast(),
             iov_len: want,
@@ -68,7 +68,7 @@ pub fn c_path(ptr: i64, buffer: &mut PathBuffer) -> Result<&[u8], i32> {
         if n != want as i64 {
             return Err(libc::EFAULT);
         }
-        readable_pages::remember(address, generation);
+        readable_pages::remember(seen);
         let read = &buffer.filled(len + want)[len..];
         if let Some(nul) = read.iter().position(|&b| b == 0) {
             return Ok(buffer.filled(len + nul));

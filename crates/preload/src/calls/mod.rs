@@ -256,9 +256,13 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
         libc::SYS_brk => Some(readable_pages::brk(args[0] as u64, || raw(nr, args))),
-        _ if may_take_memory_away(nr, args) => Some(readable_pages::around_mapping_change(|| {
-            kernel(nr, args, descriptor_arguments(nr))
-        })),
+        _ if may_take_memory_away(nr, args) => {
+            let call = || kernel(nr, args, descriptor_arguments(nr));
+            Some(match range_taken_away(nr, args) {
+                Some((start, len)) => readable_pages::around_range_change(start, len, call),
+                None => readable_pages::around_mapping_change(call),
+            })
+        }
         _ => None,
     };
     served.unwrap_or_else(|| kernel(nr, args, descriptor_arguments(nr)))
@@ -302,6 +306,19 @@ fn may_take_memory_away(nr: i64, args: [i64; 6]) -> bool {
         | libc::SYS_shmdt
         | libc::SYS_pkey_mprotect => true,
         _ => false,
+    }
+}
+
+/// The memory a call that `may_take_memory_away` can change, where it names it (address,
+/// length); `None`: anywhere (mremap's target, shmat, shmdt).
+fn range_taken_away(nr: i64, args: [i64; 6]) -> Option<(u64, u64)> {
+    match nr {
+        libc::SYS_mmap
+        | libc::SYS_munmap
+        | libc::SYS_mprotect
+        | libc::SYS_pkey_mprotect
+        | libc::SYS_madvise => Some((args[0] as u64, args[1] as u64)),
+        _ => None,
     }
 }
 
