@@ -554,10 +554,7 @@ mod tests {
         crate::process_state::start();
         let bytes = b"abc\0def";
         let mut buffer = PathBuffer::new();
-        assert_eq!(
-            c_path(bytes.as_ptr() as i64, &mut buffer),
-            Ok(&b"abc"[..])
-        );
+        assert_eq!(c_path(bytes.as_ptr() as i64, &mut buffer), Ok(&b"abc"[..]));
         assert_eq!(c_path(0, &mut buffer), Err(libc::EFAULT));
         assert_eq!(c_path(0xdead_c0de, &mut buffer), Err(libc::EFAULT));
     }

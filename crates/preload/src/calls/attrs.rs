@@ -451,9 +451,9 @@ fn acl_known_absent(fd: i64, name: i64) -> bool {
     };
     // The name is read from the program only when the file's state could answer.
     crate::listings::known(&file).is_some_and(|known| known.no_xattrs)
-        && crate::resolve::c_path(name, &mut crate::resolve::PathBuffer::new()).is_ok_and(
-            |name| name == b"system.posix_acl_access" || name == b"system.posix_acl_default",
-        )
+        && crate::resolve::c_path(name, &mut crate::resolve::PathBuffer::new()).is_ok_and(|name| {
+            name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
+        })
 }
 
 pub fn listxattr(nr: i64, args: [i64; 6]) -> Option<i64> {
