@@ -14,7 +14,7 @@
 //!
 //! They are asked for only while the process walks a tree that nothing changes (its
 //! `opendir` is of a directory in one it holds open, and nothing changed on the mount since
-//! its last `opendir` was answered: `to_ask`), slowly enough for them to pay. A copy
+//! its last `opendir` was answered: `to_ask`). A copy
 //! (`cp -a`) changes the mount between its opens, so it would never use them. Directories
 //! the program closes are kept too (`recycle`), for the `..` a walk opens to go back up,
 //! and for a second open by the same name: `rm -r` opens each directory twice, once to
@@ -105,57 +105,18 @@ static OPENED: AtomicUsize = AtomicUsize::new(0);
 /// What an `opendir` asks of the daemon beyond the open: whether it is a step of a walk
 /// (`walking`: the directory is opened in one the process holds open) through a tree nothing
 /// changes (nothing changed since its last `opendir` was answered), so the daemon may
-/// answer the next step ahead; and how many directories it asks to have opened ahead:
-/// some in such a walk that goes slowly enough for it to pay (`GAP_WORTH_BATCHING`).
+/// answer the next step ahead, and then how many directories it asks to have opened ahead.
+/// Every such walk asks. It used to ask only when the program spent 30 µs or more between
+/// its opens (`find -ls`): on the Intel VM a quicker walk (`find`, `du`) found the daemon's
+/// thread still spinning and each open answered ahead, and directories opened ahead saved
+/// no time there; on an AMD EPYC VM, whose round trips cost more, they do: `find` of the
+/// bench tree 1702 -> 66 `opendir` round trips, 94-103 -> 87-92 ms, `du -s` 102 -> 88 ms
+/// (medians of 15-21 runs alternating the libraries on one mount).
 pub fn to_ask(mount: usize, walking: Walk) -> (Walk, u32) {
     let unchanged = listings::changes_now(mount)
         .is_some_and(|now| LAST_ANSWERED.load(Ordering::Relaxed) == now + 1);
     let walk = if unchanged { walking } else { Walk::No };
-    let slow = TYPICAL_GAP_NANOS.load(Ordering::Relaxed) >= GAP_WORTH_BATCHING.as_nanos() as u64;
-    (walk, if walk != Walk::No && slow { ASKED } else { 0 })
-}
-
-/// The typical time between the end of one directory open and the start of the next: a
-/// walk that does little per directory (`find`, `du`) opens the next one while the daemon's
-/// thread still spins for it, and a round trip per directory then costs little; one that
-/// does more (`find -ls` prints every entry) finds that thread asleep each time, and a
-/// wake-up on each side cost more than the daemon's work. Directories are opened ahead for
-/// the second only: for `find` they cost as much time as they saved (the daemon's work
-/// for them is not shared with the program's), and `find -ls` of 30k entries went from
-/// 177-180 to 144 ms (XFS 127).
-const GAP_WORTH_BATCHING: std::time::Duration = std::time::Duration::from_micros(30);
-static TYPICAL_GAP_NANOS: AtomicU64 = AtomicU64::new(0);
-static LAST_OPEN_END_NANOS: AtomicU64 = AtomicU64::new(0);
-
-/// A directory open begins now: how long since the last one ended goes into the typical gap
-/// (an average that halves the weight of each older gap).
-pub fn open_begins() {
-    let now = monotonic_nanos();
-    let last = LAST_OPEN_END_NANOS.load(Ordering::Relaxed);
-    if last != 0 && now > last {
-        let typical = TYPICAL_GAP_NANOS.load(Ordering::Relaxed);
-        let gap = now - last;
-        TYPICAL_GAP_NANOS.store(
-            if typical == 0 {
-                gap
-            } else {
-                (typical + gap) / 2
-            },
-            Ordering::Relaxed,
-        );
-    }
-}
-
-/// A directory open ended now (answered, or failed).
-pub fn open_ends() {
-    LAST_OPEN_END_NANOS.store(monotonic_nanos(), Ordering::Relaxed);
-}
-
-fn monotonic_nanos() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let start = *START.get_or_init(std::time::Instant::now);
-    // At least 1: 0 means "none yet".
-    start.elapsed().as_nanos() as u64 + 1
+    (walk, if walk != Walk::No { ASKED } else { 0 })
 }
 
 /// An `opendir` on `mount` was answered when the count was `changes`; `below` came with it.

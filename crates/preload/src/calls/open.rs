@@ -71,10 +71,7 @@ pub fn open(nr: i64, args: [i64; 6]) -> Option<i64> {
         return Some(fail(libc::ENOENT));
     }
     if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT == 0 {
-        crate::below::open_begins();
-        let result = open_directory(nr, args, dirfd, path, flags, mount, at);
-        crate::below::open_ends();
-        return result;
+        return open_directory(nr, args, dirfd, path, flags, mount, at);
     }
     let request = Request::Open {
         at,
