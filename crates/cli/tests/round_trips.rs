@@ -575,7 +575,10 @@ fn a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing()
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let can_follow = cpus > 1 && Path::new("/dev/cpu_dma_latency").exists();
 
-    let mut m = Mounted::new();
+    // follow=on: the machine's own choice rests on a wake-up measured at mount, which on
+    // an AMD EPYC VM came out 6.1 µs at one mount and 11.1 µs at the next (10 µs decides):
+    // the mechanism is under test here, not that measurement.
+    let mut m = Mounted::with_options(&["follow=on"]);
     // Whatever looks at a new mount right after it appears (another process) must be done
     // before the lone caller starts: within the follower's window (1 ms) of it, the
     // lone caller's first request counts as a second caller's and the follower steps back
