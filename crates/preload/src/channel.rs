@@ -275,13 +275,33 @@ pub fn who() -> Who {
 }
 
 /// This thread's effective ids when they must be read from the kernel, `None` when the
-/// credentials epoch alone tells. A threaded process changes ids through glibc's
-/// `__nptl_setxid`, whose system calls take their number from a register and are not
-/// intercepted: there the ids are read at every request (two system calls). A process that
-/// never had a second thread (`__libc_single_threaded`, which glibc never sets back)
-/// changes them only through calls the library intercepts, which move the epoch.
+/// credentials epoch alone tells. A process that never had a second thread
+/// (`__libc_single_threaded`, which glibc never sets back) changes them only through calls
+/// the library intercepts, which move the epoch. A threaded one changes them through
+/// glibc's `__nptl_setxid`, whose system calls are not intercepted; the functions that
+/// call it are (`setxid.rs`) and move the epoch once every thread has the new ids: a
+/// thread reads its ids from the kernel once per epoch (two system calls; it used to be
+/// at every request).
 fn current_ids() -> Option<(u32, u32)> {
-    (!single_threaded()).then(effective_ids)
+    if single_threaded() {
+        return None;
+    }
+    let epoch = CREDENTIALS_EPOCH.load(Ordering::Acquire);
+    let cached = IDS_READ.try_with(|read| match read.get() {
+        Some((at, ids)) if at == epoch => ids,
+        _ => {
+            let ids = effective_ids();
+            read.set(Some((epoch, ids)));
+            ids
+        }
+    });
+    Some(cached.unwrap_or_else(|_| effective_ids()))
+}
+
+thread_local! {
+    /// This thread's effective ids and the credentials epoch they were read under.
+    static IDS_READ: std::cell::Cell<Option<(u64, (u32, u32))>> =
+        const { std::cell::Cell::new(None) };
 }
 
 fn single_threaded() -> bool {

@@ -22,6 +22,7 @@ mod mounts;
 mod process_state;
 mod readable_pages;
 mod resolve;
+mod setxid;
 mod spawn;
 mod stats;
 mod sys;
@@ -50,6 +51,7 @@ extern "C" fn load() {
     process_state::start();
     internal_fds::grow_table_early();
     spawn::resolve();
+    setxid::resolve();
     // SAFETY: registering plain extern "C" functions with no preconditions.
     unsafe {
         libc::pthread_atfork(
