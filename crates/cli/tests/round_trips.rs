@@ -507,7 +507,9 @@ fn kernel_requests_amid_busy_fast_path_callers_start_no_follow() {
         eprintln!("no follows on this machine ({cpus} CPUs): nothing to check");
         return;
     }
-    let m = Mounted::new();
+    // follow=on: not the machine's choice, which a wake-up measured at mount decides (see
+    // `a_lone_caller_is_followed_from_another_cpu_and_an_idle_mount_spends_nothing`).
+    let m = Mounted::with_options(&["follow=on"]);
     std::thread::sleep(std::time::Duration::from_millis(20));
     let dir = m.path("mixed");
     fs::create_dir(&dir).unwrap();
