@@ -110,8 +110,8 @@ static OPENED: AtomicUsize = AtomicUsize::new(0);
 /// its opens (`find -ls`): on the Intel VM a quicker walk (`find`, `du`) found the daemon's
 /// thread still spinning and each open answered ahead, and directories opened ahead saved
 /// no time there; on an AMD EPYC VM, whose round trips cost more, they do: `find` of the
-/// bench tree 1702 -> 66 `opendir` round trips, 94-103 -> 87-92 ms, `du -s` 102 -> 88 ms
-/// (medians of 15-21 runs alternating the libraries on one mount).
+/// bench tree 1702 -> 66 `opendir` round trips, 94-103 -> 87-93 ms, `du -s` 89-102 ->
+/// 87-88 ms (medians of 15-21 runs alternating the libraries on one mount, two sessions).
 pub fn to_ask(mount: usize, walking: Walk) -> (Walk, u32) {
     let unchanged = listings::changes_now(mount)
         .is_some_and(|now| LAST_ANSWERED.load(Ordering::Relaxed) == now + 1);
