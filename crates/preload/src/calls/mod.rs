@@ -256,23 +256,30 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
         libc::SYS_brk => Some(readable_pages::brk(args[0] as u64, || raw(nr, args))),
-        _ if may_take_memory_away(nr, args) => {
+        _ => memory_taken_away(nr, args).map(|taken| {
             let call = || kernel(nr, args, descriptor_arguments(nr));
-            Some(match range_taken_away(nr, args) {
-                Some((start, len)) => readable_pages::around_range_change(start, len, call),
-                None => readable_pages::around_mapping_change(call),
-            })
-        }
-        _ => None,
+            match taken {
+                Taken::Range(start, len) => readable_pages::around_range_change(start, len, call),
+                Taken::Anywhere => readable_pages::around_mapping_change(call),
+            }
+        }),
     };
     served.unwrap_or_else(|| kernel(nr, args, descriptor_arguments(nr)))
 }
 
-/// Whether a call can unmap memory or take read access away, which forgets the pages
-/// known readable (`readable_pages`). madvise only with advice that does (guard regions,
-/// poisoning, or one this list does not know); freeing or paging out keeps pages readable,
-/// and malloc's frequent MADV_DONTNEED must not forget them.
-fn may_take_memory_away(nr: i64, args: [i64; 6]) -> bool {
+/// Where a call can unmap memory or take read access away, which forgets the pages known
+/// readable there (`readable_pages`).
+enum Taken {
+    /// Within `start..start + len`.
+    Range(u64, u64),
+    /// Anywhere: mremap (its target), shmat, shmdt.
+    Anywhere,
+}
+
+/// What a call can take away; `None`: nothing. madvise only with advice that does (guard
+/// regions, poisoning, or one this list does not know); freeing or paging out keeps pages
+/// readable, and malloc's frequent MADV_DONTNEED must not forget them.
+fn memory_taken_away(nr: i64, args: [i64; 6]) -> Option<Taken> {
     const READABLE_AFTER: &[i32] = &[
         libc::MADV_NORMAL,
         libc::MADV_RANDOM,
@@ -296,28 +303,12 @@ fn may_take_memory_away(nr: i64, args: [i64; 6]) -> bool {
         libc::MADV_POPULATE_READ,
         libc::MADV_POPULATE_WRITE,
     ];
+    let range = Taken::Range(args[0] as u64, args[1] as u64);
     match nr {
-        libc::SYS_mmap => args[3] & i64::from(libc::MAP_FIXED) != 0,
-        libc::SYS_madvise => !READABLE_AFTER.contains(&(args[2] as i32)),
-        libc::SYS_mprotect
-        | libc::SYS_munmap
-        | libc::SYS_mremap
-        | libc::SYS_shmat
-        | libc::SYS_shmdt
-        | libc::SYS_pkey_mprotect => true,
-        _ => false,
-    }
-}
-
-/// The memory a call that `may_take_memory_away` can change, where it names it (address,
-/// length); `None`: anywhere (mremap's target, shmat, shmdt).
-fn range_taken_away(nr: i64, args: [i64; 6]) -> Option<(u64, u64)> {
-    match nr {
-        libc::SYS_mmap
-        | libc::SYS_munmap
-        | libc::SYS_mprotect
-        | libc::SYS_pkey_mprotect
-        | libc::SYS_madvise => Some((args[0] as u64, args[1] as u64)),
+        libc::SYS_mmap if args[3] & i64::from(libc::MAP_FIXED) != 0 => Some(range),
+        libc::SYS_madvise if !READABLE_AFTER.contains(&(args[2] as i32)) => Some(range),
+        libc::SYS_mprotect | libc::SYS_munmap | libc::SYS_pkey_mprotect => Some(range),
+        libc::SYS_mremap | libc::SYS_shmat | libc::SYS_shmdt => Some(Taken::Anywhere),
         _ => None,
     }
 }

@@ -36,17 +36,12 @@ fn keep_open_files(dirfd: i64, path_ptr: i64) {
     let Ok(path) = resolve::c_path(path_ptr, &mut buffer) else {
         return;
     };
-    let absolute = absolute_of(dirfd, path);
+    let absolute = resolve::absolute(dirfd, path);
     for (fd, file) in open {
         if !file.directory && file.path == absolute {
             let _ = crate::fds::to_kernel(i64::from(fd));
         }
     }
-}
-
-/// `resolve::absolute` of a path however `c_path` hands it over (borrowed or owned).
-fn absolute_of(dirfd: i64, path: impl AsRef<[u8]>) -> Vec<u8> {
-    resolve::absolute(dirfd, path.as_ref())
 }
 
 /// The daemon's answer to a call that returns 0 on success.
