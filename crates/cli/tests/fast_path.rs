@@ -4555,6 +4555,46 @@ fn a_tree_walk_opens_directories_ahead_and_sees_every_change() {
     m.finish();
 }
 
+/// `find` goes back up out of every directory it walked by opening `..`, and the daemon
+/// opens the walk's next directories under the ones above it that the process holds: a
+/// walk through subtrees of more directories than the library used to keep closed (64)
+/// still goes back up without asking, and its `opendir`s are answered ahead, a few round
+/// trips for the whole tree; and it lists what the kernel lists.
+#[test]
+fn a_walk_through_subtrees_of_hundreds_of_directories_goes_back_up_without_asking() {
+    let m = mount_with_fast_path(&[]);
+    for door in ["kernel", "fast"] {
+        for s in 0..3 {
+            for d in 0..80 {
+                let leaf = m.path(format!("{door}/s{s}/x1/x2/x3/x4/d{d:02}/e"));
+                fs::create_dir_all(&leaf).unwrap();
+                fs::write(leaf.join("f"), "x").unwrap();
+            }
+        }
+    }
+    let find = |door: &str| {
+        let before = daemon_requests(&m.mnt, "open_dir");
+        let out = through(door, &m.path(door), &["find", "."]);
+        assert!(out.success(), "{}", out.describe());
+        (out, daemon_requests(&m.mnt, "open_dir") - before)
+    };
+    // The first walk through the kernel door, so nothing the kernel writes back later
+    // moves the change count during the second.
+    let (kernel, _) = find("kernel");
+    let (fast, asked) = find("fast");
+    assert_eq!(fast.stdout, kernel.stdout, "{}", fast.describe());
+    assert_eq!(kernel.stdout.lines().count(), 1 + 3 * (5 + 80 * 3));
+    // 496 directories, and a `..` out of each `x4` and those above it (fts keeps the
+    // last few directories above it open, not all). With 64 kept closed, each such `..`
+    // asked the daemon, and dropped the open it had made ahead.
+    assert!(
+        asked <= 6,
+        "{asked} opendirs asked of the daemon for a walk of 496 directories: {}",
+        fast.describe()
+    );
+    m.finish();
+}
+
 /// Chowns a file to the owner it has, as `tar x` run by root does after each file it
 /// makes: once, a hundred times in a row, again a tick later, then with the setuid bit set.
 const CHOWN_SAME_C: &str = r#"

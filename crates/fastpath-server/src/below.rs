@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use shoal_engine::FileKind;
 use shoal_fastpath::{At, Attr, DirBelow, DirEntryWire, Reply, Walk, DIR_BELOW_EXTRA_BYTES};
 
-use crate::ops::Session;
+use crate::ops::{Page, Session};
 use crate::permission::{check, MAY_EXEC, MAY_READ};
 use crate::server::Server;
 
@@ -198,10 +198,20 @@ impl Server {
             follow: false,
         };
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-        let Ok(Reply::Opened(opened)) = self.open_witnessed(s, &at, flags, 0, 0, None) else {
+        // Read before the open, so the listing holds as one made after it would; the
+        // directory's inode is the one the open read (`open_below` checks that the count
+        // has not moved since the walk's first listing).
+        let changes = self.engine.changes();
+        let Ok((opened, dir)) = self.open_inode(s, &at, flags, (0, 0), None) else {
             return None;
         };
-        match self.read_dir_within(s, opened.handle, None, max, true, page_bytes) {
+        let page = Page {
+            after: None,
+            max,
+            asked_attrs: true,
+            message_bytes: page_bytes,
+        };
+        match self.list(s, &dir, changes, &page) {
             Ok(Reply::Entries {
                 entries,
                 done,

@@ -32,6 +32,18 @@ const RENAME_NOREPLACE: u32 = 1;
 const BLOCK_BYTES: u32 = 4096;
 const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 
+/// Which page of a directory a listing asks for, and within what.
+pub(crate) struct Page<'a> {
+    /// The last name already listed (none: from the start, with `.` and `..`).
+    pub after: Option<&'a [u8]>,
+    /// Entries at most.
+    pub max: u32,
+    /// Whether entries carry attributes, where the caller may search the directory.
+    pub asked_attrs: bool,
+    /// Bytes of the message that carries it at most.
+    pub message_bytes: usize,
+}
+
 /// What an `opendir` asked for beyond its path (`Request::OpenDir`).
 #[derive(Clone, Copy, Default)]
 pub struct OpenDirAsked {
@@ -269,7 +281,7 @@ impl Server {
     }
 
     /// `open_witnessed`'s answer, and the record its attributes come from.
-    fn open_inode<'a>(
+    pub(crate) fn open_inode<'a>(
         &'a self,
         s: &Session<'a>,
         at: &At,
@@ -713,20 +725,48 @@ impl Server {
         let changes = self.engine.changes();
         let handle = s.handle(id)?;
         ensure(handle.directory, libc::ENOTDIR)?;
-        let max = max.clamp(1, READDIR_BATCH_ENTRIES) as usize;
         let dir = self.engine.getattr(handle.ino)?;
+        let page = Page {
+            after,
+            max,
+            asked_attrs,
+            message_bytes,
+        };
+        self.list(s, &dir, changes, &page)
+    }
+
+    /// A page of directory `dir`'s entries (`dir` read after the engine's change count was
+    /// `changes`), as `read_dir_within` answers it.
+    pub(crate) fn list(
+        &self,
+        s: &Session,
+        dir: &Inode,
+        changes: u64,
+        page: &Page,
+    ) -> Served<Reply> {
+        let max = page.max.clamp(1, READDIR_BATCH_ENTRIES) as usize;
         let mut entries = Vec::new();
-        if after.is_none() {
+        if page.after.is_none() {
             entries.push(dot_entry(b".", dir.ino));
             entries.push(dot_entry(b"..", dir.parent));
         }
-        let with_attrs = asked_attrs
+        let with_attrs = page.asked_attrs
             && self.state_follows_engine
-            && check(&self.engine, s.caller, &dir, MAY_EXEC).is_ok();
-        let page: Vec<DirEntryWire> = if with_attrs {
-            let page = self.engine.readdir_plus_shared(handle.ino, after, max)?;
-            page.iter()
-                .map(|(entry, inode)| DirEntryWire {
+            && check(&self.engine, s.caller, dir, MAY_EXEC).is_ok();
+        // What fits one message; the client asks for the rest after the last name sent.
+        let mut bytes =
+            ENTRIES_HEADER_BYTES + entries.iter().map(DirEntryWire::encoded_len).sum::<usize>();
+        let mut fits = |entry: &DirEntryWire| {
+            bytes += entry.encoded_len();
+            bytes <= page.message_bytes
+        };
+        // Each entry made in place, and none past the message's end: a page of a walk
+        // (thousands of them) was made whole, then moved entry by entry into the reply.
+        let listed = if with_attrs {
+            let listed = self.engine.readdir_plus_shared(dir.ino, page.after, max)?;
+            entries.reserve(listed.len());
+            for (entry, inode) in listed.iter() {
+                let wire = DirEntryWire {
                     ino: entry.ino,
                     kind: d_type(entry.kind),
                     name: entry.name.clone(),
@@ -740,12 +780,19 @@ impl Server {
                     // `ls -l` asks each entry's SELinux label and ACLs by path, `cp -a`
                     // each directory's ACLs: ENODATA without a round trip.
                     no_xattrs: !inode.may_have_xattrs,
-                })
-                .collect()
+                };
+                if !fits(&wire) {
+                    break;
+                }
+                entries.push(wire);
+            }
+            listed.len()
         } else {
-            let page = self.engine.readdir(handle.ino, after, max)?;
-            page.into_iter()
-                .map(|entry| DirEntryWire {
+            let listed = self.engine.readdir(dir.ino, page.after, max)?;
+            let count = listed.len();
+            entries.reserve(count);
+            for entry in listed {
+                let wire = DirEntryWire {
                     ino: entry.ino,
                     kind: d_type(entry.kind),
                     name: entry.name,
@@ -753,21 +800,17 @@ impl Server {
                     version: None,
                     target: None,
                     no_xattrs: false,
-                })
-                .collect()
-        };
-        let mut done = page.len() < max;
-        // What fits one message; the client asks for the rest after the last name sent.
-        let mut bytes =
-            ENTRIES_HEADER_BYTES + entries.iter().map(DirEntryWire::encoded_len).sum::<usize>();
-        for entry in page {
-            bytes += entry.encoded_len();
-            if bytes > message_bytes {
-                done = false;
-                break;
+                };
+                if !fits(&wire) {
+                    break;
+                }
+                entries.push(wire);
             }
-            entries.push(entry);
-        }
+            count
+        };
+        let sent = entries.len() - usize::from(page.after.is_none()) * 2;
+        // A short page from the engine is the directory's end, if all of it was sent.
+        let done = listed < max && sent == listed;
         let dir_version = self.listing_versions(dir.ino, &mut entries, changes);
         Ok(Reply::Entries {
             entries,

@@ -13,7 +13,7 @@ use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::{Patience, SharedChannel};
 use shoal_fastpath::state::MountState;
-use shoal_fastpath::{Hello, Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use shoal_fastpath::{Hello, Reply, Request, Status, Walk, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 use crate::activity::Activity;
 use crate::answered_early::{copied_as_answered, AnsweredEarly, Apply, Pending};
@@ -570,9 +570,10 @@ impl Server {
         process: &Process,
         request: &Request,
     ) -> Option<(Status, Reply, Option<Prediction>)> {
-        if !matches!(request, Request::OpenDir { .. }) {
-            // A close or a stat between (a full close ring, a symlink's stat): the walk's
-            // next `opendir` may still be the one predicted.
+        if !matches!(request, Request::OpenDir { walk, .. } if *walk != Walk::No) {
+            // A close or a stat between (a full close ring, a symlink's stat), or an
+            // `opendir` that is no step down a walk (`find` opening `..` to go back up a
+            // level): the walk's next step down may still be the one predicted.
             return None;
         }
         let speculation = ahead.take()?;

@@ -88,8 +88,16 @@ static AHEAD: Mutex<Ahead> = Mutex::new(Ahead {
     recycled: VecDeque::new(),
 });
 
-/// Directories closed by the program kept at most: deeper than any walk goes back up.
-const MAX_RECYCLED: usize = 64;
+/// Directories closed by the program kept at most. A walk goes back up through every
+/// directory above it (`find` opens `..`), and the daemon opens the directories it will
+/// visit next under those it holds: when a subtree of more than this many directories
+/// pushed its ancestors out, each one's `..` was a round trip and the daemon could open
+/// nothing ahead under it (`find` of the bench tree: 17 round trips for `..` and 9 walks
+/// started afresh with 64 kept).
+const MAX_RECYCLED: usize = 1024;
+/// The newest of them keep their listing too (for `rm -r`'s second open, which lists the
+/// directory again): a bound on the entries kept for them.
+const RECYCLED_WITH_PAGES: usize = 64;
 
 /// Directories opened ahead left when the daemon is nudged (`channel::nudge`): the walk
 /// will ask for more once it has opened these, a few microseconds each, which is about
@@ -223,7 +231,16 @@ fn add(mount: usize, changes: u64, kept: impl Iterator<Item = Kept>, queue: Queu
                 ahead.entries += dir.entries();
                 ahead.opened_ahead.push_back(dir);
             }
-            Queue::Recycled => ahead.recycled.push_back(dir),
+            Queue::Recycled => {
+                ahead.recycled.push_back(dir);
+                let len = ahead.recycled.len();
+                if let Some(older) = len
+                    .checked_sub(RECYCLED_WITH_PAGES + 1)
+                    .and_then(|at| ahead.recycled.get_mut(at))
+                {
+                    older.page = None;
+                }
+            }
         }
     }
     ahead.trim();
