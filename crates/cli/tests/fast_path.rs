@@ -1040,6 +1040,78 @@ fn vfork_children_leave_the_parents_descriptors_alone() {
     m.finish();
 }
 
+/// A fast descriptor, then children that share this memory (made by `clone()` with
+/// CLONE_VM|CLONE_VFORK, by `syscall(SYS_clone, ...)` and by `system()`, whose children
+/// are made by libc's `clone3`), each closing the descriptor and dup'ing another onto it
+/// in its own table before it ends: the parent's descriptor still reads its file.
+const CLONE_VM_CHILDREN_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static int fd;
+static int child(void *unused) {
+    (void)unused;
+    close(fd);
+    dup2(0, fd);
+    _exit(0);
+}
+static void child_entry(void) { child(NULL); }
+static void check(const char *after) {
+    char buf[16] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    printf("after %s: %zd [%s]\n", after, n, n > 0 ? buf : "");
+}
+int main(int argc, char **argv) {
+    fd = open(argv[1], O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "kept", 4) != 4) return 2;
+    static char stack[64 * 1024];
+    pid_t pid = clone(child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+    if (pid < 0 || waitpid(pid, NULL, 0) != pid) return 3;
+    check("clone()");
+    /* The child returns from syscall() on its own stack: into child_entry. */
+    static char stack2[64 * 1024] __attribute__((aligned(16)));
+    uintptr_t *top = (uintptr_t *)(stack2 + sizeof stack2);
+    top[-2] = (uintptr_t)child_entry;
+    pid = syscall(SYS_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, &top[-2], 0, 0, 0);
+    if (pid < 0 || waitpid(pid, NULL, 0) != pid) return 4;
+    check("syscall(SYS_clone)");
+    char command[64];
+    snprintf(command, sizeof command, "exec %d<&-", fd);
+    if (system(command) != 0) return 5;
+    check("system()");
+    return 0;
+}
+"#;
+
+/// Children that share the parent's memory but not its descriptor table (`clone` with
+/// CLONE_VM, `system`'s) must leave the parent's table of fast descriptors alone; the
+/// library tells them from their parent by counting such clones in flight
+/// (`intercept::clones`), and would otherwise have dropped the parent's descriptor here.
+#[test]
+fn children_that_share_memory_leave_the_parents_fast_descriptors_alone() {
+    let programs = programs_dir();
+    let binary = compile(programs.path(), "clone_vm", CLONE_VM_CHILDREN_C, &[]);
+    let m = mount_with_fast_path(&[]);
+    let file = m.path("kept");
+    let out = fast(&m.mnt, &[binary.as_os_str(), file.as_os_str()]);
+    assert_served(&out, 2, "children sharing memory");
+    assert_eq!(
+        out.stdout,
+        "after clone(): 4 [kept]\nafter syscall(SYS_clone): 4 [kept]\nafter system(): 4 [kept]\n",
+        "{}",
+        out.describe()
+    );
+    m.finish();
+}
+
 const GONE_NAMES: &str = r#"
 import os, sys
 mnt, who = sys.argv[1], sys.argv[2]

@@ -56,10 +56,13 @@ pub fn pid() -> u32 {
 /// A fork child (after its atfork handler) is a process of its own.
 pub fn forked() {
     PID.store(sys::getpid(), Ordering::Relaxed);
+    crate::intercept::forget_in_flight();
 }
 
 /// Whether this is a child that still shares the parent's memory (vfork, posix_spawn) or
-/// was made without libc's fork: the library's tables are not its own.
+/// was made without libc's fork: the library's tables are not its own. Only while a clone
+/// that shares the memory is in flight can it be one (`intercept::clones`), so the `getpid`
+/// that tells is made only then.
 pub fn in_vfork_child() -> bool {
-    PID.load(Ordering::Relaxed) != sys::getpid()
+    crate::intercept::may_share_parents_memory() && PID.load(Ordering::Relaxed) != sys::getpid()
 }

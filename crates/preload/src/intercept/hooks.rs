@@ -103,7 +103,7 @@ pub(crate) fn report(
 }
 
 /// libc's definition of `symbol` (not an interposed one: looked up in libc's handle).
-fn lookup(symbol: &CStr) -> Result<u64, &'static str> {
+pub(crate) fn lookup(symbol: &CStr) -> Result<u64, &'static str> {
     // SAFETY: dlopen with RTLD_NOLOAD only looks up the already loaded libc (adding a
     // reference, dropped below); the name is a NUL-terminated literal.
     let handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };

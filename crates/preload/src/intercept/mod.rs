@@ -14,6 +14,7 @@
 //! `syscall` instructions whose number is computed at run time (the report lists them:
 //! futex in pthread code, `_exit`, `syscall()` itself, which is hooked at its entry).
 
+mod clones;
 mod entry;
 mod hooks;
 mod image;
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// libc's `fchmodat` at its entry (see `entry::fchmodat_fn`).
 pub const FCHMODAT2: i64 = 452;
 
+pub use clones::{forget_in_flight, may_share_parents_memory};
 pub use report::{
     EntryHookReport, HookStatus, InstallError, InstallReport, NumberReport, SkippedSite,
 };
@@ -81,43 +83,20 @@ pub fn install(handler: Handler, numbers: &[i64]) -> Result<InstallReport, Insta
     )?;
     let hooks = hooks::wanted(numbers);
     let (scanned, located) = scan_and_locate(&image, &table, &hooks);
-    let sites: Vec<Site> = scanned
-        .sites
-        .iter()
-        .filter(|s| numbers.contains(&s.nr))
-        .cloned()
-        .collect();
-
-    let text_end = image.text_start + image.text_len;
-    let mut block = Block::near(
-        image.text_start,
-        text_end,
-        trampoline::block_len(&sites, hooks.len()),
-    )?;
-    let mut patches = Vec::with_capacity(sites.len() + 1);
-    for site in &sites {
-        let trampoline = block.emit_site(site, entry::entry_address())?;
-        patches.push(Patch {
-            addr: site.mov_addr,
-            bytes: trampoline::jmp_rel32(site.mov_addr, trampoline)?,
-        });
-    }
-    for (hook, located) in hooks.iter().zip(&located) {
-        if let Ok(addr) = *located {
-            let thunk = block.emit_abs_jmp(hook.shim);
-            patches.push(Patch {
-                addr,
-                bytes: trampoline::jmp_rel32(addr, thunk)?,
-            });
-        }
-    }
-    let trampoline_bytes = block.seal()?;
+    let of = |wanted: &[i64]| -> Vec<Site> {
+        let found = scanned.sites.iter();
+        found.filter(|s| wanted.contains(&s.nr)).cloned().collect()
+    };
+    let (sites, clone_sites) = (of(numbers), of(&numbers::CLONES));
+    let hooked: Vec<_> = hooks.iter().zip(&located).collect();
+    let (patches, trampoline_bytes) = trampolines(&image, &sites, &clone_sites, &hooked)?;
 
     if !entry::set_handler(handler) {
         return Err(InstallError::AlreadyInstalled);
     }
     numbers.iter().for_each(|&nr| entry::route_number(nr));
     patch::apply(image.text_start, image.text_len, &patches)?;
+    clones::set_complete(clones_counted_whole(&scanned, &clone_sites, &hooked));
     let entry_hooks: Vec<_> = hooks
         .iter()
         .zip(&located)
@@ -130,6 +109,63 @@ pub fn install(handler: Handler, numbers: &[i64]) -> Result<InstallReport, Insta
         &entry_hooks,
         trampoline_bytes,
     ))
+}
+
+/// The trampolines for `sites` (through the handler), `clone_sites` (counting) and the
+/// hooks located, written near libc, and the jumps to them to write into libc; the bytes
+/// of trampoline code.
+fn trampolines(
+    image: &image::LibcImage,
+    sites: &[Site],
+    clone_sites: &[Site],
+    hooked: &[(&hooks::EntryHook, &Result<u64, &'static str>)],
+) -> Result<(Vec<Patch>, usize), InstallError> {
+    let text_end = image.text_start + image.text_len;
+    let len = trampoline::block_len(sites, hooked.len()) + trampoline::clone_block_len(clone_sites);
+    let mut block = Block::near(image.text_start, text_end, len)?;
+    let mut patches = Vec::with_capacity(sites.len() + clone_sites.len() + hooked.len());
+    let mut jump_from = |addr: u64, trampoline: u64| -> Result<(), InstallError> {
+        let bytes = trampoline::jmp_rel32(addr, trampoline)?;
+        patches.push(Patch { addr, bytes });
+        Ok(())
+    };
+    for site in sites {
+        jump_from(
+            site.mov_addr,
+            block.emit_site(site, entry::entry_address())?,
+        )?;
+    }
+    for site in clone_sites {
+        let counter = clones::counter_address();
+        jump_from(site.mov_addr, block.emit_clone_site(site, counter)?)?;
+    }
+    for (hook, located) in hooked {
+        if let Ok(addr) = **located {
+            jump_from(addr, block.emit_abs_jmp(hook.shim))?;
+        }
+    }
+    Ok((patches, block.seal()?))
+}
+
+/// Whether every clone this libc can make is counted (`clones`): glibc clones through
+/// `clone`, `clone3` (threads, posix_spawn, system, popen) and `vfork`, and `syscall()`;
+/// a libc where any of them was not found, or a site was left alone, is not.
+fn clones_counted_whole(
+    scanned: &scan::ScanResult,
+    clone_sites: &[Site],
+    hooked: &[(&hooks::EntryHook, &Result<u64, &'static str>)],
+) -> bool {
+    let syscall_fn_hooked = hooked
+        .iter()
+        .any(|(hook, at)| hook.nr.is_none() && at.is_ok());
+    let clone_skipped = scanned
+        .skipped
+        .iter()
+        .any(|s| numbers::CLONES.contains(&s.nr));
+    let each_found = numbers::CLONES
+        .iter()
+        .all(|&nr| clone_sites.iter().any(|site| site.nr == nr));
+    syscall_fn_hooked && !clone_skipped && each_found
 }
 
 /// Every `syscall` site of libc, and where each hook goes (or why it cannot): as a process

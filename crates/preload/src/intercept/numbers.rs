@@ -14,6 +14,11 @@ pub(crate) const REFUSED: [i64; 7] = [
     libc::SYS_clone3,
 ];
 
+/// Calls that may make a child sharing this memory (with CLONE_VM; `vfork` always does):
+/// their libc sites get a trampoline of their own that counts them while in flight
+/// (`clones::in_flight`), and never reach a handler.
+pub(crate) const CLONES: [i64; 3] = [libc::SYS_clone, libc::SYS_clone3, libc::SYS_vfork];
+
 /// Calls that do not return when they succeed. A `vfork` child (posix_spawn's) shares the
 /// parent's memory, thread-local re-entrancy flag included: if the flag stayed set across a
 /// successful `execve`, the parent would resume with its handler switched off for good.

@@ -78,7 +78,12 @@ pub(crate) fn scan(text: &[u8], text_start: u64, functions: &FunctionTable) -> S
                 let last = by_function.entry(start).or_insert((end, addr));
                 last.1 = last.1.max(addr);
             }
-            None => result.outside_functions += 1,
+            None => match functions.function_at(addr.wrapping_sub(1)) {
+                Some((start, end)) if end == addr => {
+                    scan_unwound_syscall(text, text_start, start, end, &mut result)
+                }
+                _ => result.outside_functions += 1,
+            },
         }
     }
     for (start, (end, last_candidate)) in by_function {
@@ -112,6 +117,36 @@ fn scan_function(text: &[u8], text_start: u64, start: u64, until: u64, out: &mut
             let code = window.make_contiguous();
             classify(code, code.len() - 1, bytes, start, out);
         }
+    }
+}
+
+/// The `syscall` at `end`, just past the unwind range of the function `[start, end)`:
+/// glibc's `clone` and `clone3` end their unwind information right before it (the child's
+/// would be wrong). It is a site when the function, decoded from its start, ends with
+/// `mov $nr,%eax` (the `syscall` is then the instruction after it); else it counts as
+/// outside every function.
+fn scan_unwound_syscall(text: &[u8], text_start: u64, start: u64, end: u64, out: &mut ScanResult) {
+    let bytes = start
+        .checked_sub(text_start)
+        .zip(end.checked_sub(text_start))
+        .and_then(|(from, to)| text.get(from as usize..to as usize));
+    let last = bytes.and_then(|bytes| {
+        Decoder::with_ip(64, bytes, start, DecoderOptions::NONE)
+            .iter()
+            .last()
+    });
+    match last
+        .filter(|ins| ins.next_ip() == end)
+        .as_ref()
+        .and_then(mov_eax_imm)
+    {
+        Some(nr) => out.sites.push(Site {
+            nr,
+            mov_addr: end - MOV_LEN as u64,
+            moved: Vec::new(),
+            syscall_addr: end,
+        }),
+        None => out.outside_functions += 1,
     }
 }
 
@@ -240,6 +275,7 @@ fn touches_rax(ins: &Instruction) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intercept::hooks::lookup;
     use crate::intercept::unwind::loaded_libc;
 
     #[test]
@@ -286,11 +322,17 @@ mod tests {
             .enumerate()
             .filter(|(_, w)| *w == SYSCALL_BYTES)
         {
-            match table.function_at(text_start + offset as u64) {
+            let addr = text_start + offset as u64;
+            match table.function_at(addr) {
                 Some((start, end)) => {
                     by_function.insert(start, end);
                 }
-                None => result.outside_functions += 1,
+                None => match table.function_at(addr - 1) {
+                    Some((start, end)) if end == addr => {
+                        scan_unwound_syscall(text, text_start, start, end, &mut result)
+                    }
+                    _ => result.outside_functions += 1,
+                },
             }
         }
         for (start, end) in by_function {
@@ -318,6 +360,34 @@ mod tests {
         assert_eq!(fast.skipped, full.skipped);
         assert_eq!(fast.dynamic, full.dynamic);
         assert_eq!(fast.outside_functions, full.outside_functions);
+    }
+
+    /// glibc's `clone` and `clone3` end their unwind range right before their `syscall`
+    /// (the child's would be wrong); `vfork` does not. All three are found, each where
+    /// its function is.
+    #[test]
+    fn finds_the_clone_sites_past_their_unwind_ranges() {
+        let (libc_image, table) = loaded_libc();
+        let found = scan(libc_image.text(), libc_image.text_start, &table);
+        // libc's own, not the library's `vfork`, which this test binary links.
+        let function_of = |name| table.function_at(lookup(name).unwrap()).unwrap();
+        let site_in = |nr: i64, (start, end): (u64, u64)| {
+            found
+                .sites
+                .iter()
+                .any(|s| s.nr == nr && s.mov_addr >= start && s.syscall_addr <= end)
+        };
+        let clone = function_of(c"clone");
+        assert!(
+            site_in(libc::SYS_clone, clone),
+            "no clone site in {clone:x?}"
+        );
+        let vfork = function_of(c"vfork");
+        assert!(
+            site_in(libc::SYS_vfork, vfork),
+            "no vfork site in {vfork:x?}"
+        );
+        assert!(found.sites.iter().any(|s| s.nr == libc::SYS_clone3));
     }
 
     #[test]

@@ -6,6 +6,13 @@ use super::InstallError;
 
 /// Bytes of a trampoline besides the replayed instructions (see `emit_site`).
 const SITE_FIXED_LEN: usize = 5 + 5 + 10 + 3 + 8 + 5;
+/// `clone_block_len`'s part for one site: the counted call, from the first `movabs` to
+/// the `lock decq`.
+const CLONE_COUNTED_LEN: usize = 10 + 4 + 2 + 3 + 2 + 10 + 4;
+/// `mov $nr,%eax`, the test of CLONE_VM and its `jz`, the jump back after the counted
+/// call, and the plain call with its jump back.
+const CLONE_FIXED_LEN: usize = 5 + 6 + 2 + CLONE_COUNTED_LEN + JMP_REL32_LEN + 2 + JMP_REL32_LEN;
+const JMP_REL32_LEN: usize = 5;
 /// `jmp *0(%rip)` followed by the 8-byte target.
 const ABS_JMP_LEN: usize = 14;
 const PAGE: u64 = 4096;
@@ -73,6 +80,62 @@ impl Block {
         Ok(start)
     }
 
+    /// Appends the trampoline for a `clone`, `clone3` or `vfork` site (`clones`), which
+    /// counts the call in the 8 bytes at `counter` while it is in flight when the child
+    /// shares this memory, and returns its address. It calls nothing and touches no stack
+    /// (a child comes back through it on its own stack), only r11, which the kernel
+    /// clobbers anyway:
+    /// `mov $nr,%eax; <moved>; [test $CLONE_VM,%edi | test $CLONE_VM,(%rdi); jz plain;]
+    /// movabs $counter,%r11; lock incq (%r11); syscall; test %rax,%rax; jz back;
+    /// movabs $counter,%r11; lock decq (%r11); back: jmp syscall+2;
+    /// plain: syscall; jmp syscall+2`. The child (rax 0) leaves the count raised.
+    pub fn emit_clone_site(&mut self, site: &Site, counter: u64) -> Result<u64, InstallError> {
+        let start = self.cursor();
+        let nr = u32::try_from(site.nr).map_err(|_| InstallError::BadNumber(site.nr))?;
+        self.code.push(0xb8);
+        self.code.extend_from_slice(&nr.to_le_bytes());
+        self.code.extend_from_slice(&site.moved);
+        let vm_test: &[u8] = match site.nr {
+            libc::SYS_clone => &[0xf7, 0xc7, 0x00, 0x01, 0x00, 0x00],
+            libc::SYS_clone3 => &[0xf7, 0x07, 0x00, 0x01, 0x00, 0x00],
+            libc::SYS_vfork => &[],
+            _ => {
+                return Err(InstallError::Internal(
+                    "a clone trampoline for another call",
+                ))
+            }
+        };
+        const _: () = assert!(libc::CLONE_VM == 0x100);
+        let movabs_counter = |code: &mut Vec<u8>| {
+            code.extend_from_slice(&[0x49, 0xbb]);
+            code.extend_from_slice(&counter.to_le_bytes());
+        };
+        let mut counted = Vec::with_capacity(CLONE_COUNTED_LEN);
+        movabs_counter(&mut counted);
+        counted.extend_from_slice(&[0xf0, 0x49, 0xff, 0x03]);
+        counted.extend_from_slice(&[0x0f, 0x05]);
+        counted.extend_from_slice(&[0x48, 0x85, 0xc0]);
+        // jz over the decrement (movabs 10, lock decq 4).
+        counted.extend_from_slice(&[0x74, 14]);
+        movabs_counter(&mut counted);
+        counted.extend_from_slice(&[0xf0, 0x49, 0xff, 0x0b]);
+        if !vm_test.is_empty() {
+            self.code.extend_from_slice(vm_test);
+            // jz over the counted call and its jump back.
+            self.code
+                .extend_from_slice(&[0x74, (counted.len() + JMP_REL32_LEN) as u8]);
+        }
+        self.code.extend_from_slice(&counted);
+        let back = jmp_rel32(self.cursor(), site.syscall_addr + 2)?;
+        self.code.extend_from_slice(&back);
+        if !vm_test.is_empty() {
+            self.code.extend_from_slice(&[0x0f, 0x05]);
+            let back = jmp_rel32(self.cursor(), site.syscall_addr + 2)?;
+            self.code.extend_from_slice(&back);
+        }
+        Ok(start)
+    }
+
     /// Appends `jmp *0(%rip)` to `target` (an address anywhere) and returns its address.
     pub fn emit_abs_jmp(&mut self, target: u64) -> u64 {
         let start = self.cursor();
@@ -116,6 +179,11 @@ pub(crate) fn block_len(sites: &[Site], abs_jmps: usize) -> usize {
         .map(|s| SITE_FIXED_LEN + s.moved.len())
         .sum::<usize>()
         + abs_jmps * ABS_JMP_LEN
+}
+
+/// Size of the block's part for the clone sites `sites` (`emit_clone_site`).
+pub(crate) fn clone_block_len(sites: &[Site]) -> usize {
+    sites.iter().map(|s| CLONE_FIXED_LEN + s.moved.len()).sum()
 }
 
 /// `jmp rel32` placed at `from` and landing on `to`, if in reach.
