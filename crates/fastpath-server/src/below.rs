@@ -338,10 +338,9 @@ impl Frame {
             .filter(|entry| {
                 entry.kind == libc::DT_DIR
                     && entry.attr.is_some()
-                    && entry.name != b"."
-                    && entry.name != b".."
+                    && !matches!(&entry.name[..], b"." | b"..")
             })
-            .map(|entry| entry.name.clone())
+            .map(|entry| entry.name.to_vec())
             .collect();
         Frame {
             dir,

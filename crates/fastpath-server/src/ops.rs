@@ -6,7 +6,7 @@ use shoal_engine::{
     Caller, FileKind, FsError, Inode, NewInode, RenameMode, SetAttr, SetTime, Timestamp,
 };
 use shoal_fastpath::{
-    At, Attr, DirEntryWire, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
+    At, Attr, DirEntryWire, EntryName, Opened, Reply, Request, SetAttrWire, Target, TimeWire, Walk,
     ENTRIES_HEADER_BYTES, MAX_MESSAGE_BYTES, OPENED_DIR_EXTRA_BYTES, READDIR_BATCH_ENTRIES,
 };
 
@@ -769,7 +769,7 @@ impl Server {
                 let wire = DirEntryWire {
                     ino: entry.ino,
                     kind: d_type(entry.kind),
-                    name: entry.name.clone(),
+                    name: EntryName::from_slice(&entry.name),
                     attr: Some(attr(inode)),
                     // Counted in the page's bytes; read after it (`listing_versions`).
                     version: Some(0),
@@ -795,7 +795,7 @@ impl Server {
                 let wire = DirEntryWire {
                     ino: entry.ino,
                     kind: d_type(entry.kind),
-                    name: entry.name,
+                    name: EntryName::from_vec(entry.name),
                     attr: None,
                     version: None,
                     target: None,
@@ -1253,7 +1253,7 @@ fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
     DirEntryWire {
         ino,
         kind: libc::DT_DIR,
-        name: name.to_vec(),
+        name: EntryName::from_slice(name),
         attr: None,
         version: None,
         target: None,

@@ -28,9 +28,9 @@ pub mod syscall_names;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
-    At, Attr, Cookie, DirBelow, DirEntryWire, Hello, Opened, Reply, Request, SetAttrWire, Status,
-    Target, TimeWire, Walk, BELOW_MAX, DIR_BELOW_EXTRA_BYTES, ENTRIES_HEADER_BYTES,
-    OPENED_DIR_EXTRA_BYTES,
+    At, Attr, Cookie, DirBelow, DirEntryWire, EntryName, Hello, Opened, Reply, Request,
+    SetAttrWire, Status, Target, TimeWire, Walk, BELOW_MAX, DIR_BELOW_EXTRA_BYTES,
+    ENTRIES_HEADER_BYTES, OPENED_DIR_EXTRA_BYTES,
 };
 
 /// Bumped on any change of the messages or of the shared channel's layout; a client and a

@@ -57,7 +57,10 @@ impl DirCursor {
             .checked_sub(1)
             .and_then(|last| self.page.get(last))
         {
-            self.last_name = Some(entry.name.clone());
+            // The buffer kept: every `getdents` call ends here.
+            let last_name = self.last_name.get_or_insert_with(Vec::new);
+            last_name.clear();
+            last_name.extend_from_slice(&entry.name);
         }
     }
 }

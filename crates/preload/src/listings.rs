@@ -805,7 +805,7 @@ mod tests {
         let entry = |name: &[u8], version: Option<u32>, target: Option<&[u8]>| DirEntryWire {
             ino: 0,
             kind: 0,
-            name: name.to_vec(),
+            name: name.into(),
             attr: None,
             version,
             target: target.map(<[u8]>::to_vec),

@@ -388,9 +388,9 @@ fn take_page(
     if let Some(last) = entries
         .iter()
         .rev()
-        .find(|e| e.name != b"." && e.name != b"..")
+        .find(|e| !matches!(&e.name[..], b"." | b".."))
     {
-        cursor.after = Some(last.name.clone());
+        cursor.after = Some(last.name.to_vec());
     }
     cursor.done = done;
     cursor.page = entries;
@@ -410,6 +410,9 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
     let (buf, size) = (args[1], args[2] as usize);
     let mut cursor = file.lock_cursor();
     let mut used = 0usize;
+    // Built on the stack: a listing of 30k entries made as many allocations. Zeroed once:
+    // each record writes its header and name and zeroes the rest of its length.
+    let mut record = [0u8; DIRENT_MAX];
     loop {
         if cursor.front().is_none() {
             if cursor.done {
@@ -442,13 +445,14 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
             }
             break;
         }
-        // Built on the stack: a listing of 30k entries made as many allocations.
-        let mut record = [0u8; DIRENT_MAX];
+        let name_end = DIRENT_HEADER + entry.name.len();
         record[0..8].copy_from_slice(&entry.ino.to_ne_bytes());
         record[8..16].copy_from_slice(&((cursor.position + 1) as i64).to_ne_bytes());
         record[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
         record[18] = entry.kind;
-        record[DIRENT_HEADER..DIRENT_HEADER + entry.name.len()].copy_from_slice(&entry.name);
+        record[DIRENT_HEADER..name_end].copy_from_slice(&entry.name);
+        // The name's NUL and the padding to 8 bytes.
+        record[name_end..reclen].fill(0);
         // SAFETY: the program's buffer holds `size` bytes; `used + reclen <= size`.
         unsafe { copy_out(buf + used as i64, &record[..reclen]) };
         used += reclen;

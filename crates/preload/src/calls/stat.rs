@@ -290,7 +290,7 @@ fn remember_below(
             continue;
         };
         let path = if holder.is_empty() {
-            listed.name.clone()
+            listed.name.to_vec()
         } else {
             [holder.as_slice(), b"/", &listed.name].concat()
         };
@@ -313,10 +313,10 @@ fn more_after(handle: u64, entries: &[DirEntryWire], done: bool) -> Option<More>
     let last = entries
         .iter()
         .rev()
-        .find(|entry| entry.name != b"." && entry.name != b"..")?;
+        .find(|entry| !matches!(&entry.name[..], b"." | b".."))?;
     (!done).then(|| More {
         handle,
-        after: last.name.clone(),
+        after: last.name.to_vec(),
     })
 }
 
