@@ -60,6 +60,7 @@ extern "C" fn load() {
             Some(after_fork_child),
         )
     };
+    intercept::observe_reentered(calls::mapping_change_within, calls::MAPPING_CHANGES);
     match intercept::install(calls::handle, calls::NUMBERS) {
         Ok(_) => {}
         Err(error) => {

@@ -6,8 +6,9 @@
 //! read directly only after `process_vm_readv` has read it under the current generation.
 //! A call that can take pages away or make them unreadable forgets them before and after it
 //! runs: the pages of its range where it names one (munmap, mprotect, pkey_mprotect,
-//! madvise, a MAP_FIXED mmap, a brk below the last break), else every page at once, by
-//! moving the generation on (mremap, shmat, shmdt, a range larger than the slots). A read
+//! madvise, a MAP_FIXED mmap, a brk below the last break, mremap's old range), else every
+//! page at once, by moving the generation on (mremap to a fixed address, shmat, shmdt, a
+//! range larger than the slots). A read
 //! made while the change runs is never remembered: it is kept only if its slot still holds
 //! what the reader saw before it read (`Seen`), and forgetting writes a value never seen
 //! before. A brk that grows the heap (malloc's, most of them) takes nothing away. Forgetting
@@ -27,8 +28,10 @@ const PAGE_BYTES: usize = 4096;
 /// Slots, direct-mapped by page number: a program's paths live on a few pages at a time
 /// (its stack, a buffer or two, string constants), but a tree walk's names are spread
 /// over its heap (`fts` keeps one entry per name: the 30k-entry bench tree's take 3 MB);
-/// with 64 slots `find -ls` read its names' pages with 7.6k `process_vm_readv`s.
-const SLOTS: usize = 1024;
+/// with 64 slots `find -ls` read its names' pages with 7.6k `process_vm_readv`s. With
+/// 1024 (4 MiB of heap) `du -s` of that tree, whose heap grows to 4.6 MiB, read its pages
+/// 562 times, two pages 4 MiB apart taking each other's slot in turn.
+const SLOTS: usize = 4096;
 /// A slot holds the page number above these bits and the generation below them. Page
 /// numbers of 57-bit addresses take 45 bits; 19 bits of generation wrap only after half a
 /// million mapping changes between two reads of a slot, and a wrapped match still needs
@@ -117,16 +120,42 @@ fn pages_of(start: u64, len: u64) -> Option<std::ops::Range<u64>> {
     (pages.end - pages.start <= SLOTS as u64).then_some(pages)
 }
 
+/// Pages of a growing heap remembered at most per brk: malloc grows it by 132 KiB (33
+/// pages) at a time.
+const MAX_GAINED_PAGES: usize = 64;
+
 /// The program break as the last brk returned it (0: not known yet).
 static BREAK: AtomicU64 = AtomicU64::new(0);
 
 /// brk(2) to `requested`, made by `call`: around a mapping change unless it asks for no
-/// less than the break it last returned (a query, or the heap growing).
+/// less than the break it last returned (a query, or the heap growing). The pages a
+/// growing heap gains are readable (brk maps them read-write): they are remembered as if
+/// read, as malloc hands them out (`find` of the bench tree read 539 pages with
+/// `process_vm_readv`, most of them its heap's, as its names came to lie on them).
 pub fn brk(requested: u64, call: impl FnOnce() -> i64) -> i64 {
     let last = BREAK.load(Ordering::Acquire);
     let grows = requested == 0 || (last != 0 && requested >= last);
     let result = if grows {
-        call()
+        // Seen before the call (a change of these pages by another thread meanwhile keeps
+        // them from being remembered), on the stack: malloc is what calls brk.
+        let mut gained = [None; MAX_GAINED_PAGES];
+        if last != 0 && requested > last {
+            let first = page_of(last as usize + PAGE_BYTES - 1);
+            let pages = first..page_of(requested as usize).min(first + MAX_GAINED_PAGES as u64);
+            for (slot, page) in gained.iter_mut().zip(pages) {
+                *slot = Some(before_read(page as usize * PAGE_BYTES));
+            }
+        }
+        let result = call();
+        if let Ok(now) = u64::try_from(result) {
+            let within = |seen: &Seen| (seen.page + 1) * PAGE_BYTES as u64 <= now;
+            gained
+                .into_iter()
+                .flatten()
+                .filter(within)
+                .for_each(remember);
+        }
+        result
     } else if last > requested {
         around_range_change(requested, last - requested, call)
     } else {
@@ -266,6 +295,13 @@ mod tests {
             known_readable(address),
             "growing the heap takes nothing away"
         );
+        let gained = |page: usize| known_readable(0x10_0000 + page * PAGE_BYTES);
+        assert!(
+            gained(0) && gained(MAX_GAINED_PAGES - 1) && !gained(MAX_GAINED_PAGES),
+            "the pages it gains are known readable, as many as a brk remembers"
+        );
+        brk(0x30_0000, || -i64::from(libc::ENOMEM));
+        assert!(!known_readable(0x20_0000), "a failed brk gains nothing");
         brk(0x18_0000, || 0x18_0000);
         assert!(
             known_readable(address),

@@ -12,7 +12,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use shoal_preload::intercept::{install, raw_syscall, InstallError, InstallReport};
+use shoal_preload::intercept::{
+    install, observe_reentered, raw_syscall, InstallError, InstallReport,
+};
 
 /// Paths containing this make the handler answer ENOENT although the file exists.
 const FAKE_ENOENT: &[u8] = b"shoal-fake-enoent";
@@ -37,6 +39,15 @@ const NUMBERS: [i64; 7] = [
     libc::SYS_execve,
     libc::SYS_open,
 ];
+
+/// getppid calls the observer saw (`observe_reentered`).
+static OBSERVED: AtomicUsize = AtomicUsize::new(0);
+
+fn observer(nr: i64, args: [i64; 6]) -> i64 {
+    OBSERVED.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: exactly the call the handler made.
+    unsafe { raw_syscall(nr, args) }
+}
 
 fn count(nr: i64) -> usize {
     COUNTS[nr as usize].load(Ordering::SeqCst)
@@ -159,6 +170,7 @@ fn handler_result_replaces_kernel_result() {
 
 fn nested_call_goes_to_kernel() {
     REENTER.store(true, Ordering::SeqCst);
+    let observed = OBSERVED.load(Ordering::SeqCst);
     // SAFETY: getppid has no arguments and no effects.
     let (got, [n]) = counted([libc::SYS_getppid], || unsafe { libc::getppid() });
     REENTER.store(false, Ordering::SeqCst);
@@ -166,6 +178,11 @@ fn nested_call_goes_to_kernel() {
         (i64::from(got), n),
         (real_ppid(), 1),
         "the handler's own getppid must not re-enter it"
+    );
+    assert_eq!(
+        OBSERVED.load(Ordering::SeqCst) - observed,
+        1,
+        "the observer sees the handler's own getppid, and only that one"
     );
 }
 
@@ -419,6 +436,11 @@ fn main() {
         std::fs::write(dir.join(name), "x").expect("write test file");
     }
     refuses_dangerous_numbers();
+    assert!(observe_reentered(observer, &[libc::SYS_getppid]));
+    assert!(
+        !observe_reentered(observer, &[libc::SYS_getppid]),
+        "set once"
+    );
     let report = install(handler, &NUMBERS).expect("install");
     println!("{report}");
     let checks: [(&str, &dyn Fn()); 12] = [

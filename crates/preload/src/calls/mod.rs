@@ -256,15 +256,42 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
         libc::SYS_brk => Some(readable_pages::brk(args[0] as u64, || raw(nr, args))),
-        _ => memory_taken_away(nr, args).map(|taken| {
-            let call = || kernel(nr, args, descriptor_arguments(nr));
-            match taken {
-                Taken::Range(start, len) => readable_pages::around_range_change(start, len, call),
-                Taken::Anywhere => readable_pages::around_mapping_change(call),
-            }
-        }),
+        _ => memory_taken_away(nr, args)
+            .map(|taken| around(taken, || kernel(nr, args, descriptor_arguments(nr)))),
     };
     served.unwrap_or_else(|| kernel(nr, args, descriptor_arguments(nr)))
+}
+
+/// The calls that change what memory is mapped: seen also when the library makes them
+/// itself (its own malloc's), so that what it knows of readable pages stays true
+/// (`intercept::observe_reentered`).
+pub const MAPPING_CHANGES: &[i64] = &[
+    libc::SYS_brk,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+];
+
+/// A call of `MAPPING_CHANGES` that the library made itself: made as it asked (there are
+/// no fast descriptors in it), the known-readable pages kept true. Allocation-free.
+pub fn mapping_change_within(nr: i64, args: [i64; 6]) -> i64 {
+    let call = || raw(nr, args);
+    if nr == libc::SYS_brk {
+        return readable_pages::brk(args[0] as u64, call);
+    }
+    match memory_taken_away(nr, args) {
+        Some(taken) => around(taken, call),
+        None => call(),
+    }
+}
+
+fn around(taken: Taken, call: impl FnOnce() -> i64) -> i64 {
+    match taken {
+        Taken::Range(start, len) => readable_pages::around_range_change(start, len, call),
+        Taken::Anywhere => readable_pages::around_mapping_change(call),
+    }
 }
 
 /// Where a call can unmap memory or take read access away, which forgets the pages known
@@ -272,7 +299,7 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
 enum Taken {
     /// Within `start..start + len`.
     Range(u64, u64),
-    /// Anywhere: mremap (its target), shmat, shmdt.
+    /// Anywhere: mremap to a fixed address, shmat, shmdt.
     Anywhere,
 }
 
@@ -308,6 +335,10 @@ fn memory_taken_away(nr: i64, args: [i64; 6]) -> Option<Taken> {
         libc::SYS_mmap if args[3] & i64::from(libc::MAP_FIXED) != 0 => Some(range),
         libc::SYS_madvise if !READABLE_AFTER.contains(&(args[2] as i32)) => Some(range),
         libc::SYS_mprotect | libc::SYS_munmap | libc::SYS_pkey_mprotect => Some(range),
+        // Moved or shrunk, a mapping leaves only its old range (realloc of a large block,
+        // each of which forgot every page: `du -s` of the bench tree read its pages 562
+        // times); to a fixed address it also replaces whatever was there.
+        libc::SYS_mremap if args[3] & i64::from(libc::MREMAP_FIXED) == 0 => Some(range),
         libc::SYS_mremap | libc::SYS_shmat | libc::SYS_shmdt => Some(Taken::Anywhere),
         _ => None,
     }

@@ -13,6 +13,10 @@ use super::Handler;
 /// The handler, set once by `install` before any site is patched.
 static HANDLER: OnceLock<Handler> = OnceLock::new();
 
+/// What sees the calls in `OBSERVED` that the handler itself makes (`observe_reentered`).
+static OBSERVER: OnceLock<Handler> = OnceLock::new();
+static OBSERVED: [AtomicU64; (MAX_NR / 64) as usize] = [const { AtomicU64::new(0) }; 8];
+
 /// Bit set of the numbers routed to the handler; `syscall()` consults it because, unlike a
 /// patched site, it carries every number.
 static ROUTED: [AtomicU64; (MAX_NR / 64) as usize] = [const { AtomicU64::new(0) }; 8];
@@ -31,16 +35,34 @@ pub(crate) fn set_handler(handler: Handler) -> bool {
 
 /// Marks `nr` (already checked to be below `MAX_NR` and not negative) as routed.
 pub(crate) fn route_number(nr: i64) {
-    let bit = nr as u64;
-    ROUTED[(bit / 64) as usize].fetch_or(1 << (bit % 64), Ordering::Relaxed);
+    mark(&ROUTED, nr);
 }
 
 fn is_routed(nr: i64) -> bool {
+    is_marked(&ROUTED, nr)
+}
+
+fn mark(set: &[AtomicU64; 8], nr: i64) {
+    let bit = nr as u64;
+    set[(bit / 64) as usize].fetch_or(1 << (bit % 64), Ordering::Relaxed);
+}
+
+fn is_marked(set: &[AtomicU64; 8], nr: i64) -> bool {
     if !(0..MAX_NR).contains(&nr) {
         return false;
     }
     let bit = nr as u64;
-    ROUTED[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0
+    set[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0
+}
+
+/// Stores `observer` for `numbers` (routed ones, below `MAX_NR`): see `super::observe_reentered`.
+/// False if one was stored before.
+pub(crate) fn set_observer(observer: Handler, numbers: &[i64]) -> bool {
+    if OBSERVER.set(observer).is_err() {
+        return false;
+    }
+    numbers.iter().for_each(|&nr| mark(&OBSERVED, nr));
+    true
 }
 
 /// Sends one call to the handler, or to the kernel when this thread is already inside the
@@ -51,6 +73,9 @@ fn route(nr: i64, args: [i64; 6]) -> i64 {
         return unsafe { raw::syscall6(nr, args) };
     };
     if IN_HANDLER.get() {
+        if let Some(observer) = OBSERVER.get().filter(|_| is_marked(&OBSERVED, nr)) {
+            return observer(nr, args);
+        }
         // SAFETY: as above; re-entered from the handler or a signal handler.
         return unsafe { raw::syscall6(nr, args) };
     }

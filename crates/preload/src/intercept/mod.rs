@@ -53,6 +53,17 @@ use trampoline::Block;
 /// sees `-EIO`.
 pub type Handler = fn(nr: i64, args: [i64; 6]) -> i64;
 
+/// Makes `observer` see the calls with a number in `numbers` (routed by `install`) that the
+/// handler itself makes, directly or through libc (its own malloc's brk, mmap and munmap),
+/// which otherwise go to the kernel unseen. It runs on the handler's stack, in the middle
+/// of the handler, maybe inside libc's malloc: it must not allocate, lock or call the
+/// handler's code, and does the call itself with [`raw_syscall`]. Set once; false if one
+/// was set before.
+pub fn observe_reentered(observer: Handler, numbers: &[i64]) -> bool {
+    numbers.iter().all(|nr| (0..numbers::MAX_NR).contains(nr))
+        && entry::set_observer(observer, numbers)
+}
+
 /// Set by the first `install`, successful or not.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
