@@ -1041,9 +1041,10 @@ fn vfork_children_leave_the_parents_descriptors_alone() {
 }
 
 /// A fast descriptor, then children that share this memory (made by `clone()` with
-/// CLONE_VM|CLONE_VFORK, by `syscall(SYS_clone, ...)` and by `system()`, whose children
-/// are made by libc's `clone3`), each closing the descriptor and dup'ing another onto it
-/// in its own table before it ends: the parent's descriptor still reads its file.
+/// CLONE_VM|CLONE_VFORK, by `syscall(SYS_clone, ...)`, by `clone()` with CLONE_VM alone,
+/// the child running on after the parent's clone returned, and by `system()`, whose
+/// children are made by libc's `clone3`), each closing the descriptor and dup'ing another
+/// onto it in its own table before it ends: the parent's descriptor still reads its file.
 const CLONE_VM_CHILDREN_C: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -1064,6 +1065,13 @@ static int child(void *unused) {
     _exit(0);
 }
 static void child_entry(void) { child(NULL); }
+static volatile int go;
+/* A child that shares the memory but does not hold its parent: it runs on after the
+   clone returned to the parent, and only then closes. */
+static int later_child(void *unused) {
+    while (!go) {}
+    return child(unused);
+}
 static void check(const char *after) {
     char buf[16] = {0};
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
@@ -1083,6 +1091,11 @@ int main(int argc, char **argv) {
     pid = syscall(SYS_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, &top[-2], 0, 0, 0);
     if (pid < 0 || waitpid(pid, NULL, 0) != pid) return 4;
     check("syscall(SYS_clone)");
+    static char stack3[64 * 1024];
+    pid = clone(later_child, stack3 + sizeof stack3, CLONE_VM | SIGCHLD, NULL);
+    go = 1;
+    if (pid < 0 || waitpid(pid, NULL, 0) != pid) return 6;
+    check("clone() running on");
     char command[64];
     snprintf(command, sizeof command, "exec %d<&-", fd);
     if (system(command) != 0) return 5;
@@ -1105,7 +1118,8 @@ fn children_that_share_memory_leave_the_parents_fast_descriptors_alone() {
     assert_served(&out, 2, "children sharing memory");
     assert_eq!(
         out.stdout,
-        "after clone(): 4 [kept]\nafter syscall(SYS_clone): 4 [kept]\nafter system(): 4 [kept]\n",
+        "after clone(): 4 [kept]\nafter syscall(SYS_clone): 4 [kept]\n\
+         after clone() running on: 4 [kept]\nafter system(): 4 [kept]\n",
         "{}",
         out.describe()
     );

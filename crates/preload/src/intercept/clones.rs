@@ -9,7 +9,9 @@
 //!
 //! The parent raises the count before the call and lowers it when the call returns to
 //! it (a `vfork` parent: once the child has exec'd or exited); the child (the call returns
-//! 0 to it) leaves it raised. A clone made outside libc (a raw `syscall` instruction of the
+//! 0 to it) leaves it raised. A child that neither holds its parent until it execs
+//! (CLONE_VFORK) nor is one of its threads (CLONE_THREAD) may run on beside it: for such
+//! a clone the parent leaves the count raised for good, and every close asks again. A clone made outside libc (a raw `syscall` instruction of the
 //! program's own) is not counted: `complete` says whether every way through libc is.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

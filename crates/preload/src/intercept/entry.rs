@@ -292,18 +292,28 @@ std::arch::global_asm!(
     "mov r9, [rsp + 8]",
     // A clone that shares this memory is counted while in flight, as the trampolines of
     // libc's own clone sites count it (`clones`); the child leaves the count raised.
+    // A child that neither holds its parent (CLONE_VFORK) nor is its thread may run on
+    // beside it: counted for good (8).
     "cmp rax, {vfork}",
     "je 5f",
     "cmp rax, {clone}",
     "jne 4f",
     "test edi, {clone_vm}",
+    "jz 6f",
+    "test edi, {clone_ends}",
     "jnz 5f",
-    "jmp 6f",
+    "jmp 8f",
     "4:",
     "cmp rax, {clone3}",
     "jne 6f",
     "test dword ptr [rdi], {clone_vm}",
     "jz 6f",
+    "test dword ptr [rdi], {clone_ends}",
+    "jnz 5f",
+    "8:",
+    "lock inc qword ptr [rip + {clones_in_flight}]",
+    "syscall",
+    "jmp 7f",
     "5:",
     "lock inc qword ptr [rip + {clones_in_flight}]",
     "syscall",
@@ -333,6 +343,7 @@ std::arch::global_asm!(
     exit_group = const libc::SYS_exit_group,
     clone3 = const libc::SYS_clone3,
     clone_vm = const libc::CLONE_VM,
+    clone_ends = const libc::CLONE_VFORK | libc::CLONE_THREAD,
     clones_in_flight = sym super::clones::IN_FLIGHT,
 );
 

@@ -8,7 +8,7 @@ use super::InstallError;
 const SITE_FIXED_LEN: usize = 5 + 5 + 10 + 3 + 8 + 5;
 /// `clone_block_len`'s part for one site: the counted call, from the first `movabs` to
 /// the `lock decq`.
-const CLONE_COUNTED_LEN: usize = 10 + 4 + 2 + 3 + 2 + 10 + 4;
+const CLONE_COUNTED_LEN: usize = 10 + 4 + 2 + 3 + 2 + 6 + 2 + 10 + 4;
 /// `mov $nr,%eax`, the test of CLONE_VM and its `jz`, the jump back after the counted
 /// call, and the plain call with its jump back.
 const CLONE_FIXED_LEN: usize = 5 + 6 + 2 + CLONE_COUNTED_LEN + JMP_REL32_LEN + 2 + JMP_REL32_LEN;
@@ -87,18 +87,28 @@ impl Block {
     /// clobbers anyway:
     /// `mov $nr,%eax; <moved>; [test $CLONE_VM,%edi | test $CLONE_VM,(%rdi); jz plain;]
     /// movabs $counter,%r11; lock incq (%r11); syscall; test %rax,%rax; jz back;
+    /// [test $(CLONE_VFORK|CLONE_THREAD),... ; jz back;]
     /// movabs $counter,%r11; lock decq (%r11); back: jmp syscall+2;
-    /// plain: syscall; jmp syscall+2`. The child (rax 0) leaves the count raised.
+    /// plain: syscall; jmp syscall+2`. The child (rax 0) leaves the count raised, and so
+    /// does the parent of a child that may run on beside it.
     pub fn emit_clone_site(&mut self, site: &Site, counter: u64) -> Result<u64, InstallError> {
         let start = self.cursor();
         let nr = u32::try_from(site.nr).map_err(|_| InstallError::BadNumber(site.nr))?;
         self.code.push(0xb8);
         self.code.extend_from_slice(&nr.to_le_bytes());
         self.code.extend_from_slice(&site.moved);
-        let vm_test: &[u8] = match site.nr {
-            libc::SYS_clone => &[0xf7, 0xc7, 0x00, 0x01, 0x00, 0x00],
-            libc::SYS_clone3 => &[0xf7, 0x07, 0x00, 0x01, 0x00, 0x00],
-            libc::SYS_vfork => &[],
+        // `test $imm32,%edi` (clone's flags) or `testl $imm32,(%rdi)` (clone3's), of
+        // CLONE_VM, then of CLONE_VFORK | CLONE_THREAD.
+        let (vm_test, ends_test): (&[u8], &[u8]) = match site.nr {
+            libc::SYS_clone => (
+                &[0xf7, 0xc7, 0x00, 0x01, 0x00, 0x00],
+                &[0xf7, 0xc7, 0x00, 0x40, 0x01, 0x00],
+            ),
+            libc::SYS_clone3 => (
+                &[0xf7, 0x07, 0x00, 0x01, 0x00, 0x00],
+                &[0xf7, 0x07, 0x00, 0x40, 0x01, 0x00],
+            ),
+            libc::SYS_vfork => (&[], &[]),
             _ => {
                 return Err(InstallError::Internal(
                     "a clone trampoline for another call",
@@ -106,6 +116,7 @@ impl Block {
             }
         };
         const _: () = assert!(libc::CLONE_VM == 0x100);
+        const _: () = assert!(libc::CLONE_VFORK | libc::CLONE_THREAD == 0x1_4000);
         let movabs_counter = |code: &mut Vec<u8>| {
             code.extend_from_slice(&[0x49, 0xbb]);
             code.extend_from_slice(&counter.to_le_bytes());
@@ -115,8 +126,20 @@ impl Block {
         counted.extend_from_slice(&[0xf0, 0x49, 0xff, 0x03]);
         counted.extend_from_slice(&[0x0f, 0x05]);
         counted.extend_from_slice(&[0x48, 0x85, 0xc0]);
-        // jz over the decrement (movabs 10, lock decq 4).
-        counted.extend_from_slice(&[0x74, 14]);
+        // The child: jz over the decrement (the ends test and its jz, movabs 10, lock
+        // decq 4).
+        let ends_len = if ends_test.is_empty() {
+            0
+        } else {
+            ends_test.len() + 2
+        };
+        counted.extend_from_slice(&[0x74, (ends_len + 14) as u8]);
+        if !ends_test.is_empty() {
+            // A child that neither holds its parent (CLONE_VFORK) nor is its thread may
+            // run on, sharing the memory, after the call returns: counted for good.
+            counted.extend_from_slice(ends_test);
+            counted.extend_from_slice(&[0x74, 14]);
+        }
         movabs_counter(&mut counted);
         counted.extend_from_slice(&[0xf0, 0x49, 0xff, 0x0b]);
         if !vm_test.is_empty() {
