@@ -59,16 +59,23 @@ impl Block {
         self.addr + self.code.len() as u64
     }
 
-    /// Appends the trampoline for `site`, calling `entry`, and returns its address:
-    /// `mov $nr,%eax; <moved>; lea -128(%rsp),%rsp; movabs $entry,%r11; call *%r11;
-    /// lea 128(%rsp),%rsp; jmp syscall+2`. The red zone below rsp may hold live data of
-    /// the patched function, hence the 128 bytes; r11 is free (the kernel clobbers it).
-    pub fn emit_site(&mut self, site: &Site, entry: u64) -> Result<u64, InstallError> {
+    /// Appends what every site's trampoline starts with, `mov $nr,%eax; <moved>`, and
+    /// returns its address.
+    fn emit_number_and_moved(&mut self, site: &Site) -> Result<u64, InstallError> {
         let start = self.cursor();
         let nr = u32::try_from(site.nr).map_err(|_| InstallError::BadNumber(site.nr))?;
         self.code.push(0xb8);
         self.code.extend_from_slice(&nr.to_le_bytes());
         self.code.extend_from_slice(&site.moved);
+        Ok(start)
+    }
+
+    /// Appends the trampoline for `site`, calling `entry`, and returns its address:
+    /// `mov $nr,%eax; <moved>; lea -128(%rsp),%rsp; movabs $entry,%r11; call *%r11;
+    /// lea 128(%rsp),%rsp; jmp syscall+2`. The red zone below rsp may hold live data of
+    /// the patched function, hence the 128 bytes; r11 is free (the kernel clobbers it).
+    pub fn emit_site(&mut self, site: &Site, entry: u64) -> Result<u64, InstallError> {
+        let start = self.emit_number_and_moved(site)?;
         self.code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80]);
         self.code.extend_from_slice(&[0x49, 0xbb]);
         self.code.extend_from_slice(&entry.to_le_bytes());
@@ -92,11 +99,7 @@ impl Block {
     /// plain: syscall; jmp syscall+2`. The child (rax 0) leaves the count raised, and so
     /// does the parent of a child that may run on beside it.
     pub fn emit_clone_site(&mut self, site: &Site, counter: u64) -> Result<u64, InstallError> {
-        let start = self.cursor();
-        let nr = u32::try_from(site.nr).map_err(|_| InstallError::BadNumber(site.nr))?;
-        self.code.push(0xb8);
-        self.code.extend_from_slice(&nr.to_le_bytes());
-        self.code.extend_from_slice(&site.moved);
+        let start = self.emit_number_and_moved(site)?;
         // `test $imm32,%edi` (clone's flags) or `testl $imm32,(%rdi)` (clone3's), of
         // CLONE_VM, then of CLONE_VFORK | CLONE_THREAD.
         let (vm_test, ends_test): (&[u8], &[u8]) = match site.nr {
