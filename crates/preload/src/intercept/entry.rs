@@ -23,7 +23,8 @@ static ROUTED: [AtomicU64; (MAX_NR / 64) as usize] = [const { AtomicU64::new(0) 
 
 thread_local! {
     /// Set while this thread runs the handler: a system call made meanwhile (by the
-    /// handler's own malloc, or a signal handler that interrupts it) goes to the kernel.
+    /// handler's own malloc, or a signal handler that interrupts it) goes to the kernel,
+    /// past the observer where one watches its number (`observe_reentered`).
     /// `const` and free of `Drop`, so access is a plain TLS load with no lazy registration.
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
 }
