@@ -255,7 +255,7 @@ pub fn handle(nr: i64, args: [i64; 6]) -> i64 {
         libc::SYS_fadvise64 => io::fadvise(args),
         libc::SYS_poll | libc::SYS_ppoll => descriptors::poll(nr, args),
         libc::SYS_select | libc::SYS_pselect6 => descriptors::select(nr, args),
-        libc::SYS_brk => Some(readable_pages::brk(args[0] as u64, || raw(nr, args))),
+        libc::SYS_brk => Some(mapping_change_within(nr, args)),
         _ => memory_taken_away(nr, args)
             .map(|taken| around(taken, || kernel(nr, args, descriptor_arguments(nr)))),
     };
