@@ -35,7 +35,7 @@ pub use message::{
 
 /// Bumped on any change of the messages or of the shared channel's layout; a client and a
 /// daemon that differ fall back to the kernel (the client says so in its statistics).
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// Largest message either side sends or accepts (a write's data plus its header).
 pub const MAX_MESSAGE_BYTES: usize = MAX_IO_BYTES + 4096;

@@ -38,6 +38,10 @@ const SERVER_SLEEPING: usize = 256;
 const CLIENT_NO_SPIN: usize = 260;
 /// Client, when it goes to sleep and wakes; read by the daemon after each reply.
 const CLIENT_SLEEPING: usize = 384;
+/// Client, once it has read a reply: that reply's number. The reply area is the daemon's
+/// again until the next reply, and it may write that reply's bytes ahead of the request
+/// (`place_reply`).
+const REPLY_READ: usize = 388;
 /// Client, with each request.
 const REQUEST_LEN: usize = 512;
 /// Times (`stamp`) for the spins' learning (`Pace`), which must not count a side's wake-up
@@ -55,13 +59,21 @@ const CLIENT_CPU: usize = 524;
 const REPLY_LEN: usize = 640;
 /// Daemon: nanoseconds from taking the request to publishing its reply.
 const SERVICE_NS: usize = 644;
+/// Daemon, with each reply: when it published it (a `stamp`). The client's wait less its
+/// own wake-up: a client that slept through a reply made in 30 µs counted its 100 µs
+/// wake-up as the daemon's slowness, stopped spinning, and slept at every later step of a
+/// walk (`find`: 33 sleeps, 100-130 µs each, on the AMD VM).
+const REPLY_SENT_AT: usize = 648;
 /// The ring of closes the client deferred (see `defer_close`): how many it has written
 /// (client), how many the daemon has taken (daemon), then the handles, two words each.
 const CLOSES_WRITTEN: usize = 768;
 const CLOSES_TAKEN: usize = 896;
 const CLOSES_RING: usize = 1024;
 /// Closes a client may leave waiting in the ring; a full ring sends its close as a message.
-pub const DEFERRED_CLOSES: u32 = 32;
+/// A walk closes a directory per directory it enters (those the daemon opened ahead and
+/// those it kept for the way back up): with 32, `find` of the bench tree filled the ring
+/// between two steps six times, each a message and a wait.
+pub const DEFERRED_CLOSES: u32 = 256;
 const HEADER_BYTES: usize = 4096;
 const REQUEST_AREA: usize = HEADER_BYTES;
 const REPLY_AREA: usize = REQUEST_AREA + MAX_MESSAGE_BYTES;
@@ -98,9 +110,11 @@ const _: () = {
     }
 };
 const _: () = assert!(CLIENT_NO_SPIN / LINE_PAIR_BYTES == SERVER_SLEEPING / LINE_PAIR_BYTES);
+const _: () = assert!(REPLY_READ / LINE_PAIR_BYTES == CLIENT_SLEEPING / LINE_PAIR_BYTES);
 const _: () = assert!(REQUEST_SENT_AT / LINE_PAIR_BYTES == REQUEST_LEN / LINE_PAIR_BYTES);
 const _: () = assert!(CLIENT_CPU / LINE_PAIR_BYTES == REQUEST_LEN / LINE_PAIR_BYTES);
 const _: () = assert!(SERVICE_NS / LINE_PAIR_BYTES == REPLY_LEN / LINE_PAIR_BYTES);
+const _: () = assert!(REPLY_SENT_AT / LINE_PAIR_BYTES == REPLY_LEN / LINE_PAIR_BYTES);
 // The reply area starts 8-byte aligned, so its words could be read in place too.
 const _: () = assert!(MAX_MESSAGE_BYTES.is_multiple_of(8));
 
@@ -196,21 +210,22 @@ impl SharedChannel {
         }
     }
 
-    /// Client: sends `request`, waits for the reply into `reply`. `pace` bounds the busy
+    /// Client: sends `request`, waits for the reply and hands it to `read` where it lies
+    /// (a step of a walk is 130 KiB: copying it out took 20 µs). `pace` bounds the busy
     /// wait before sleeping, and learns from this one; `soon`: the answer does not wait on
     /// the journal (a sync does, for milliseconds: its caller sleeps at once when it may
     /// not spin, rather than take turns); `alive` says whether the daemon still holds the
     /// connection.
-    pub fn call(
+    pub fn call<R>(
         &self,
         request: &[u8],
-        reply: &mut Vec<u8>,
         pace: &mut Pace,
         soon: bool,
         alive: &dyn Fn() -> bool,
-    ) -> Result<(), Gone> {
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, Gone> {
         let (seq, woke_server) = self.send_request(request);
-        let sent = Instant::now();
+        let sent = stamp();
         let patience = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
             Patience::Spin(pace.spin())
         } else if soon {
@@ -218,16 +233,31 @@ impl SharedChannel {
         } else {
             Patience::Spin(Duration::ZERO)
         };
-        let answered = self.wait_reply(seq, reply, patience, alive);
-        let waited = sent.elapsed();
-        // A daemon thread woken from its sleep answers late by its wake-up: only its time
-        // on the request says whether the answer comes soon enough to spin for.
+        let answered = self.wait_for_reply(seq, patience, alive);
+        // Until the reply was published, without this side's own wake-up if it slept; a
+        // daemon thread woken from its sleep answers late by its wake-up: only its time on
+        // the request says whether the answer comes soon enough to spin for.
+        let answered_after = self.answered_after(sent);
         pace.observe(if woke_server {
-            waited.min(self.service())
+            answered_after.min(self.service())
         } else {
-            waited
+            answered_after
         });
-        answered
+        answered?;
+        let len = (self.word(REPLY_LEN).load(Ordering::Acquire) as usize).min(MAX_MESSAGE_BYTES);
+        // SAFETY: `REPLY_AREA + len` lies inside the mapping; the daemon writes the area
+        // again only after this side says it has read it (`REPLY_READ`, below) or sent its
+        // next request, so the bytes stay as they are while `read` looks at them.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.add(REPLY_AREA), len) };
+        let read = read(bytes);
+        self.word(REPLY_READ).store(seq, Ordering::Release);
+        Ok(read)
+    }
+
+    /// Client: how long after `sent` (a `stamp`) the daemon published its last reply.
+    fn answered_after(&self, sent: u32) -> Duration {
+        let published = self.word(REPLY_SENT_AT).load(Ordering::Relaxed);
+        Duration::from_nanos(u64::from(stamp_since(published, sent)))
     }
 
     /// Client: sends `request` and returns its sequence number, without waiting; its reply
@@ -288,6 +318,19 @@ impl SharedChannel {
         patience: Patience,
         alive: &dyn Fn() -> bool,
     ) -> Result<(), Gone> {
+        self.wait_for_reply(seq, patience, alive)?;
+        let len = self.word(REPLY_LEN).load(Ordering::Acquire) as usize;
+        self.copy_out(REPLY_AREA, len, reply);
+        self.word(REPLY_READ).store(seq, Ordering::Release);
+        Ok(())
+    }
+
+    fn wait_for_reply(
+        &self,
+        seq: u32,
+        patience: Patience,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<(), Gone> {
         wait_for(
             self.word(REPLY_SEQ),
             self.word(CLIENT_SLEEPING),
@@ -296,8 +339,6 @@ impl SharedChannel {
             alive,
         )?;
         self.word(REPLY_SEEN_AT).store(stamp(), Ordering::Relaxed);
-        let len = self.word(REPLY_LEN).load(Ordering::Acquire) as usize;
-        self.copy_out(REPLY_AREA, len, reply);
         Ok(())
     }
 
@@ -376,11 +417,36 @@ impl SharedChannel {
 
     /// Daemon: publishes the reply to request `seq`, which took `service` to make.
     pub fn reply(&self, seq: u32, reply: &[u8], service: Duration) {
+        self.copy_in(REPLY_AREA, reply);
+        self.publish_reply(seq, reply.len(), service);
+    }
+
+    /// Daemon: writes `reply` into the reply area ahead of the request it answers, when the
+    /// client has read the last reply (`last_seq`); whether it did. It is published, if
+    /// that request comes next, by `reply_placed`.
+    pub fn place_reply(&self, last_seq: u32, reply: &[u8]) -> bool {
+        if self.word(REPLY_READ).load(Ordering::Acquire) != last_seq {
+            return false;
+        }
+        self.copy_in(REPLY_AREA, reply);
+        true
+    }
+
+    /// Daemon: publishes as the reply to request `seq` the `len` bytes placed ahead
+    /// (`place_reply`) right after the reply to `seq - 1`.
+    pub fn reply_placed(&self, seq: u32, len: usize, service: Duration) {
+        assert!(
+            len <= MAX_MESSAGE_BYTES,
+            "message bounded by MAX_MESSAGE_BYTES"
+        );
+        self.publish_reply(seq, len, service);
+    }
+
+    fn publish_reply(&self, seq: u32, len: usize, service: Duration) {
         let service_ns = u32::try_from(service.as_nanos()).unwrap_or(u32::MAX);
         self.word(SERVICE_NS).store(service_ns, Ordering::Relaxed);
-        self.copy_in(REPLY_AREA, reply);
-        self.word(REPLY_LEN)
-            .store(reply.len() as u32, Ordering::Relaxed);
+        self.word(REPLY_LEN).store(len as u32, Ordering::Relaxed);
+        self.word(REPLY_SENT_AT).store(stamp(), Ordering::Relaxed);
         // SeqCst: see `send_request`.
         self.word(REPLY_SEQ).store(seq, Ordering::SeqCst);
         if self.word(CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
@@ -669,16 +735,15 @@ mod tests {
                 server.reply(last, &request, Duration::ZERO);
             }
         });
-        let mut reply = Vec::new();
         for i in 0..1000u32 {
             let request = i.to_le_bytes();
-            client
+            let reply = client
                 .call(
                     &request,
-                    &mut reply,
                     &mut Pace::new(Duration::from_micros(50)),
                     true,
                     &|| true,
+                    <[u8]>::to_vec,
                 )
                 .expect("reply");
             let mut expected = request.to_vec();
@@ -773,6 +838,72 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_counts_until_it_was_published_not_until_it_was_seen() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let (mut request, mut reply) = (Vec::new(), Vec::new());
+        let sent = stamp();
+        let seq = client.send(b"a");
+        let taken = server.next_request(0, &mut request, Patience::Spin(Duration::ZERO), &|| true);
+        assert_eq!(taken, Ok(seq));
+        let made_at = Instant::now();
+        server.reply(seq, b"r", Duration::ZERO);
+        // The client is slow to see it (asleep, or descheduled).
+        std::thread::sleep(Duration::from_millis(20));
+        client
+            .wait_reply(seq, &mut reply, Patience::Spin(Duration::ZERO), &|| true)
+            .expect("reply");
+        let seen_after = made_at.elapsed();
+        let answered_after = client.answered_after(sent);
+        assert!(
+            answered_after < Duration::from_millis(20) && answered_after < seen_after,
+            "{answered_after:?}"
+        );
+    }
+
+    #[test]
+    fn a_reply_is_placed_ahead_only_once_the_last_one_was_read() {
+        let (client, fd) = SharedChannel::create().expect("memfd");
+        let server = SharedChannel::accept(&fd).expect("sealed memfd of the right size");
+        let mut request = Vec::new();
+        let mut pace = Pace::new(Duration::from_micros(50));
+        let serving = std::thread::spawn(move || {
+            let mut request = Vec::new();
+            let first = server
+                .next_request(0, &mut request, Patience::Spin(Duration::ZERO), &|| true)
+                .expect("request");
+            // The reply to the first request is not read yet: nothing may be placed.
+            server.reply(first, b"first", Duration::ZERO);
+            let placed_early = server.place_reply(first, b"early");
+            (server, first, placed_early)
+        });
+        let sent = client.send(b"a");
+        let (server, first, placed_early) = serving.join().expect("server thread");
+        assert_eq!(sent, first);
+        assert!(!placed_early, "placed over a reply the client had not read");
+        let mut reply = Vec::new();
+        client
+            .wait_reply(first, &mut reply, Patience::Spin(Duration::ZERO), &|| true)
+            .expect("reply");
+        assert_eq!(reply, b"first");
+        // Read: the next reply may be placed, and published as is when its request comes.
+        assert!(server.place_reply(first, b"placed ahead"));
+        let serving = std::thread::spawn(move || {
+            let second = server
+                .next_request(first, &mut request, Patience::Spin(Duration::ZERO), &|| {
+                    true
+                })
+                .expect("request");
+            server.reply_placed(second, b"placed ahead".len(), Duration::ZERO);
+        });
+        let got = client
+            .call(b"b", &mut pace, true, &|| true, <[u8]>::to_vec)
+            .expect("reply");
+        serving.join().expect("server thread");
+        assert_eq!(got, b"placed ahead");
+    }
+
+    #[test]
     fn an_unsealed_or_resized_memfd_is_refused() {
         // SAFETY: a plain memfd for the test.
         let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
@@ -833,14 +964,13 @@ mod tests {
     #[test]
     fn a_sleeping_waiter_sees_its_peer_gone() {
         let (client, _fd) = SharedChannel::create().expect("memfd");
-        let mut reply = Vec::new();
         let started = Instant::now();
         let result = client.call(
             b"x",
-            &mut reply,
             &mut Pace::new(Duration::ZERO),
             true,
             &|| false,
+            <[u8]>::to_vec,
         );
         assert_eq!(result, Err(Gone::Closed));
         assert!(started.elapsed() < Duration::from_secs(2));

@@ -228,8 +228,7 @@ impl ThreadChannels {
             result = match mode {
                 Wait::ForReply => {
                     let soon = !request.waits_on_journal();
-                    let exchange = (&self.send[..], &mut self.receive);
-                    shared_round_trip(slot, shared, pace, soon, exchange)
+                    shared_round_trip(slot, shared, pace, soon, &self.send)
                 }
                 Wait::No => {
                     connection.unanswered = Some(shared.send(&self.send));
@@ -250,13 +249,13 @@ fn shared_round_trip(
     shared: &SharedChannel,
     pace: &mut Pace,
     soon: bool,
-    (send, receive): (&[u8], &mut Vec<u8>),
+    send: &[u8],
 ) -> Result<(Status, Reply), ChannelError> {
     let alive = || daemon_alive(crate::internal_fds::fd(slot));
     shared
-        .call(send, receive, pace, soon, &alive)
-        .map_err(|_| ChannelError::Lost)?;
-    Reply::decode(receive).map_err(|_| ChannelError::Lost)
+        .call(send, pace, soon, &alive, Reply::decode)
+        .map_err(|_| ChannelError::Lost)?
+        .map_err(|_| ChannelError::Lost)
 }
 
 /// Who the calling thread is to the daemon: what a connection (or anything the daemon
