@@ -14,7 +14,7 @@ use shoal_fastpath::fd_passing::{receive_with_fd, send_with_fd};
 use shoal_fastpath::pace::Pace;
 use shoal_fastpath::shared::{Patience, SharedChannel};
 use shoal_fastpath::state::MountState;
-use shoal_fastpath::{Reply, Request, Status, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use shoal_fastpath::{Reply, Request, Status, PROTOCOL_VERSION};
 
 use crate::mounts::{self, Mount};
 use crate::sys;
@@ -38,6 +38,9 @@ pub enum ChannelError {
 /// in a few microseconds; a sync may take milliseconds. How long it spins within that is
 /// learned per connection (`Pace`): not at all while answers come late.
 const CLIENT_SPIN: Duration = Duration::from_micros(200);
+
+/// The largest answer to a Hello (a status, the protocol version and the root's inode).
+const HELLO_REPLY_MAX_BYTES: usize = 256;
 
 struct Connection {
     /// The socket's slot among the library's own descriptors (`internal_fds`).
@@ -373,8 +376,11 @@ fn connect(
     drop(memfd);
     // A daemon that closes at once refused us (a user a mount without allow_other does not
     // admit): the kernel mount answers instead.
-    if receive.len() < MAX_MESSAGE_BYTES {
-        receive.resize(MAX_MESSAGE_BYTES, 0);
+    // Room for the Hello's answer only: replies are read where they lie in the channel, so
+    // a thread's buffer need not be a whole message (132 KiB zeroed at every thread's first
+    // call, 33 page faults).
+    if receive.len() < HELLO_REPLY_MAX_BYTES {
+        receive.resize(HELLO_REPLY_MAX_BYTES, 0);
     }
     let (len, state_fd) = receive_with_fd(fd, receive).map_err(|_| ChannelError::Unreachable)?;
     if let Some(state_fd) = state_fd {
