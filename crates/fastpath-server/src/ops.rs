@@ -663,7 +663,11 @@ impl Server {
         let mut below = Vec::new();
         if walk != Walk::No || wanted > 0 {
             // Where the walk goes on after this directory's own: the stack it was predicted
-            // with, else the directories after it in its parent.
+            // with, else the directories after it in its parent (one level only: the client
+            // names the directories a listing asked for by stats brings by paths from the
+            // one holding the directory asked for, `remember_below`: with a stack rebuilt
+            // for every level of the path it took `lib/` for `ipv6/lib/`, and `git status`
+            // saw files there as deleted).
             let lower = s.carried.take().unwrap_or_else(|| {
                 self.later_siblings(s, at, walk, &opened.attr, max)
                     .into_iter()
