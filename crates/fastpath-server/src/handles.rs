@@ -202,7 +202,7 @@ fn take_gone(by_pid: &mut HashMap<u32, Arc<Process>>) -> Vec<Arc<Process>> {
 fn live_start_time(pid: u32) -> Option<u64> {
     /// PF_EXITING in the flags (field 9).
     const PF_EXITING: u64 = 0x4;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::credentials::read_proc_file(&format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which may itself hold ") ": state is field 3.
     let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
     let state = *fields.first()?;
