@@ -225,7 +225,8 @@ impl SharedChannel {
         read: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, Gone> {
         let (seq, woke_server) = self.send_request(request);
-        let sent = stamp();
+        // The send's stamp, as `send_request` wrote it (only this side writes it).
+        let sent = self.word(REQUEST_SENT_AT).load(Ordering::Relaxed);
         let patience = if self.word(CLIENT_NO_SPIN).load(Ordering::Relaxed) == 0 {
             Patience::Spin(pace.spin())
         } else if soon {
