@@ -106,7 +106,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 }
 
 /// The counters each process adds after its calls, and how the report names them.
-const COUNTED: [(&str, &str); 5] = [
+const COUNTED: [(&str, &str); 6] = [
     (
         "listed=",
         "stats answered from directory listings (no round trip)",
@@ -124,10 +124,14 @@ const COUNTED: [(&str, &str); 5] = [
         "readlinks and xattr reads by path answered from directory listings (no round trip)",
     ),
     ("lost=", "descriptors that could not become kernel ones"),
+    (
+        "busy=",
+        "listing lookups and keeps given up while another thread held the listings",
+    ),
 ];
 
 /// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N
-/// whole=N other=N`) into one table.
+/// whole=N other=N busy=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;

@@ -4201,14 +4201,19 @@ static void probe(const char *when) {
 /// the listing asked for at the second miss in the first directory brings the directories
 /// after it too (`Request::OpenDir::below`), so after the first directory no stat asks
 /// the daemon and no directory is listed again; stats of one file here and there never
-/// list a directory.
+/// list a directory. The same from a working directory two levels above the files (`git
+/// status` in its work tree): the directory that holds them is no start the process
+/// holds, and the directories after the first are still listed with it.
 #[test]
 fn stats_through_directories_in_order_list_each_next_one_at_its_first_miss() {
     const IN_ORDER: &str = r#"
 import os, sys
 root, how = sys.argv[1], sys.argv[2]
+if how == "nested":
+    os.chdir(f"{root}/top")
+    root = "sub"
 for d in range(10):
-    for f in range(8 if how == "in-order" else 1):
+    for f in range(1 if how == "scattered" else 8):
         os.lstat(f"{root}/d{d}/f{f}")
 "#;
     let programs = programs_dir();
@@ -4216,9 +4221,13 @@ for d in range(10):
     let m = mount_with_fast_path(&[]);
     for d in 0..10 {
         for f in 0..8 {
-            let file = m.path(format!("d{d}/f{f}"));
-            fs::create_dir_all(file.parent().unwrap()).unwrap();
-            fs::write(&file, "x").unwrap();
+            for file in [
+                m.path(format!("d{d}/f{f}")),
+                m.path(format!("top/sub/d{d}/f{f}")),
+            ] {
+                fs::create_dir_all(file.parent().unwrap()).unwrap();
+                fs::write(&file, "x").unwrap();
+            }
         }
     }
     let asked = |how: &str| {
@@ -4236,11 +4245,13 @@ for d in range(10):
         let after = ["stat", "open_dir"].map(|kind| daemon_requests(&m.mnt, kind));
         (after[0] - before[0], after[1] - before[1])
     };
-    let (stats, listings) = asked("in-order");
-    assert!(
-        stats <= 2 && listings <= 2,
-        "80 stats in 10 directories asked for {stats} stats and {listings} listings"
-    );
+    for how in ["in-order", "nested"] {
+        let (stats, listings) = asked(how);
+        assert!(
+            stats <= 2 && listings <= 2,
+            "{how}: 80 stats in 10 directories asked for {stats} stats and {listings} listings"
+        );
+    }
     let (stats, listings) = asked("scattered");
     assert_eq!(
         (stats, listings),

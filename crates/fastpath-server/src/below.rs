@@ -77,8 +77,10 @@ impl Server {
             }
             let parent = frame.dir;
             let via = frame.via.child(&name);
+            let at = frame.entry_at(&name);
             let first_try = !std::mem::replace(&mut frame.tried, true);
-            let Some(dir) = self.open_one_below(s, parent, name, ahead.max, budget - fixed) else {
+            let Some(dir) = self.open_one_below(s, (parent, name), at, ahead.max, budget - fixed)
+            else {
                 if first_try {
                     // Its parent is no start the caller holds, or it may not open there.
                     frames.pop();
@@ -164,6 +166,10 @@ impl Server {
             return None;
         }
         check(&self.engine, s.caller, &parent, MAY_READ | MAY_EXEC).ok()?;
+        // The parent is no start the caller holds (unless it is the base itself): its
+        // entries are opened by the path that reached it.
+        let container = trimmed(container);
+        let reached = (!container.is_empty()).then(|| (at.base, container.to_vec()));
         let entries = self
             .engine
             .readdir(parent.ino, Some(name), max as usize)
@@ -178,6 +184,7 @@ impl Server {
             via: Via::of(at, walk).parent(),
             names,
             tried: false,
+            reached,
         })
     }
 
@@ -187,16 +194,11 @@ impl Server {
     fn open_one_below<'a>(
         &'a self,
         s: &Session<'a>,
-        parent: u64,
-        name: Vec<u8>,
+        (parent, name): (u64, Vec<u8>),
+        at: At,
         max: u32,
         page_bytes: usize,
     ) -> Option<DirBelow> {
-        let at = At {
-            base: parent,
-            path: name,
-            follow: false,
-        };
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
         // Read before the open, so the listing holds as one made after it would; the
         // directory's inode is the one the open read (`open_below` checks that the count
@@ -219,7 +221,7 @@ impl Server {
                 ..
             }) => Some(DirBelow {
                 parent,
-                name: at.path,
+                name,
                 opened,
                 entries,
                 done,
@@ -241,6 +243,14 @@ pub(crate) struct Frame {
     names: VecDeque<Vec<u8>>,
     /// Whether one was tried: when the first fails, so would the rest.
     tried: bool,
+    /// How `dir` was reached, when it is no directory open for the caller (the one that
+    /// holds a listed directory, reached from the listing's start: `later_siblings`): a
+    /// start the caller holds and the path from it. Its entries are opened by that path,
+    /// so the walk checks search permission all the way down as the caller's own `opendir`
+    /// would; from `dir` itself the start check (`starts`) refused them, after reading
+    /// the caller's /proc/PID/fd each time (131 times per 30k stats of `git status`'s
+    /// index, each prefetch losing the directories after its own).
+    reached: Option<(u64, Vec<u8>)>,
 }
 
 /// How a walk names what is in a directory: by a descriptor of it (`fts`:
@@ -319,6 +329,19 @@ fn joined(path: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 impl Frame {
+    /// Where the daemon opens entry `name` of the frame's directory for the caller.
+    fn entry_at(&self, name: &[u8]) -> At {
+        let (base, path) = match &self.reached {
+            Some((base, path)) => (*base, joined(path, name)),
+            None => (self.dir, name.to_vec()),
+        };
+        At {
+            base,
+            path,
+            follow: false,
+        }
+    }
+
     /// The directory a walk with `stack` (as `open_below` leaves it) opens next, as it
     /// names it (`follow` as its last open), and the stack below it.
     pub(crate) fn next(mut stack: Vec<Frame>, follow: bool) -> Option<(At, Vec<Frame>)> {
@@ -347,6 +370,7 @@ impl Frame {
             via,
             names,
             tried: true,
+            reached: None,
         }
     }
 }

@@ -27,11 +27,13 @@ use crate::{channel, mounts};
 /// Listings kept at most, and entries over all of them: a tool lists one directory and
 /// stats its entries, then moves on; a listing asked for by stats brings the directories
 /// under and after it too (`calls::stat::prefetch`), each a listing kept.
-const MAX_LISTINGS: usize = 1024;
+const MAX_LISTINGS: usize = 4096;
 const MAX_ENTRIES: usize = 64 * 1024;
 
 struct Listing {
     mount: usize,
+    /// Its place in `Listings::order` (the count of listings kept before it).
+    kept_as: u64,
     changes: u64,
     /// The directory's version the daemon vouched for with the listing.
     dir_version: Option<u32>,
@@ -122,8 +124,32 @@ impl Entries {
     /// Keeps what `entry` says of its name (its attributes, a symlink's target, whether it
     /// holds xattrs); whether the name is new here.
     fn insert(&mut self, entry: &DirEntryWire, attr: Attr) -> bool {
-        let (name, version, no_xattrs) = (&entry.name[..], entry.version, entry.no_xattrs);
         let target = entry.target.as_deref().map(Box::from);
+        self.insert_parts(&entry.name, attr, entry.version, target, entry.no_xattrs)
+    }
+
+    /// Keeps every entry of `other` (a further page of the same directory); how many of
+    /// its names are new here.
+    fn absorb(&mut self, other: Entries) -> usize {
+        self.reserve(other.len(), other.names.len());
+        let mut added = 0;
+        for slot in other.slots {
+            let at = slot.name_at as usize;
+            let name = &other.names[at..at + slot.name_len as usize];
+            let (attr, version, target) = (slot.attr, slot.version, slot.target);
+            added += usize::from(self.insert_parts(name, attr, version, target, slot.no_xattrs));
+        }
+        added
+    }
+
+    fn insert_parts(
+        &mut self,
+        name: &[u8],
+        attr: Attr,
+        version: Option<u32>,
+        target: Option<Box<[u8]>>,
+        no_xattrs: bool,
+    ) -> bool {
         if let Some(at) = self.position(name) {
             let slot = &mut self.slots[at];
             (slot.attr, slot.version, slot.target) = (attr, version, target);
@@ -215,7 +241,13 @@ struct Listings {
     /// By mount and directory; `order` has them oldest first (the first to go), and `last`
     /// is the one kept last.
     by_dir: Option<HashMap<(usize, u64), Listing>>,
-    order: VecDeque<(usize, u64)>,
+    /// Each listing as it was kept (`Listing::kept_as`); a place whose listing was dropped
+    /// or kept again since costs nothing to pass. Removing a directory's old place when
+    /// it was kept again scanned the whole queue: with a thousand listings, that was 16%
+    /// of `git status`'s CPU, whose search for untracked files lists again each directory
+    /// its stats had listed.
+    order: VecDeque<((usize, u64), u64)>,
+    kept: u64,
     last: Option<(usize, u64)>,
     entries: usize,
     /// Directories a prefetch reached by path, by mount, base and path; oldest first in
@@ -278,6 +310,7 @@ const MAX_REACHED: usize = 4096;
 static LISTINGS: RwLock<Listings> = RwLock::new(Listings {
     by_dir: None,
     order: VecDeque::new(),
+    kept: 0,
     last: None,
     entries: 0,
     reached: None,
@@ -325,38 +358,143 @@ pub fn remember_reached(
     changes: u64,
     witness: Option<Vec<(u64, u32)>>,
 ) {
-    let path = without_trailing_slashes(path);
-    let who = channel::who();
-    let Some(mut listings) = listings() else {
-        return;
-    };
-    let reached = Reached {
-        dir,
-        changes,
-        witness,
-        who,
-    };
-    let listings = &mut *listings;
-    let paths = listings
-        .reached
-        .get_or_insert_with(HashMap::new)
-        .entry((mount, base))
-        .or_default();
-    if paths.insert(path.into(), reached).is_none() {
-        listings.reached_order.push_back((mount, base, path.into()));
+    let mut batch = Batch::default();
+    batch.reached(mount, base, path, dir, changes, witness);
+    batch.keep();
+}
+
+/// Listings and paths that reached directories, made ready outside the lock and kept
+/// under one take of it (`keep`). A listing asked for by stats brings up to
+/// `calls::stat::PREFETCH_BELOW` directories, and taking the lock twice for each (a
+/// listing, a path) while `git status`'s 20 threads looked up theirs made a few hundred
+/// takes per status fail on either side: stats that went to the daemon, listings it sent
+/// that were not kept.
+#[derive(Default)]
+pub struct Batch {
+    listings: Vec<ReadyListing>,
+    reached: Vec<(ReachedKey, Reached)>,
+}
+
+/// A listing made ready (`Batch::listing`), and whether it is the program's own (it then
+/// judges the one before it: `WANT_ATTRS`).
+struct ReadyListing {
+    dir: u64,
+    listing: Listing,
+    judges_previous: bool,
+}
+
+impl Batch {
+    /// `remember`, kept with the batch.
+    pub fn remember(
+        &mut self,
+        mount: usize,
+        dir: u64,
+        changes: u64,
+        dir_version: Option<u32>,
+        page: &[DirEntryWire],
+        whole: bool,
+    ) {
+        self.listing(mount, dir, (changes, dir_version), (page, whole), true);
     }
-    while listings.reached_order.len() > MAX_REACHED {
-        let (Some((mount, base, path)), Some(reached)) = (
-            listings.reached_order.pop_front(),
-            listings.reached.as_mut(),
-        ) else {
-            break;
+
+    /// `remember` of a directory listed ahead of the program's use
+    /// (`calls::stat::prefetch`): it says nothing yet of whether the program uses
+    /// listings' attributes.
+    pub fn remember_ahead(
+        &mut self,
+        mount: usize,
+        dir: u64,
+        changes: u64,
+        dir_version: Option<u32>,
+        page: &[DirEntryWire],
+        whole: bool,
+    ) {
+        self.listing(mount, dir, (changes, dir_version), (page, whole), false);
+    }
+
+    /// A listing of `page`, unless it would not hold or carries no attributes.
+    fn listing(
+        &mut self,
+        mount: usize,
+        dir: u64,
+        (changes, dir_version): (u64, Option<u32>),
+        (page, whole): (&[DirEntryWire], bool),
+        judges_previous: bool,
+    ) {
+        let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
+            return;
         };
-        if let Some(paths) = reached.get_mut(&(mount, base)) {
-            paths.remove(&path);
-            if paths.is_empty() {
-                reached.remove(&(mount, base));
+        if holding(state, changes, dir, dir_version) == Holding::Not
+            || page.iter().all(|entry| entry.attr.is_none())
+        {
+            return;
+        }
+        let mut listing = Listing {
+            mount,
+            kept_as: 0,
+            changes,
+            dir_version,
+            who: channel::who(),
+            attrs: Entries::with_capacity(page.len()),
+            hits: AtomicUsize::new(0),
+            more: None,
+            subdirs: 0,
+            whole,
+        };
+        // One allocation for the page, not a rehash at each doubling (a walk keeps
+        // thousands).
+        let name_bytes = page.iter().map(|entry| entry.name.len()).sum();
+        listing.attrs.reserve(page.len(), name_bytes);
+        for entry in page {
+            if let Some(attr) = entry.attr {
+                if attr.mode & libc::S_IFMT == libc::S_IFDIR {
+                    listing.subdirs += 1;
+                }
+                listing.attrs.insert(entry, attr);
             }
+        }
+        self.listings.push(ReadyListing {
+            dir,
+            listing,
+            judges_previous,
+        });
+    }
+
+    /// `remember_reached`, kept with the batch.
+    pub fn reached(
+        &mut self,
+        mount: usize,
+        base: u64,
+        path: &[u8],
+        dir: u64,
+        changes: u64,
+        witness: Option<Vec<(u64, u32)>>,
+    ) {
+        let path = without_trailing_slashes(path);
+        let reached = Reached {
+            dir,
+            changes,
+            witness,
+            who: channel::who(),
+        };
+        self.reached.push(((mount, base, path.into()), reached));
+    }
+
+    /// Keeps everything in the batch (nothing, if the listings cannot be had).
+    pub fn keep(self) {
+        if self.listings.is_empty() && self.reached.is_empty() {
+            return;
+        }
+        let Some(mut guard) = listings() else {
+            return;
+        };
+        let listings = &mut *guard;
+        for ready in self.listings {
+            listings.put(ready);
+        }
+        listings.trim();
+        for (key, reached) in self.reached {
+            listings.put_reached(key, reached);
         }
     }
 }
@@ -471,19 +609,27 @@ pub fn last_prefetch_paid_off() -> bool {
 /// without (a miss, or nothing kept). Never waiting for good also means a fork child whose
 /// parent had another thread inside (the lock copied held) cannot hang here.
 fn read_listings() -> Option<RwLockReadGuard<'static, Listings>> {
-    with_retries(|| match LISTINGS.try_read() {
+    counted_busy(with_retries(|| match LISTINGS.try_read() {
         Ok(guard) => Ok(guard),
         Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
         Err(TryLockError::WouldBlock) => Err(()),
-    })
+    }))
 }
 
 fn listings() -> Option<RwLockWriteGuard<'static, Listings>> {
-    with_retries(|| match LISTINGS.try_write() {
+    counted_busy(with_retries(|| match LISTINGS.try_write() {
         Ok(guard) => Ok(guard),
         Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
         Err(TryLockError::WouldBlock) => Err(()),
-    })
+    }))
+}
+
+/// `guard`, counting its absence (`shoal run --stats`).
+fn counted_busy<G>(guard: Option<G>) -> Option<G> {
+    if guard.is_none() {
+        crate::stats::note_listings_busy();
+    }
+    guard
 }
 
 /// Tries to take the lock this many times, yielding the CPU between tries.
@@ -563,99 +709,9 @@ pub fn remember(
     page: &[DirEntryWire],
     whole: bool,
 ) {
-    keep(mount, dir, changes, dir_version, page, whole, true);
-}
-
-/// `remember` of a directory listed ahead of the program's use (`calls::stat::prefetch`):
-/// it says nothing yet of whether the program uses listings' attributes.
-pub fn remember_ahead(
-    mount: usize,
-    dir: u64,
-    changes: u64,
-    dir_version: Option<u32>,
-    page: &[DirEntryWire],
-    whole: bool,
-) {
-    keep(mount, dir, changes, dir_version, page, whole, false);
-}
-
-fn keep(
-    mount: usize,
-    dir: u64,
-    changes: u64,
-    dir_version: Option<u32>,
-    page: &[DirEntryWire],
-    whole: bool,
-    judges_previous: bool,
-) {
-    let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
-        return;
-    };
-    if holding(state, changes, dir, dir_version) == Holding::Not
-        || page.iter().all(|entry| entry.attr.is_none())
-    {
-        return;
-    }
-    let who = channel::who();
-    let Some(mut guard) = listings() else {
-        return;
-    };
-    let listings = &mut *guard;
-    let key = (mount, dir);
-    let current = listings
-        .get(mount, dir)
-        .is_some_and(|l| l.changes == changes && l.who == who);
-    if !current {
-        if listings.drop_listing(key) {
-            listings.order.retain(|kept| *kept != key);
-        }
-        let previous = listings
-            .last
-            .and_then(|(mount, dir)| listings.get(mount, dir));
-        if judges_previous
-            && previous.is_some_and(|previous| {
-                previous.hits.load(Ordering::Relaxed) == 0 && previous.subdirs > 0
-            })
-        {
-            WANT_ATTRS.store(false, Ordering::Relaxed);
-        }
-        listings.by_dir.get_or_insert_with(HashMap::new).insert(
-            key,
-            Listing {
-                mount,
-                changes,
-                dir_version,
-                who,
-                attrs: Entries::with_capacity(page.len()),
-                hits: AtomicUsize::new(0),
-                more: None,
-                subdirs: 0,
-                whole: false,
-            },
-        );
-        listings.order.push_back(key);
-        if judges_previous {
-            listings.last = Some(key);
-        }
-    }
-    let Some(listing) = listings.by_dir.as_mut().and_then(|map| map.get_mut(&key)) else {
-        return;
-    };
-    listing.whole |= whole;
-    let mut added = 0;
-    // One allocation for the page, not a rehash at each doubling (a walk keeps thousands).
-    let name_bytes = page.iter().map(|entry| entry.name.len()).sum();
-    listing.attrs.reserve(page.len(), name_bytes);
-    for entry in page {
-        if let Some(attr) = entry.attr {
-            if attr.mode & libc::S_IFMT == libc::S_IFDIR {
-                listing.subdirs += 1;
-            }
-            added += usize::from(listing.attrs.insert(entry, attr));
-        }
-    }
-    listings.entries += added;
-    listings.trim();
+    let mut batch = Batch::default();
+    batch.remember(mount, dir, changes, dir_version, page, whole);
+    batch.keep();
 }
 
 /// What the kept listings say of `name` in directory `dir`.
@@ -787,6 +843,72 @@ impl Listings {
         self.by_dir.as_ref()?.get(&(mount, dir))
     }
 
+    /// Keeps a listing made ready: a further page of the one kept (same count, same
+    /// caller) joins it, else it replaces whatever was kept of its directory.
+    fn put(&mut self, ready: ReadyListing) {
+        let ReadyListing {
+            dir,
+            mut listing,
+            judges_previous,
+        } = ready;
+        let key = (listing.mount, dir);
+        if let Some(kept) = self
+            .by_dir
+            .as_mut()
+            .and_then(|map| map.get_mut(&key))
+            .filter(|kept| kept.changes == listing.changes && kept.who == listing.who)
+        {
+            kept.whole |= listing.whole;
+            kept.subdirs += listing.subdirs;
+            self.entries += kept.attrs.absorb(listing.attrs);
+            return;
+        }
+        self.drop_listing(key);
+        let previous = self.last.and_then(|(mount, dir)| self.get(mount, dir));
+        if judges_previous
+            && previous.is_some_and(|previous| {
+                previous.hits.load(Ordering::Relaxed) == 0 && previous.subdirs > 0
+            })
+        {
+            WANT_ATTRS.store(false, Ordering::Relaxed);
+        }
+        self.entries += listing.attrs.len();
+        listing.kept_as = self.kept;
+        self.kept += 1;
+        self.order.push_back((key, listing.kept_as));
+        self.by_dir
+            .get_or_insert_with(HashMap::new)
+            .insert(key, listing);
+        if judges_previous {
+            self.last = Some(key);
+        }
+    }
+
+    /// Keeps a path that reached a directory, the oldest going past `MAX_REACHED`.
+    fn put_reached(&mut self, (mount, base, path): ReachedKey, reached: Reached) {
+        let paths = self
+            .reached
+            .get_or_insert_with(HashMap::new)
+            .entry((mount, base))
+            .or_default();
+        if paths.insert(path.clone(), reached).is_none() {
+            self.reached_order.push_back((mount, base, path));
+        }
+        while self.reached_order.len() > MAX_REACHED {
+            let (Some((mount, base, path)), Some(reached)) =
+                (self.reached_order.pop_front(), self.reached.as_mut())
+            else {
+                break;
+            };
+            if let Some(paths) = reached.get_mut(&(mount, base)) {
+                paths.remove(&path);
+                if paths.is_empty() {
+                    reached.remove(&(mount, base));
+                }
+            }
+        }
+    }
+
     /// Drops the listing of `key`; whether there was one.
     fn drop_listing(&mut self, key: (usize, u64)) -> bool {
         let Some(listing) = self.by_dir.as_mut().and_then(|map| map.remove(&key)) else {
@@ -799,29 +921,43 @@ impl Listings {
         true
     }
 
-    /// Oldest listings out until within the bounds (`order` may name listings dropped
-    /// since: those cost nothing to pass).
+    /// Whether the listing kept at `place` in `order` is still there.
+    fn lives(&self, &(key, kept_as): &((usize, u64), u64)) -> bool {
+        self.by_dir
+            .as_ref()
+            .and_then(|map| map.get(&key))
+            .is_some_and(|listing| listing.kept_as == kept_as)
+    }
+
+    /// Drops the oldest listing still kept; whether there was one.
+    fn drop_oldest(&mut self) -> bool {
+        while let Some(place) = self.order.pop_front() {
+            if self.lives(&place) {
+                return self.drop_listing(place.0);
+            }
+        }
+        false
+    }
+
+    /// Oldest listings out until within the bounds.
     fn trim(&mut self) {
         while self.by_dir.as_ref().map_or(0, HashMap::len) > MAX_LISTINGS
             || (self.entries > MAX_ENTRIES && self.by_dir.as_ref().map_or(0, HashMap::len) > 1)
         {
-            let Some(oldest) = self.order.pop_front() else {
+            if !self.drop_oldest() {
                 break;
-            };
-            self.drop_listing(oldest);
+            }
         }
         if self.entries > MAX_ENTRIES {
             // One listing over the bound alone: not kept at all.
-            if let Some(oldest) = self.order.pop_front() {
-                self.drop_listing(oldest);
-            }
+            self.drop_oldest();
         }
-        // `order` keeps a key per insertion: bounded by what it could name.
+        // `order` keeps a place per listing kept: bounded by what it could name.
         let live = self.by_dir.as_ref().map_or(0, HashMap::len);
         if self.order.len() > 4 * MAX_LISTINGS.max(live) {
-            let by_dir = self.by_dir.as_ref();
-            self.order
-                .retain(|key| by_dir.is_some_and(|map| map.contains_key(key)));
+            let mut order = std::mem::take(&mut self.order);
+            order.retain(|place| self.lives(place));
+            self.order = order;
         }
     }
 }
@@ -873,6 +1009,78 @@ mod tests {
         assert_eq!((slot.attr.ino, slot.version), (99, None));
         assert_eq!(slot.target, None, "a target kept again goes with its entry");
         assert!(slot.no_xattrs);
+    }
+
+    fn ready(dir: u64, changes: u64, names: &[&str]) -> ReadyListing {
+        let mut attrs = Entries::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            attrs.insert_parts(name.as_bytes(), attr(i as u64), None, None, false);
+        }
+        ReadyListing {
+            dir,
+            judges_previous: false,
+            listing: Listing {
+                mount: 0,
+                kept_as: 0,
+                changes,
+                dir_version: None,
+                who: channel::who(),
+                attrs,
+                hits: AtomicUsize::new(0),
+                more: None,
+                subdirs: 0,
+                whole: false,
+            },
+        }
+    }
+
+    fn empty_listings() -> Listings {
+        Listings {
+            by_dir: None,
+            order: VecDeque::new(),
+            kept: 0,
+            last: None,
+            entries: 0,
+            reached: None,
+            reached_order: VecDeque::new(),
+        }
+    }
+
+    #[test]
+    fn a_directory_listed_again_goes_last_and_its_old_place_drops_nothing() {
+        let mut listings = empty_listings();
+        let max = MAX_LISTINGS as u64;
+        for dir in 0..max {
+            listings.put(ready(dir, 1, &["a"]));
+            listings.trim();
+        }
+        // Listed again after a change: it replaces the listing kept, and is the newest.
+        listings.put(ready(0, 2, &["a", "b"]));
+        listings.trim();
+        assert_eq!(listings.entries, MAX_LISTINGS + 1);
+        listings.put(ready(max, 2, &["a"]));
+        listings.trim();
+        assert_eq!(listings.get(0, 0).map(|l| l.attrs.len()), Some(2));
+        assert!(listings.get(0, 1).is_none(), "the oldest still kept went");
+        assert!(listings.get(0, 2).is_some());
+        // A further page of the listing kept (same count, same caller) joins it.
+        listings.put(ready(0, 2, &["b", "c"]));
+        assert_eq!(listings.get(0, 0).map(|l| l.attrs.len()), Some(3));
+        let kept: usize = listings
+            .by_dir
+            .as_ref()
+            .map_or(0, |map| map.values().map(|l| l.attrs.len()).sum());
+        assert_eq!(listings.entries, kept);
+        // One directory listed again and again leaves a bounded queue.
+        for changes in 3..(5 * max) {
+            listings.put(ready(7, changes, &["a"]));
+            listings.trim();
+        }
+        assert!(listings.order.len() <= 4 * MAX_LISTINGS + 1);
+        assert_eq!(
+            listings.by_dir.as_ref().map(HashMap::len),
+            Some(MAX_LISTINGS)
+        );
     }
 
     #[test]

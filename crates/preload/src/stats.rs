@@ -22,6 +22,7 @@ struct Counters {
     listed: AtomicU64,
     listed_other: AtomicU64,
     whole_file_reads: AtomicU64,
+    listings_busy: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
@@ -31,6 +32,7 @@ static COUNTERS: Counters = Counters {
     listed: AtomicU64::new(0),
     listed_other: AtomicU64::new(0),
     whole_file_reads: AtomicU64::new(0),
+    listings_busy: AtomicU64::new(0),
 };
 
 static REPORT_PATH: OnceLock<Option<Vec<u8>>> = OnceLock::new();
@@ -64,6 +66,7 @@ pub fn forget_inherited() {
         &COUNTERS.listed,
         &COUNTERS.listed_other,
         &COUNTERS.whole_file_reads,
+        &COUNTERS.listings_busy,
     ];
     for counter in all.chain(others) {
         counter.store(0, Ordering::Relaxed);
@@ -91,8 +94,14 @@ pub fn note_listed_other() {
     COUNTERS.listed_other.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The kept listings were not to be had: another thread held them too long, and a lookup
+/// went without (a round trip) or a listing the daemon sent was not kept.
+pub fn note_listings_busy() {
+    COUNTERS.listings_busy.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Appends this process's counts as one line:
-/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N other=N`.
+/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N other=N busy=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -106,12 +115,13 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={} listed={} ahead={} whole={} other={}\n",
+        " lost={} listed={} ahead={} whole={} other={} busy={}\n",
         COUNTERS.lost_conversions.load(Ordering::Relaxed),
         COUNTERS.listed.load(Ordering::Relaxed),
         crate::below::opened(),
         COUNTERS.whole_file_reads.load(Ordering::Relaxed),
         COUNTERS.listed_other.load(Ordering::Relaxed),
+        COUNTERS.listings_busy.load(Ordering::Relaxed),
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

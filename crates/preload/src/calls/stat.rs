@@ -248,12 +248,14 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         crate::channel::close(mount, handle);
         return None;
     };
-    crate::listings::remember(mount, dir, changes, dir_version, &entries, done);
-    crate::listings::prefetched(mount, dir);
+    let mut batch = crate::listings::Batch::default();
+    batch.remember(mount, dir, changes, dir_version, &entries, done);
     if !parent.is_empty() {
-        crate::listings::remember_reached(mount, base, parent, dir, changes, witness);
+        batch.reached(mount, base, parent, dir, changes, witness);
     }
-    remember_below(mount, base, parent, dir, changes, &below);
+    remember_below(&mut batch, (mount, base, parent), dir, changes, &below);
+    batch.keep();
+    crate::listings::prefetched(mount, dir);
     crate::listings::keep_more(mount, dir, handle, more_after(handle, &entries, done));
     Some(dir)
 }
@@ -267,9 +269,8 @@ const PREFETCH_BELOW: u32 = 64;
 /// `name` of a directory listed before it in the reply, or of the one holding `dir`
 /// (the daemon sends those only where `parent`'s last name is `dir`'s own entry there).
 fn remember_below(
-    mount: usize,
-    base: u64,
-    parent: &[u8],
+    batch: &mut crate::listings::Batch,
+    (mount, base, parent): (usize, u64, &[u8]),
     dir: u64,
     changes: u64,
     below: &[shoal_fastpath::DirBelow],
@@ -295,7 +296,7 @@ fn remember_below(
             [holder.as_slice(), b"/", &listed.name].concat()
         };
         let ino = listed.opened.attr.ino;
-        crate::listings::remember_ahead(
+        batch.remember_ahead(
             mount,
             ino,
             changes,
@@ -303,7 +304,7 @@ fn remember_below(
             &listed.entries,
             listed.done,
         );
-        crate::listings::remember_reached(mount, base, &path, ino, changes, None);
+        batch.reached(mount, base, &path, ino, changes, None);
         paths.insert(ino, path);
     }
 }
