@@ -1197,6 +1197,37 @@ fn a_fork_child_can_use_a_file_another_process_unlinked_or_renamed() {
     gone_names("other");
 }
 
+/// Opens a file by a path relative to the working directory, renames a directory above the
+/// working directory (through the kernel), then opens another file there and maps it: the
+/// library keeps the working directory's path while nothing changes on the mount, and the
+/// mapping (which reopens the descriptor by its path through the kernel) must find the
+/// file under the new name.
+const RELATIVE_AFTER_RENAME: &str = r#"
+import mmap, os, sys
+root = sys.argv[1]
+os.makedirs(f"{root}/a/b")
+for name in ("f", "g"):
+    with open(f"{root}/a/b/{name}", "w") as out:
+        out.write(name * 10)
+os.chdir(f"{root}/a/b")
+os.close(os.open("f", os.O_RDONLY))
+os.rename(f"{root}/a", f"{root}/moved")
+fd = os.open("g", os.O_RDONLY)
+print(mmap.mmap(fd, 10, prot=mmap.PROT_READ)[:10].decode())
+print(os.readlink(f"/proc/self/fd/{fd}")[len(root):])
+"#;
+
+#[test]
+fn a_file_opened_by_a_relative_path_after_a_rename_above_maps_under_its_new_path() {
+    let programs = programs_dir();
+    let program = script(programs.path(), "relative.py", RELATIVE_AFTER_RENAME);
+    let m = mount_with_fast_path(&[]);
+    let out = python_on_fast_path(&m, &program);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "gggggggggg\n/moved/b/g\n", "{}", out.describe());
+    m.finish();
+}
+
 const MAKEFILE: &str = "all: out/c.txt
 out:
 \tmkdir -p out

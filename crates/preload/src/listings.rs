@@ -363,6 +363,16 @@ pub fn remember_reached(
     batch.keep();
 }
 
+/// Whether a listing of the whole of `dir`, read under change count `changes` by `who`, is
+/// kept.
+fn kept_whole(mount: usize, dir: u64, changes: u64, who: channel::Who) -> bool {
+    read_listings().is_some_and(|listings| {
+        listings
+            .get(mount, dir)
+            .is_some_and(|l| l.whole && l.changes == changes && l.who == who)
+    })
+}
+
 /// Listings and paths that reached directories, made ready outside the lock and kept
 /// under one take of it (`keep`). A listing asked for by stats brings up to
 /// `calls::stat::PREFETCH_BELOW` directories, and taking the lock twice for each (a
@@ -429,12 +439,19 @@ impl Batch {
         {
             return;
         }
+        let who = channel::who();
+        if kept_whole(mount, dir, changes, who) {
+            // Listed whole under the same count already (`git status` lists each directory
+            // for its stats, then opens it to search for untracked files): the page would
+            // only replace every entry with itself.
+            return;
+        }
         let mut listing = Listing {
             mount,
             kept_as: 0,
             changes,
             dir_version,
-            who: channel::who(),
+            who,
             attrs: Entries::with_capacity(page.len()),
             hits: AtomicUsize::new(0),
             more: None,

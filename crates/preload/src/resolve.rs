@@ -420,8 +420,54 @@ fn cwd() -> Option<(usize, u64)> {
     known
 }
 
+/// The working directory's path as `getcwd` read it, on mount `mount` whose change count
+/// was `changes` just before: it names the working directory while the count stays (a
+/// rename anywhere on the mount moves it; a chdir forgets it). Each open by a relative
+/// path keeps its absolute path (`absolute`): `git status` read it 2000 times with
+/// `getcwd` per run, each a system call into the dentry tree.
+struct CwdPath {
+    path: Vec<u8>,
+    mount: usize,
+    changes: u64,
+}
+
+static CWD_PATH: Mutex<Option<CwdPath>> = Mutex::new(None);
+
+/// `working_directory`, kept while it holds (`CwdPath`) when it is on a mount.
+fn working_directory_on_mount() -> Vec<u8> {
+    let Some((mount, _)) = cwd() else {
+        return working_directory();
+    };
+    let Some(before) = crate::listings::changes_now(mount) else {
+        return working_directory();
+    };
+    // Never waited for: a fork child whose parent had another thread inside must not hang.
+    if let Ok(kept) = CWD_PATH.try_lock() {
+        if let Some(kept) = kept
+            .as_ref()
+            .filter(|kept| (kept.mount, kept.changes) == (mount, before))
+        {
+            return kept.path.clone();
+        }
+    }
+    let path = working_directory();
+    if path.first() == Some(&b'/') {
+        if let Ok(mut kept) = CWD_PATH.try_lock() {
+            *kept = Some(CwdPath {
+                path: path.clone(),
+                mount,
+                changes: before,
+            });
+        }
+    }
+    path
+}
+
 /// The working directory changed (chdir, fchdir).
 pub fn forget_cwd() {
+    *CWD_PATH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     *CWD.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     *CWD_ABOVE_MOUNT
@@ -436,7 +482,7 @@ pub fn absolute(dirfd: i64, path: &[u8]) -> Vec<u8> {
     let mut out = if path.first() == Some(&b'/') {
         Vec::new()
     } else if dirfd == i64::from(libc::AT_FDCWD) {
-        working_directory()
+        working_directory_on_mount()
     } else if let Some(file) = fds::get(dirfd) {
         file.path[..file.path.len().saturating_sub(1)].to_vec()
     } else {
