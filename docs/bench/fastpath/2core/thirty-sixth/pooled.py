@@ -14,7 +14,7 @@ ROWS = {
     "create1-0": ["create rate"], "create1-100": ["create rate"],
     "create2-0": ["create rate"], "create2-100": ["create rate"],
     "fsync8": ["create rate"],
-    "git": ["git clone + sync", "git status", "git fsck"],
+    "git": ["git clone + sync", "git status", "git status again", "git fsck"],
 }
 
 
