@@ -385,8 +385,16 @@ pub struct Batch {
     reached: Vec<(ReachedKey, Reached)>,
 }
 
-/// A listing made ready (`Batch::listing`), and whether it is the program's own (it then
-/// judges the one before it: `WANT_ATTRS`).
+/// Whose listing a page is: one the program asked for (it then judges the one kept before
+/// it: `WANT_ATTRS`), or one made ahead of the program's use (`calls::stat::prefetch`), which
+/// says nothing yet of whether the program uses listings' attributes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    ByProgram,
+    Ahead,
+}
+
+/// A listing made ready (`Batch::remember`), and whether it is the program's own.
 struct ReadyListing {
     dir: u64,
     listing: Listing,
@@ -394,43 +402,17 @@ struct ReadyListing {
 }
 
 impl Batch {
-    /// `remember`, kept with the batch.
+    /// `remember` (`Listed::ByProgram`) or a listing made ahead of the program's use,
+    /// kept with the batch; nothing, if it would not hold or carries no attributes.
     pub fn remember(
-        &mut self,
-        mount: usize,
-        dir: u64,
-        changes: u64,
-        dir_version: Option<u32>,
-        page: &[DirEntryWire],
-        whole: bool,
-    ) {
-        self.listing(mount, dir, (changes, dir_version), (page, whole), true);
-    }
-
-    /// `remember` of a directory listed ahead of the program's use
-    /// (`calls::stat::prefetch`): it says nothing yet of whether the program uses
-    /// listings' attributes.
-    pub fn remember_ahead(
-        &mut self,
-        mount: usize,
-        dir: u64,
-        changes: u64,
-        dir_version: Option<u32>,
-        page: &[DirEntryWire],
-        whole: bool,
-    ) {
-        self.listing(mount, dir, (changes, dir_version), (page, whole), false);
-    }
-
-    /// A listing of `page`, unless it would not hold or carries no attributes.
-    fn listing(
         &mut self,
         mount: usize,
         dir: u64,
         (changes, dir_version): (u64, Option<u32>),
         (page, whole): (&[DirEntryWire], bool),
-        judges_previous: bool,
+        listed: Listed,
     ) {
+        let judges_previous = listed == Listed::ByProgram;
         let Some(state) = mounts::all().get(mount).and_then(|m| m.state.get()) else {
             return;
         };
@@ -727,7 +709,13 @@ pub fn remember(
     whole: bool,
 ) {
     let mut batch = Batch::default();
-    batch.remember(mount, dir, changes, dir_version, page, whole);
+    batch.remember(
+        mount,
+        dir,
+        (changes, dir_version),
+        (page, whole),
+        Listed::ByProgram,
+    );
     batch.keep();
 }
 

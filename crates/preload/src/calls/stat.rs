@@ -8,7 +8,7 @@ use shoal_fastpath::{At, Attr, DirEntryWire, Reply, Request, Status, READDIR_BAT
 use super::{ask, copy_out, fail, kernel, write_out, Answer};
 use crate::channel::Who;
 use crate::fds::{self, OpenFile};
-use crate::listings::{Looked, More};
+use crate::listings::{Batch, Listed, Looked, More};
 use crate::mounts;
 use crate::resolve::{self, Route};
 use crate::stats;
@@ -248,8 +248,14 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         crate::channel::close(mount, handle);
         return None;
     };
-    let mut batch = crate::listings::Batch::default();
-    batch.remember(mount, dir, changes, dir_version, &entries, done);
+    let mut batch = Batch::default();
+    batch.remember(
+        mount,
+        dir,
+        (changes, dir_version),
+        (&entries, done),
+        Listed::ByProgram,
+    );
     if !parent.is_empty() {
         batch.reached(mount, base, parent, dir, changes, witness);
     }
@@ -269,7 +275,7 @@ const PREFETCH_BELOW: u32 = 64;
 /// `name` of a directory listed before it in the reply, or of the one holding `dir`
 /// (the daemon sends those only where `parent`'s last name is `dir`'s own entry there).
 fn remember_below(
-    batch: &mut crate::listings::Batch,
+    batch: &mut Batch,
     (mount, base, parent): (usize, u64, &[u8]),
     dir: u64,
     changes: u64,
@@ -296,13 +302,12 @@ fn remember_below(
             [holder.as_slice(), b"/", &listed.name].concat()
         };
         let ino = listed.opened.attr.ino;
-        batch.remember_ahead(
+        batch.remember(
             mount,
             ino,
-            changes,
-            listed.dir_version,
-            &listed.entries,
-            listed.done,
+            (changes, listed.dir_version),
+            (&listed.entries, listed.done),
+            Listed::Ahead,
         );
         batch.reached(mount, base, &path, ino, changes, None);
         paths.insert(ino, path);
