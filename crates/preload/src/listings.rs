@@ -307,15 +307,7 @@ struct Absent {
 /// Directories reached by path kept at most.
 const MAX_REACHED: usize = 4096;
 
-static LISTINGS: RwLock<Listings> = RwLock::new(Listings {
-    by_dir: None,
-    order: VecDeque::new(),
-    kept: 0,
-    last: None,
-    entries: 0,
-    reached: None,
-    reached_order: VecDeque::new(),
-});
+static LISTINGS: RwLock<Listings> = RwLock::new(Listings::EMPTY);
 
 thread_local! {
     /// The directory (as base inode and path) of this thread's last `stat` that no listing
@@ -844,6 +836,16 @@ pub fn keep_more(mount: usize, dir: u64, handle: u64, more: Option<More>) {
 }
 
 impl Listings {
+    const EMPTY: Listings = Listings {
+        by_dir: None,
+        order: VecDeque::new(),
+        kept: 0,
+        last: None,
+        entries: 0,
+        reached: None,
+        reached_order: VecDeque::new(),
+    };
+
     fn get(&self, mount: usize, dir: u64) -> Option<&Listing> {
         self.by_dir.as_ref()?.get(&(mount, dir))
     }
@@ -1039,21 +1041,9 @@ mod tests {
         }
     }
 
-    fn empty_listings() -> Listings {
-        Listings {
-            by_dir: None,
-            order: VecDeque::new(),
-            kept: 0,
-            last: None,
-            entries: 0,
-            reached: None,
-            reached_order: VecDeque::new(),
-        }
-    }
-
     #[test]
     fn a_directory_listed_again_goes_last_and_its_old_place_drops_nothing() {
-        let mut listings = empty_listings();
+        let mut listings = Listings::EMPTY;
         let max = MAX_LISTINGS as u64;
         for dir in 0..max {
             listings.put(ready(dir, 1, &["a"]));
