@@ -361,9 +361,19 @@ fn configured_memtable_size_applies_to_a_store_made_with_another() {
     for i in 0..20_000u32 {
         mkfile(&fs, dir.ino, format!("{i:032x}").as_bytes());
     }
-    let (_, store) = fs.stats_snapshot();
     // Each create costs fjall about 500 counted bytes: ~10 MB, ten times the memtable, so
-    // tables were flushed and what is still in memory is a memtable or two.
+    // tables were flushed and what is still in memory is a memtable or two, once the
+    // flushes of the memtables sealed last have caught up (on a busy machine one was still
+    // pending: 4.2 MB). Unsealed, all 10 MB would stay in one memtable for good.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let store = loop {
+        let (_, store) = fs.stats_snapshot();
+        let sealed_and_flushed = store.table_count >= 1 && store.write_buffer_bytes < 4 << 20;
+        if sealed_and_flushed || Instant::now() >= deadline {
+            break store;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         store.table_count >= 1 && store.write_buffer_bytes < 4 << 20,
         "memtables were not sealed at 1 MiB: {store:?}"
