@@ -340,21 +340,6 @@ pub fn reached(mount: usize, base: u64, path: &[u8], who: channel::Who) -> Optio
     (holds && found.who == who).then_some(found.dir)
 }
 
-/// Keeps that `path` from `base` named directory `dir` when the count was `changes`, and
-/// the witness of the walk that found it.
-pub fn remember_reached(
-    mount: usize,
-    base: u64,
-    path: &[u8],
-    dir: u64,
-    changes: u64,
-    witness: Option<Vec<(u64, u32)>>,
-) {
-    let mut batch = Batch::default();
-    batch.reached(mount, base, path, dir, changes, witness);
-    batch.keep();
-}
-
 /// Whether a listing of the whole of `dir`, read under change count `changes` by `who`, is
 /// kept.
 fn kept_whole(mount: usize, dir: u64, changes: u64, who: channel::Who) -> bool {
@@ -451,7 +436,8 @@ impl Batch {
         });
     }
 
-    /// `remember_reached`, kept with the batch.
+    /// Keeps that `path` from `base` named directory `dir` when the count was `changes`,
+    /// and the witness of the walk that found it.
     pub fn reached(
         &mut self,
         mount: usize,

@@ -8,6 +8,7 @@ use shoal_fastpath::{At, Opened, Reply, Request, Walk, READDIR_BATCH_ENTRIES};
 
 use super::{ask, fail, kernel, Answer};
 use crate::fds::{self, DirCursor, DirOrigin, Holds, Known, OpenFile, Prefetched};
+use crate::listings::{Batch, Listed};
 use crate::resolve::{self, Route};
 use crate::{internal_fds, process_state};
 
@@ -153,11 +154,14 @@ fn open_directory(
             below,
         }) => {
             let dir = opened.attr.ino;
-            crate::listings::remember(mount, dir, changes, dir_version, &entries, done);
+            let mut batch = Batch::default();
+            let page = (&entries[..], done);
+            batch.remember(mount, dir, (changes, dir_version), page, Listed::ByProgram);
             if let Request::OpenDir { at, .. } = &request {
                 // `cp -a` and `tar c` stat what they list by paths through this one.
-                crate::listings::remember_reached(mount, at.base, &at.path, dir, changes, witness);
+                batch.reached(mount, at.base, &at.path, dir, changes, witness);
             }
+            batch.keep();
             crate::below::keep(mount, changes, below);
             origin.searchable = entries.iter().any(|entry| entry.attr.is_some());
             let page = Prefetched {
@@ -279,14 +283,15 @@ fn open_kept(
     crate::stats::note(nr, crate::stats::Way::Fast);
     let changes = kept.changes();
     let ino = kept.opened.attr.ino;
+    let mut batch = Batch::default();
     let prefetched = kept.page.map(|page| {
-        crate::listings::remember(
+        let listed = (&page.entries[..], page.done);
+        batch.remember(
             mount,
             ino,
-            changes,
-            page.dir_version,
-            &page.entries,
-            page.done,
+            (changes, page.dir_version),
+            listed,
+            Listed::ByProgram,
         );
         Prefetched {
             entries: page.entries,
@@ -294,7 +299,8 @@ fn open_kept(
             changes,
         }
     });
-    crate::listings::remember_reached(mount, at.base, &at.path, ino, changes, None);
+    batch.reached(mount, at.base, &at.path, ino, changes, None);
+    batch.keep();
     let origin = DirOrigin {
         parent: kept.parent,
         name: kept.name,
