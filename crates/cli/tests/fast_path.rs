@@ -4292,6 +4292,72 @@ for d in range(10):
     m.finish();
 }
 
+/// `git status`'s preload in miniature: THREADS threads start together and each lstats
+/// its share of `d*/f*` (in order, as git splits its index), checking each size.
+const STAT_FROM_THREADS_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+enum { THREADS = 16, DIRS = 32, FILES = 8 };
+static pthread_barrier_t start;
+static void *share(void *arg) {
+    long t = (long)arg, wrong = 0;
+    pthread_barrier_wait(&start);
+    for (int i = t * DIRS * FILES / THREADS; i < (t + 1) * DIRS * FILES / THREADS; i++) {
+        char path[64]; struct stat st;
+        snprintf(path, sizeof path, "d%d/f%d", i / FILES, i % FILES);
+        if (lstat(path, &st) != 0 || st.st_size != 1 + i % FILES) wrong++;
+    }
+    return (void *)wrong;
+}
+int main(void) {
+    pthread_t threads[THREADS]; long wrong = 0;
+    pthread_barrier_init(&start, 0, THREADS);
+    for (long t = 0; t < THREADS; t++) pthread_create(&threads[t], 0, share, (void *)t);
+    for (int t = 0; t < THREADS; t++) { void *w; pthread_join(threads[t], &w); wrong += (long)w; }
+    printf("wrong %ld\n", wrong);
+    return wrong != 0;
+}
+"#;
+
+#[test]
+fn threads_that_stat_together_share_a_connection_and_few_listings() {
+    let programs = programs_dir();
+    let binary = compile(
+        programs.path(),
+        "stat_from_threads",
+        STAT_FROM_THREADS_C,
+        &["-pthread"],
+    );
+    let m = mount_with_fast_path(&[]);
+    for d in 0..32 {
+        fs::create_dir(m.path(format!("d{d}"))).unwrap();
+        for f in 0..8 {
+            fs::write(m.path(format!("d{d}/f{f}")), "x".repeat(1 + f)).unwrap();
+        }
+    }
+    let connections = || common::stats_json(&m.mnt)["fastpath_connections"].as_u64().unwrap();
+    let before = (connections(), daemon_requests(&m.mnt, "open_dir"));
+    let out = run_ok(
+        Command::new(SHOAL)
+            .args(["run", "--"])
+            .arg(&binary)
+            .current_dir(&m.mnt),
+        TOOL_TIMEOUT,
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "wrong 0");
+    let made = connections() - before.0;
+    let listings = daemon_requests(&m.mnt, "open_dir") - before.1;
+    // A connection per thread, as before the pool: 14-16.
+    assert!(
+        made <= 3 && listings <= 12,
+        "16 threads made {made} connections and asked for {listings} listings"
+    );
+    m.finish();
+}
+
 /// The daemon's count of fast-path requests of `kind` (served, failed, or fallen back).
 fn daemon_requests(mnt: &Path, kind: &str) -> u64 {
     let stats = common::stats_json(mnt);

@@ -26,6 +26,7 @@ mod setxid;
 mod spawn;
 mod stats;
 mod sys;
+mod turns;
 mod whole_file;
 mod witnessed;
 
@@ -97,6 +98,7 @@ extern "C" fn after_fork_child() {
     stats::forget_inherited();
     below::forget_inherited();
     channel::forget_inherited();
+    turns::forget_inherited();
 }
 
 #[used]

@@ -62,17 +62,13 @@ fn path_attributes(nr: i64, mount: usize, at: At) -> Result<Option<(usize, Attr)
         stats::note(nr, stats::Way::Fast);
         return Err(libc::ENOENT);
     }
-    match listed(mount, &at, who) {
-        Looked::Found(attr) => {
-            stats::note(nr, stats::Way::Fast);
-            stats::note_listed();
-            return Ok(Some((mount, attr)));
-        }
-        Looked::Absent => {
-            stats::note(nr, stats::Way::Fast);
-            return Err(libc::ENOENT);
-        }
-        Looked::Unanswered | Looked::Unlisted => {}
+    if let Some(answer) = answered(nr, mount, kept(mount, &at, who)) {
+        return answer;
+    }
+    // A miss: the daemon is asked, by one thread of the process at a time (`turns`).
+    let turn = crate::turns::take();
+    if let Some(answer) = answered(nr, mount, listed(mount, &at, who, turn.waited())) {
+        return answer;
     }
     let changes = crate::listings::changes_now(mount);
     let request = Request::Stat { at };
@@ -87,6 +83,22 @@ fn path_attributes(nr: i64, mount: usize, at: At) -> Result<Option<(usize, Attr)
         Answer::Done(_) => Err(libc::EPROTO),
         Answer::Errno(errno) => Err(errno),
         Answer::Kernel => Ok(None),
+    }
+}
+
+/// A stat answered by the listings: found, or absent from a whole listing.
+fn answered(nr: i64, mount: usize, looked: Looked) -> Option<Result<Option<(usize, Attr)>, i32>> {
+    match looked {
+        Looked::Found(attr) => {
+            stats::note(nr, stats::Way::Fast);
+            stats::note_listed();
+            Some(Ok(Some((mount, attr))))
+        }
+        Looked::Absent => {
+            stats::note(nr, stats::Way::Fast);
+            Some(Err(libc::ENOENT))
+        }
+        Looked::Unanswered | Looked::Unlisted => None,
     }
 }
 
@@ -163,10 +175,19 @@ fn listed_place(mount: usize, at: &At) -> Option<(u64, &[u8], Who)> {
     }
 }
 
+/// What the kept listings say of a path's last name, asking nothing.
+fn kept(mount: usize, at: &At, who: Who) -> Looked {
+    match parent_and_name(mount, at, who) {
+        Some((_, Some(dir), name)) => crate::listings::lookup(mount, dir, name, at.follow, who),
+        _ => Looked::Unlisted,
+    }
+}
+
 /// What the listings say of a path's last name: an entry of a directory, from a listing
 /// that still holds (of the base directory, or of the directory a path reached, listed by
-/// `prefetch` at the second miss in a row there), or its absence from a whole one.
-fn listed(mount: usize, at: &At, who: Who) -> Looked {
+/// `prefetch` at the second miss in a row there, or at the first in a `crowd`: after
+/// waiting for another thread's turn), or its absence from a whole one.
+fn listed(mount: usize, at: &At, who: Who, crowd: bool) -> Looked {
     let Some((parent, dir, name)) = parent_and_name(mount, at, who) else {
         return Looked::Unlisted;
     };
@@ -182,9 +203,8 @@ fn listed(mount: usize, at: &At, who: Who) -> Looked {
             looked => return looked,
         }
     }
-    if !crate::listings::second_miss_in(mount, at.base, parent, name)
-        && !crate::listings::last_prefetch_paid_off()
-    {
+    let second_miss = crate::listings::second_miss_in(mount, at.base, parent, name);
+    if !crowd && !second_miss && !crate::listings::last_prefetch_paid_off() {
         return Looked::Unlisted;
     }
     let Some(dir) = prefetch(mount, at.base, parent) else {

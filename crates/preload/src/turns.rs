@@ -1,0 +1,180 @@
+//! One thread of the process at a time asks the daemon what a `stat` missed in the kept
+//! listings. `git status` stats its index from up to 20 threads, each starting in another
+//! part of the tree: they all miss at once, each connects and lists its own directory and
+//! the 64 after it, most of them listed a moment later by another thread's reply too
+//! (9k stats from 18 threads: 18 connections and 48 listings, against one and 23 from a
+//! single thread). A thread that finds another asking waits for it, then looks again: the
+//! reply it waited for mostly answers it, and one that still misses is in a storm of
+//! stats, so it lists its directory at once (`calls::stat::listed`).
+//!
+//! The wait is bounded and never on the thread itself (a signal handler that stats while
+//! its thread holds the turn goes on without it), so a turn left taken (a fork child's
+//! copy of another thread's, before `forget_inherited`) costs time, never a hang.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The holder's `thread_id`, 0 when none.
+static HOLDER: AtomicU32 = AtomicU32::new(0);
+/// Threads asleep on `HOLDER`: a release wakes them only when there are some.
+static SLEEPERS: AtomicU32 = AtomicU32::new(0);
+static NEXT_THREAD_ID: AtomicU32 = AtomicU32::new(1);
+
+thread_local! {
+    static THREAD_ID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A listing round trip takes well under a millisecond; one that takes longer (a daemon
+/// busy with a sync) is waited for no longer than this before asking alongside it.
+const LONGEST_WAIT: Duration = Duration::from_millis(20);
+const SLEEP_SLICE: Duration = Duration::from_millis(2);
+
+/// This thread's turn to ask, while it lives (or none, when waiting for one ran out).
+pub struct Turn {
+    held: bool,
+    waited: bool,
+}
+
+impl Turn {
+    /// Whether another thread was asking when this one missed.
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.held {
+            HOLDER.store(0, Ordering::Release);
+            if SLEEPERS.load(Ordering::Acquire) > 0 {
+                futex_wake_all(&HOLDER);
+            }
+        }
+    }
+}
+
+/// Waits until no other thread is asking, then takes the turn.
+pub fn take() -> Turn {
+    let Some(me) = thread_id() else {
+        return Turn {
+            held: false,
+            waited: false,
+        };
+    };
+    let started = Instant::now();
+    let mut waited = false;
+    loop {
+        let holder = match HOLDER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Turn { held: true, waited },
+            Err(holder) => holder,
+        };
+        if holder == me || started.elapsed() >= LONGEST_WAIT {
+            return Turn {
+                held: false,
+                waited,
+            };
+        }
+        waited = true;
+        SLEEPERS.fetch_add(1, Ordering::AcqRel);
+        // Returns at once when the holder changed since it was read: no wake is lost.
+        futex_wait(&HOLDER, holder, SLEEP_SLICE);
+        SLEEPERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A number for this thread, unique in the process (`None` while thread-locals are gone,
+/// at thread exit).
+fn thread_id() -> Option<u32> {
+    THREAD_ID
+        .try_with(|id| {
+            if id.get() == 0 {
+                id.set(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed).max(1));
+            }
+            id.get()
+        })
+        .ok()
+}
+
+/// In a fork child: the thread that held the turn in the parent is not here.
+pub fn forget_inherited() {
+    HOLDER.store(0, Ordering::Release);
+    SLEEPERS.store(0, Ordering::Release);
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    // SAFETY: FUTEX_WAIT_PRIVATE on a static word of this process, with a valid timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::addr_of!(timeout),
+        )
+    };
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a static word of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    /// One test: the turn is process-wide, so two tests would share it.
+    #[test]
+    fn one_thread_at_a_time_holds_the_turn_and_its_holder_never_waits_on_itself() {
+        let first = take();
+        assert!(first.held);
+        let started = Instant::now();
+        let again = take();
+        assert!(!again.held && !again.waited());
+        assert!(started.elapsed() < LONGEST_WAIT);
+        drop(again);
+        drop(first);
+        assert_eq!(HOLDER.load(Ordering::Acquire), 0);
+
+        let inside = Arc::new(AtomicUsize::new(0));
+        let waited = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (inside, waited) = (Arc::clone(&inside), Arc::clone(&waited));
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let turn = take();
+                        // A wait that ran out goes on without the turn (a slow machine).
+                        if turn.held {
+                            assert_eq!(inside.fetch_add(1, Ordering::AcqRel), 0);
+                            std::thread::sleep(Duration::from_micros(50));
+                            inside.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        if turn.waited() {
+                            waited.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("a thread panicked");
+        }
+        assert!(waited.load(Ordering::Relaxed) > 0);
+        assert_eq!(HOLDER.load(Ordering::Acquire), 0);
+    }
+}
