@@ -30,17 +30,10 @@ thread_local! {
 const LONGEST_WAIT: Duration = Duration::from_millis(20);
 const SLEEP_SLICE: Duration = Duration::from_millis(2);
 
-/// This thread's turn to ask, while it lives (or none, when waiting for one ran out).
+/// This thread's turn to ask, while it lives (or none: held by this thread already, or
+/// waiting for it ran out).
 pub struct Turn {
     held: bool,
-    waited: bool,
-}
-
-impl Turn {
-    /// Whether another thread was asking when this one missed.
-    pub fn waited(&self) -> bool {
-        self.waited
-    }
 }
 
 impl Drop for Turn {
@@ -48,38 +41,48 @@ impl Drop for Turn {
         if self.held {
             HOLDER.store(0, Ordering::Release);
             if SLEEPERS.load(Ordering::Acquire) > 0 {
+                // All of them: each looks at the listings again, and most go on without
+                // the turn (the reply just kept answers them).
                 futex_wake_all(&HOLDER);
             }
         }
     }
 }
 
-/// Waits until no other thread is asking, then takes the turn.
-pub fn take() -> Turn {
-    let Some(me) = thread_id() else {
-        return Turn {
-            held: false,
-            waited: false,
+/// A thread's wait for the turn, from its first try.
+pub struct Waiting {
+    started: Option<Instant>,
+}
+
+impl Waiting {
+    pub fn new() -> Waiting {
+        Waiting { started: None }
+    }
+
+    /// Whether this thread has waited for another's turn: its stat is one of many at once.
+    pub fn waited(&self) -> bool {
+        self.started.is_some()
+    }
+
+    /// The turn, if no other thread holds it; else `None` once the holder let it go (or a
+    /// slice passed): the caller looks at the listings again, then tries again.
+    pub fn take(&mut self) -> Option<Turn> {
+        let Some(me) = thread_id() else {
+            return Some(Turn { held: false });
         };
-    };
-    let started = Instant::now();
-    let mut waited = false;
-    loop {
         let holder = match HOLDER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Turn { held: true, waited },
+            Ok(_) => return Some(Turn { held: true }),
             Err(holder) => holder,
         };
+        let started = *self.started.get_or_insert_with(Instant::now);
         if holder == me || started.elapsed() >= LONGEST_WAIT {
-            return Turn {
-                held: false,
-                waited,
-            };
+            return Some(Turn { held: false });
         }
-        waited = true;
         SLEEPERS.fetch_add(1, Ordering::AcqRel);
         // Returns at once when the holder changed since it was read: no wake is lost.
         futex_wait(&HOLDER, holder, SLEEP_SLICE);
         SLEEPERS.fetch_sub(1, Ordering::AcqRel);
+        None
     }
 }
 
@@ -137,35 +140,45 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
+    /// Takes the turn as a stat does: waiting while another thread holds it.
+    fn turn() -> (Turn, bool) {
+        let mut waiting = Waiting::new();
+        loop {
+            if let Some(turn) = waiting.take() {
+                return (turn, waiting.waited());
+            }
+        }
+    }
+
     /// One test: the turn is process-wide, so two tests would share it.
     #[test]
     fn one_thread_at_a_time_holds_the_turn_and_its_holder_never_waits_on_itself() {
-        let first = take();
-        assert!(first.held);
+        let (first, waited) = turn();
+        assert!(first.held && !waited);
         let started = Instant::now();
-        let again = take();
-        assert!(!again.held && !again.waited());
+        let (again, waited) = turn();
+        assert!(!again.held && !waited);
         assert!(started.elapsed() < LONGEST_WAIT);
         drop(again);
         drop(first);
         assert_eq!(HOLDER.load(Ordering::Acquire), 0);
 
         let inside = Arc::new(AtomicUsize::new(0));
-        let waited = Arc::new(AtomicUsize::new(0));
+        let waits = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8)
             .map(|_| {
-                let (inside, waited) = (Arc::clone(&inside), Arc::clone(&waited));
+                let (inside, waits) = (Arc::clone(&inside), Arc::clone(&waits));
                 std::thread::spawn(move || {
                     for _ in 0..50 {
-                        let turn = take();
+                        let (turn, waited) = turn();
                         // A wait that ran out goes on without the turn (a slow machine).
                         if turn.held {
                             assert_eq!(inside.fetch_add(1, Ordering::AcqRel), 0);
                             std::thread::sleep(Duration::from_micros(50));
                             inside.fetch_sub(1, Ordering::AcqRel);
                         }
-                        if turn.waited() {
-                            waited.fetch_add(1, Ordering::Relaxed);
+                        if waited {
+                            waits.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 })
@@ -174,7 +187,7 @@ mod tests {
         for thread in threads {
             thread.join().expect("a thread panicked");
         }
-        assert!(waited.load(Ordering::Relaxed) > 0);
+        assert!(waits.load(Ordering::Relaxed) > 0);
         assert_eq!(HOLDER.load(Ordering::Acquire), 0);
     }
 }

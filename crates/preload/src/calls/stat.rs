@@ -65,9 +65,18 @@ fn path_attributes(nr: i64, mount: usize, at: At) -> Result<Option<(usize, Attr)
     if let Some(answer) = answered(nr, mount, kept(mount, &at, who)) {
         return answer;
     }
-    // A miss: the daemon is asked, by one thread of the process at a time (`turns`).
-    let turn = crate::turns::take();
-    if let Some(answer) = answered(nr, mount, listed(mount, &at, who, turn.waited())) {
+    // A miss: the daemon is asked, by one thread of the process at a time (`turns`); one
+    // that waited for another's reply looks again first.
+    let mut waiting = crate::turns::Waiting::new();
+    let _turn = loop {
+        if let Some(turn) = waiting.take() {
+            break turn;
+        }
+        if let Some(answer) = answered(nr, mount, kept(mount, &at, who)) {
+            return answer;
+        }
+    };
+    if let Some(answer) = answered(nr, mount, listed(mount, &at, who, waiting.waited())) {
         return answer;
     }
     let changes = crate::listings::changes_now(mount);
