@@ -4337,7 +4337,11 @@ fn threads_that_stat_together_share_a_connection_and_few_listings() {
             fs::write(m.path(format!("d{d}/f{f}")), "x".repeat(1 + f)).unwrap();
         }
     }
-    let connections = || common::stats_json(&m.mnt)["fastpath_connections"].as_u64().unwrap();
+    let connections = || {
+        common::stats_json(&m.mnt)["fastpath_connections"]
+            .as_u64()
+            .unwrap()
+    };
     let before = (connections(), daemon_requests(&m.mnt, "open_dir"));
     let out = run_ok(
         Command::new(SHOAL)

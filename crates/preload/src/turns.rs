@@ -74,8 +74,11 @@ impl Waiting {
             Ok(_) => return Some(Turn { held: true }),
             Err(holder) => holder,
         };
+        if holder == me {
+            return Some(Turn { held: false });
+        }
         let started = *self.started.get_or_insert_with(Instant::now);
-        if holder == me || started.elapsed() >= LONGEST_WAIT {
+        if started.elapsed() >= LONGEST_WAIT {
             return Some(Turn { held: false });
         }
         SLEEPERS.fetch_add(1, Ordering::AcqRel);
