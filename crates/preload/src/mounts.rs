@@ -46,7 +46,7 @@ pub fn all() -> &'static [Mount] {
 
 /// Reads the mount table; `only` (from `shoal run -m`) keeps the mounts at those paths.
 pub fn load(only: Option<&[u8]>) {
-    let table = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+    let table = mount_table();
     let entries: Vec<Entry> = table
         .split(|&b| b == b'\n')
         .filter_map(parse_line)
@@ -107,6 +107,19 @@ fn parse_line(line: &[u8]) -> Option<Entry> {
         fstype,
         owner,
     })
+}
+
+/// /proc/self/mountinfo, read in large pieces: the kernel writes the table again at each
+/// read, and `fs::read` of a file that says it is empty starts with 32 bytes.
+fn mount_table() -> Vec<u8> {
+    use std::io::Read;
+    let mut table = Vec::with_capacity(64 * 1024);
+    if let Ok(mut file) = std::fs::File::open("/proc/self/mountinfo") {
+        if file.read_to_end(&mut table).is_err() {
+            table.clear();
+        }
+    }
+    table
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
