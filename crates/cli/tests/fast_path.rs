@@ -4243,6 +4243,10 @@ root, how = sys.argv[1], sys.argv[2]
 if how == "nested":
     os.chdir(f"{root}/top")
     root = "sub"
+if how == "probe":
+    for path in ["d0/f0", "d0/f1", "d0/f2", "d1/f0"]:
+        os.lstat(f"{root}/{path}")
+    sys.exit(0)
 for d in range(10):
     for f in range(1 if how == "scattered" else 8):
         os.lstat(f"{root}/d{d}/f{f}")
@@ -4288,6 +4292,15 @@ for d in range(10):
         (stats, listings),
         (10, 0),
         "one stat in each of 10 directories: stats and listings asked for"
+    );
+    // A few names probed in d0 list d0 alone (git's start in `.git`), not the directories
+    // after it: d1's name is asked for. (The process's first stat, which connects, counts
+    // as no miss: the change count comes with the connection.)
+    let (stats, listings) = asked("probe");
+    assert_eq!(
+        (stats, listings),
+        (3, 1),
+        "d0/f0, d0/f1, d0/f2, d1/f0: stats and listings asked for"
     );
     m.finish();
 }

@@ -213,10 +213,15 @@ fn listed(mount: usize, at: &At, who: Who, crowd: bool) -> Looked {
         }
     }
     let second_miss = crate::listings::second_miss_in(mount, at.base, parent, name);
-    if !crowd && !second_miss && !crate::listings::last_prefetch_paid_off() {
+    let storm = crowd || crate::listings::last_prefetch_paid_off();
+    if !storm && !second_miss {
         return Looked::Unlisted;
     }
-    let Some(dir) = prefetch(mount, at.base, parent) else {
+    // The directories after it only in a storm of stats: a program that probes a few
+    // names (git's start in `.git`: 1.4 ms for a listing of it and 64 directories ahead)
+    // gets the directory alone.
+    let below = if storm { PREFETCH_BELOW } else { 0 };
+    let Some(dir) = prefetch(mount, at.base, parent, below) else {
         return Looked::Unlisted;
     };
     crate::listings::lookup(mount, dir, name, at.follow, who)
@@ -228,7 +233,7 @@ const PREFETCH_ENTRIES: u32 = 128;
 /// Lists directory `parent` (a path from `base`, the base itself when empty) with its
 /// entries' attributes and keeps them (`listings`); its inode. Any failure (no read
 /// permission, a path that leaves the mount) only means no listing: the `stat` asks.
-fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
+fn prefetch(mount: usize, base: u64, parent: &[u8], below: u32) -> Option<u64> {
     let path = if parent.is_empty() {
         b".".to_vec()
     } else {
@@ -243,7 +248,7 @@ fn prefetch(mount: usize, base: u64, parent: &[u8]) -> Option<u64> {
         flags: libc::O_RDONLY | libc::O_DIRECTORY,
         max: PREFETCH_ENTRIES,
         with_attrs: true,
-        below: PREFETCH_BELOW,
+        below,
         walk: shoal_fastpath::Walk::No,
     };
     let (handle, listed) = match crate::channel::call(mount, &request) {
