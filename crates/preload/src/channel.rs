@@ -115,11 +115,17 @@ impl Pool {
     /// An idle connection to mount `index` made for the calling thread's process and
     /// credentials: (credentials epoch, pid, effective ids).
     fn take(&self, index: usize, made_for: (u64, u32, (u32, u32))) -> Option<Connection> {
+        let last = LAST_SLOT.try_with(std::cell::Cell::get).ok().flatten();
         self.with(|idle| {
-            // The one given back last: its daemon thread is the likeliest awake.
+            let fits = |(mount, c): &(usize, Connection)| {
+                *mount == index && (c.epoch, c.pid, c.ids) == made_for
+            };
+            // The one this thread used last (the daemon placed its thread by this one's
+            // CPU), else the one given back last: its daemon thread is the likeliest awake.
             let at = idle
                 .iter()
-                .rposition(|(mount, c)| *mount == index && (c.epoch, c.pid, c.ids) == made_for)?;
+                .position(|entry| fits(entry) && Some(entry.1.slot) == last)
+                .or_else(|| idle.iter().rposition(fits))?;
             Some(idle.swap_remove(at).1)
         })
         .flatten()
@@ -127,6 +133,7 @@ impl Pool {
 
     /// Gives `connection` back; dropped (closed) if the pool cannot be had.
     fn give(&self, index: usize, connection: Connection) {
+        let _ = LAST_SLOT.try_with(|last| last.set(Some(connection.slot)));
         let _ = self.with(|idle| idle.push((index, connection)));
     }
 
@@ -162,6 +169,8 @@ impl Pool {
 }
 
 thread_local! {
+    /// The pooled connection this thread gave back last, by its slot.
+    static LAST_SLOT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
     static CHANNELS: RefCell<ThreadChannels> = const {
         RefCell::new(ThreadChannels { connections: Vec::new(), send: Vec::new(), receive: Vec::new() })
     };
