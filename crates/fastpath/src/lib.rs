@@ -14,12 +14,13 @@
 //! Both sides depend on this crate and on nothing of each other: the preload library
 //! (client) links no engine, the daemon's server links no interception code.
 
-// Unsafe code only in `shared` (the mapping and its futexes), `state` (its mapping) and
+// Unsafe code only in `shared` (the mapping), `futex`, `state` (its mapping) and
 // `fd_passing` (SCM_RIGHTS).
 #![deny(unsafe_code)]
 
 mod codec;
 pub mod fd_passing;
+pub mod futex;
 mod message;
 pub mod pace;
 pub mod shared;

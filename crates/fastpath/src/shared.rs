@@ -686,30 +686,13 @@ fn current_cpu_plus_one() -> u32 {
     u32::try_from(cpu).map_or(0, |cpu| cpu.saturating_add(1))
 }
 
-/// Sleeps on `word` while it is `expected`, at most `timeout`; whether a wake ended it (not
-/// the timeout).
+/// Sleeps on `word` (in the mapping both processes share) while it is `expected`.
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    // SAFETY: FUTEX_WAIT on a word of our shared mapping, with a valid timeout; a shared
-    // (not private) futex, since the other process waits and wakes on the same page.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            std::ptr::addr_of!(timeout),
-        )
-    };
-    result == 0
+    crate::futex::wait(word, expected, timeout, crate::futex::Scope::Shared)
 }
 
 fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a word of our shared mapping.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
+    crate::futex::wake(word, 1, crate::futex::Scope::Shared);
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use shoal_fastpath::futex;
+
 /// The holder's `thread_id`, 0 when none.
 static HOLDER: AtomicU32 = AtomicU32::new(0);
 /// Threads asleep on `HOLDER`: a release wakes them only when there are some.
@@ -43,7 +45,7 @@ impl Drop for Turn {
             if SLEEPERS.load(Ordering::Acquire) > 0 {
                 // All of them: each looks at the listings again, and most go on without
                 // the turn (the reply just kept answers them).
-                futex_wake_all(&HOLDER);
+                futex::wake(&HOLDER, i32::MAX, futex::Scope::Private);
             }
         }
     }
@@ -83,7 +85,7 @@ impl Waiting {
         }
         SLEEPERS.fetch_add(1, Ordering::AcqRel);
         // Returns at once when the holder changed since it was read: no wake is lost.
-        futex_wait(&HOLDER, holder, SLEEP_SLICE);
+        futex::wait(&HOLDER, holder, SLEEP_SLICE, futex::Scope::Private);
         SLEEPERS.fetch_sub(1, Ordering::AcqRel);
         None
     }
@@ -106,35 +108,6 @@ fn thread_id() -> Option<u32> {
 pub fn forget_inherited() {
     HOLDER.store(0, Ordering::Release);
     SLEEPERS.store(0, Ordering::Release);
-}
-
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    // SAFETY: FUTEX_WAIT_PRIVATE on a static word of this process, with a valid timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            std::ptr::addr_of!(timeout),
-        )
-    };
-}
-
-fn futex_wake_all(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE_PRIVATE on a static word of this process.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
 }
 
 #[cfg(test)]
