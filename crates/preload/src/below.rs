@@ -304,7 +304,7 @@ pub fn forget_inherited() {
 /// Taken with a few tries and never waited for: a fork child whose parent had another
 /// thread inside (the lock copied held) must not hang here.
 fn lock() -> Option<MutexGuard<'static, Ahead>> {
-    listings::with_retries(|| match AHEAD.try_lock() {
+    crate::lock_tries::with_retries(|| match AHEAD.try_lock() {
         Ok(guard) => Ok(guard),
         Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
         Err(TryLockError::WouldBlock) => Err(()),

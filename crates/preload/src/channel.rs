@@ -100,7 +100,7 @@ impl Pool {
     /// Runs `f` on the idle connections, if the pool can be had within a few tries (a
     /// holder preempted: the caller goes on without it).
     fn with<R>(&self, f: impl FnOnce(&mut Vec<(usize, Connection)>) -> R) -> Option<R> {
-        crate::listings::with_retries(|| {
+        crate::lock_tries::with_retries(|| {
             self.held
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .map(|_| ())

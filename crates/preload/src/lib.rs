@@ -18,6 +18,7 @@ mod fds;
 pub mod intercept;
 mod internal_fds;
 mod listings;
+mod lock_tries;
 mod mounts;
 mod process_state;
 mod readable_pages;

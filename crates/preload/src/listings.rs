@@ -586,18 +586,22 @@ pub fn last_prefetch_paid_off() -> bool {
 /// without (a miss, or nothing kept). Never waiting for good also means a fork child whose
 /// parent had another thread inside (the lock copied held) cannot hang here.
 fn read_listings() -> Option<RwLockReadGuard<'static, Listings>> {
-    counted_busy(with_retries(|| match LISTINGS.try_read() {
-        Ok(guard) => Ok(guard),
-        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => Err(()),
+    counted_busy(crate::lock_tries::with_retries(|| {
+        match LISTINGS.try_read() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(()),
+        }
     }))
 }
 
 fn listings() -> Option<RwLockWriteGuard<'static, Listings>> {
-    counted_busy(with_retries(|| match LISTINGS.try_write() {
-        Ok(guard) => Ok(guard),
-        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => Err(()),
+    counted_busy(crate::lock_tries::with_retries(|| {
+        match LISTINGS.try_write() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(()),
+        }
     }))
 }
 
@@ -607,19 +611,6 @@ fn counted_busy<G>(guard: Option<G>) -> Option<G> {
         crate::stats::note_listings_busy();
     }
     guard
-}
-
-/// Tries to take the lock this many times, yielding the CPU between tries.
-const LOCK_TRIES: usize = 8;
-
-pub(crate) fn with_retries<G>(mut take: impl FnMut() -> Result<G, ()>) -> Option<G> {
-    for _ in 1..LOCK_TRIES {
-        if let Ok(guard) = take() {
-            return Some(guard);
-        }
-        std::thread::yield_now();
-    }
-    take().ok()
 }
 
 /// The mount's change count now; `None` when its daemon publishes none (an older one).
