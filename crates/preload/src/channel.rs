@@ -147,8 +147,8 @@ impl Pool {
         .unwrap_or(false)
     }
 
-    /// Wakes the daemon's thread of the idle connection to mount `index` that `take` would
-    /// give next, if it sleeps.
+    /// Wakes the daemon's thread of the idle connection to mount `index` given back last,
+    /// if it sleeps (`take` gives it next unless this thread used another last).
     fn nudge(&self, index: usize) {
         let _ = self.with(|idle| {
             let last = idle.iter().rev().find(|(mount, _)| *mount == index);
