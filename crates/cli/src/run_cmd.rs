@@ -106,7 +106,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 }
 
 /// The counters each process adds after its calls, and how the report names them.
-const COUNTED: [(&str, &str); 6] = [
+const COUNTED: [(&str, &str); 7] = [
     (
         "listed=",
         "stats answered from directory listings (no round trip)",
@@ -114,6 +114,10 @@ const COUNTED: [(&str, &str); 6] = [
     (
         "ahead=",
         "directories opened from those opened ahead (no round trip)",
+    ),
+    (
+        "dirs=",
+        "directories opened from their listings kept (no round trip)",
     ),
     (
         "whole=",
@@ -131,7 +135,7 @@ const COUNTED: [(&str, &str); 6] = [
 ];
 
 /// Sums the processes' lines (`pid nr:fast:fellback ... lost=N listed=N ahead=N
-/// whole=N other=N busy=N`) into one table.
+/// whole=N other=N busy=N dirs=N`) into one table.
 fn render_report(text: &str) -> String {
     let mut totals: BTreeMap<i64, [u64; 2]> = BTreeMap::new();
     let mut processes = 0;

@@ -77,6 +77,7 @@ impl Process {
         table.by_id.insert(id, handle);
         if handle.directory {
             *table.directories.entry(handle.ino).or_default() += 1;
+            self.starts.remember(handle.ino);
         }
         Some(id)
     }

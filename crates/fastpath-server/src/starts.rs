@@ -8,7 +8,8 @@
 //! the process holds: one it has open on the fast path (a handle), or one the daemon sees
 //! in /proc/PID as the process's working directory, root or an open descriptor. That is
 //! looked up once per process and directory and then kept: a process that held the
-//! directory could have kept holding it, as the kernel would let it.
+//! directory could have kept holding it, as the kernel would let it. For the same reason a
+//! directory the process opened on the fast path stays a start after its handle closes.
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -42,11 +43,19 @@ impl Starts {
         if !proc_shows_directory(pid, device, base) {
             return false;
         }
+        self.remember(base);
+        true
+    }
+
+    /// Keeps directory `ino` as a start: the process opened it (the daemon checked that
+    /// open), and could have kept it open. A directory it opens from a listing it keeps,
+    /// without a handle (the client's `calls::open::open_listed`), starts its walks from
+    /// here.
+    pub fn remember(&self, ino: u64) {
         let mut known = self.known.lock();
         if known.len() < MAX_KNOWN_STARTS {
-            known.insert(base);
+            known.insert(ino);
         }
-        true
     }
 }
 
@@ -122,5 +131,30 @@ mod tests {
         );
         drop(open);
         std::fs::remove_dir(&unheld).expect("remove the directory");
+    }
+
+    #[test]
+    fn a_directory_once_opened_stays_a_start_within_the_bound() {
+        let starts = Starts::default();
+        let pid = std::process::id();
+        let here = std::env::current_dir().expect("cwd");
+        let (device, _) = device_of(&here.to_string_lossy());
+        // Inode numbers no directory of the process has: only `remember` makes them starts.
+        let unseen = u64::MAX - 10;
+        assert!(
+            !starts.allow(pid, device, unseen, |_| false),
+            "never opened"
+        );
+        starts.remember(unseen);
+        assert!(starts.allow(pid, device, unseen, |_| false), "opened once");
+        for ino in 0..MAX_KNOWN_STARTS as u64 {
+            starts.remember(u64::MAX - 1000 - ino);
+        }
+        let past_the_bound = u64::MAX - 5;
+        starts.remember(past_the_bound);
+        assert!(
+            !starts.allow(pid, device, past_the_bound, |_| false),
+            "a full set keeps no more"
+        );
     }
 }

@@ -155,7 +155,8 @@ pub fn keep(mount: usize, changes: u64, below: Vec<DirBelow>) {
 /// (nothing changed since it was opened): a walk that comes back up opens it again by
 /// `..`. Whether it was kept (else the caller closes it).
 pub fn recycle(file: &OpenFile) -> bool {
-    let Some(origin) = file.origin.as_ref() else {
+    // One opened from a kept listing without a handle has nothing to keep open.
+    let (Some(origin), Some(handle)) = (file.origin.as_ref(), file.handle()) else {
         return false;
     };
     let Some(changes) = origin.changes else {
@@ -178,7 +179,7 @@ pub fn recycle(file: &OpenFile) -> bool {
         parent: origin.parent,
         name: origin.name.clone(),
         opened: Opened {
-            handle: file.handle,
+            handle,
             attr: known.attr,
             created: false,
             version: Some(version),

@@ -9,7 +9,7 @@
 
 use foldhash::HashMap;
 use foldhash::HashMapExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use shoal_fastpath::{Attr, DirEntryWire};
@@ -73,7 +73,9 @@ pub struct Prefetched {
 
 pub struct OpenFile {
     pub mount: usize,
-    pub handle: u64,
+    /// The daemon's handle; 0 for a directory opened from a listing the process keeps,
+    /// until a call needs one (`handle`, `calls::open::handle_of`).
+    pub handle: AtomicU64,
     pub ino: u64,
     pub directory: bool,
     /// open(2)'s access mode and status flags (O_APPEND, O_NONBLOCK, ...), as F_GETFL.
@@ -132,6 +134,24 @@ pub enum Holds {
 }
 
 impl OpenFile {
+    /// The daemon's handle of the file, if it has one yet.
+    pub fn handle(&self) -> Option<u64> {
+        Some(self.handle.load(Ordering::Acquire)).filter(|&handle| handle != 0)
+    }
+
+    /// Gives a file opened without a handle the daemon's `handle`, unless another thread
+    /// gave it one first: the handle it has, and whether `handle` was not taken.
+    pub fn take_handle(&self, handle: u64) -> (u64, bool) {
+        debug_assert_ne!(handle, 0);
+        match self
+            .handle
+            .compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => (handle, true),
+            Err(held) => (held, false),
+        }
+    }
+
     pub fn status_flags(&self) -> i32 {
         self.flags.load(Ordering::Relaxed)
     }
@@ -242,7 +262,9 @@ fn release(file: Arc<OpenFile>) {
         }
         // close(2) of a regular file or directory reports nothing the daemon could fail
         // with (every write was answered already): the caller does not wait for it.
-        channel::close(file.mount, file.handle);
+        if let Some(handle) = file.handle() {
+            channel::close(file.mount, handle);
+        }
     }
 }
 

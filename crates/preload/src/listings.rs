@@ -55,6 +55,9 @@ struct Listing {
     /// A page from the directory's start to its end was kept (its first page said
     /// `done`): a name not in `attrs` is not in the directory while the listing holds.
     whole: bool,
+    /// With `whole`, when every entry came with attributes: the inode `..` names. The
+    /// listing then stands in for the directory's own (`whole_page`).
+    dotdot: Option<u64>,
 }
 
 /// A listing's entries by name: the names back to back in one buffer and, past
@@ -416,6 +419,7 @@ impl Batch {
             more: None,
             subdirs: 0,
             whole,
+            dotdot: whole_with_attrs(page).then(|| dotdot_of(page)).flatten(),
         };
         // One allocation for the page, not a rehash at each doubling (a walk keeps
         // thousands).
@@ -686,6 +690,77 @@ pub fn remember(
         Listed::ByProgram,
     );
     batch.keep();
+}
+
+fn is_dot(entry: &DirEntryWire) -> bool {
+    matches!(&entry.name[..], b"." | b"..")
+}
+
+/// Whether every entry of `page` but `.` and `..` came with its attributes.
+fn whole_with_attrs(page: &[DirEntryWire]) -> bool {
+    page.iter()
+        .all(|entry| is_dot(entry) || entry.attr.is_some())
+}
+
+fn dotdot_of(page: &[DirEntryWire]) -> Option<u64> {
+    page.iter()
+        .find(|entry| &entry.name[..] == b"..")
+        .map(|entry| entry.ino)
+}
+
+/// Entry `name` of directory `dir` as a listing that holds for it has it: its attributes,
+/// the version they hold for, and whether it has no xattrs.
+pub fn entry(
+    mount: usize,
+    dir: u64,
+    name: &[u8],
+    who: channel::Who,
+) -> Option<(Attr, Option<u32>, bool)> {
+    find(mount, dir, name, false, who, |slot| {
+        (slot.attr, slot.version, slot.no_xattrs)
+    })
+    .ok()
+}
+
+/// The whole listing of directory `dir` as a page of its own listing would give it (`.`
+/// and `..`, then its names in the daemon's order), from a listing kept under `who` whose
+/// names still hold: what `opendir` of it would list (`calls::open::open_listed`).
+pub fn whole_page(mount: usize, dir: u64, who: channel::Who) -> Option<Vec<DirEntryWire>> {
+    let listings = read_listings()?;
+    let listing = listings.get(mount, dir)?;
+    let state = mounts::all().get(mount)?.state.get()?;
+    let dotdot = listing
+        .dotdot
+        .filter(|_| listing.whole && listing.who == who)?;
+    if holding(state, listing.changes, dir, listing.dir_version) == Holding::Not {
+        return None;
+    }
+    let names = &listing.attrs;
+    let mut page = Vec::with_capacity(names.len() + 2);
+    page.push(dot_entry(b".", dir));
+    page.push(dot_entry(b"..", dotdot));
+    page.extend(names.slots.iter().map(|slot| DirEntryWire {
+        ino: slot.attr.ino,
+        kind: ((slot.attr.mode & libc::S_IFMT) >> 12) as u8,
+        name: names.name(slot).into(),
+        attr: None,
+        version: None,
+        target: None,
+        no_xattrs: false,
+    }));
+    Some(page)
+}
+
+fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
+    DirEntryWire {
+        ino,
+        kind: libc::DT_DIR,
+        name: name.into(),
+        attr: None,
+        version: None,
+        target: None,
+        no_xattrs: false,
+    }
 }
 
 /// What the kept listings say of `name` in directory `dir`.
@@ -1014,6 +1089,7 @@ mod tests {
                 more: None,
                 subdirs: 0,
                 whole: false,
+                dotdot: None,
             },
         }
     }

@@ -23,6 +23,7 @@ struct Counters {
     listed_other: AtomicU64,
     whole_file_reads: AtomicU64,
     listings_busy: AtomicU64,
+    opened_from_listings: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
@@ -33,6 +34,7 @@ static COUNTERS: Counters = Counters {
     listed_other: AtomicU64::new(0),
     whole_file_reads: AtomicU64::new(0),
     listings_busy: AtomicU64::new(0),
+    opened_from_listings: AtomicU64::new(0),
 };
 
 static REPORT_PATH: OnceLock<Option<Vec<u8>>> = OnceLock::new();
@@ -67,6 +69,7 @@ pub fn forget_inherited() {
         &COUNTERS.listed_other,
         &COUNTERS.whole_file_reads,
         &COUNTERS.listings_busy,
+        &COUNTERS.opened_from_listings,
     ];
     for counter in all.chain(others) {
         counter.store(0, Ordering::Relaxed);
@@ -94,6 +97,13 @@ pub fn note_listed_other() {
     COUNTERS.listed_other.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A directory opened from a listing the process keeps (counted as fast too).
+pub fn note_opened_from_listing() {
+    COUNTERS
+        .opened_from_listings
+        .fetch_add(1, Ordering::Relaxed);
+}
+
 /// The kept listings were not to be had: another thread held them too long, and a lookup
 /// went without (a round trip) or a listing the daemon sent was not kept.
 pub fn note_listings_busy() {
@@ -101,7 +111,7 @@ pub fn note_listings_busy() {
 }
 
 /// Appends this process's counts as one line:
-/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N other=N busy=N`.
+/// `pid nr:fast:fellback ... lost=N listed=N ahead=N whole=N other=N busy=N dirs=N`.
 pub fn write_report() {
     let Some(Some(path)) = REPORT_PATH.get() else {
         return;
@@ -115,13 +125,14 @@ pub fn write_report() {
         }
     }
     line.push_str(&format!(
-        " lost={} listed={} ahead={} whole={} other={} busy={}\n",
+        " lost={} listed={} ahead={} whole={} other={} busy={} dirs={}\n",
         COUNTERS.lost_conversions.load(Ordering::Relaxed),
         COUNTERS.listed.load(Ordering::Relaxed),
         crate::below::opened(),
         COUNTERS.whole_file_reads.load(Ordering::Relaxed),
         COUNTERS.listed_other.load(Ordering::Relaxed),
         COUNTERS.listings_busy.load(Ordering::Relaxed),
+        COUNTERS.opened_from_listings.load(Ordering::Relaxed),
     ));
     let fd = crate::sys::openat(
         libc::AT_FDCWD,

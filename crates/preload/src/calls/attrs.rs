@@ -26,7 +26,11 @@ fn no_change() -> SetAttrWire {
 /// The target of an f- call (a fast descriptor) or of a path call.
 fn target_of(named: Named) -> Result<Option<(usize, Target)>, i32> {
     match named {
-        Named::Handle(file) => Ok(Some((file.mount, Target::Handle(file.handle)))),
+        Named::Handle(file) => match super::open::handle_of(&file) {
+            Ok(handle) => Ok(Some((file.mount, Target::Handle(handle)))),
+            Err(super::open::NoHandle::Errno(errno)) => Err(errno),
+            Err(super::open::NoHandle::Kernel) => Ok(None),
+        },
         Named::Path(mount, at) => Ok(Some((mount, Target::Path(at)))),
         Named::Kernel => Ok(None),
         Named::Fail(errno) => Err(errno),

@@ -6,6 +6,7 @@ use shoal_fastpath::{
     DirEntryWire, Reply, Request, MAX_IO_BYTES, NAME_MAX_BYTES, READDIR_BATCH_ENTRIES,
 };
 
+use super::open::{handle_of, NoHandle};
 use super::{ask, copy_out, fail, kernel, Answer};
 use crate::fds::{self, OpenFile};
 use crate::{mounts, stats};
@@ -108,12 +109,13 @@ fn read_at(
         crate::stats::note(nr, crate::stats::Way::Fast);
         return Ok((taken as i64, offset + taken as u64));
     }
+    let handle = handle_or_return(file)?;
     let mut position = offset;
     let mut total = 0usize;
     while total < wanted {
         let want = chunk(wanted - total) as u32;
         let request = Request::Read {
-            handle: file.handle,
+            handle,
             offset: position,
             len: want,
         };
@@ -229,6 +231,7 @@ fn write_at(
 ) -> Result<(i64, u64), i64> {
     let wanted: usize = buffers.iter().map(|&(_, len)| len).sum();
     let mut cursor = IovCursor::new(buffers);
+    let handle = handle_or_return(file)?;
     let mut position = offset;
     let mut total = 0usize;
     while total < wanted {
@@ -236,7 +239,7 @@ fn write_at(
         cursor.gather(chunk(wanted - total), &mut data);
         let n = data.len();
         let request = Request::Write {
-            handle: file.handle,
+            handle,
             offset: position,
             append,
             data,
@@ -268,13 +271,7 @@ fn write_at(
     }
     let total = total as i64;
     if file.status_flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-        if let Answer::Errno(errno) = ask(
-            nr,
-            file.mount,
-            &Request::Fsync {
-                handle: file.handle,
-            },
-        ) {
+        if let Answer::Errno(errno) = ask(nr, file.mount, &Request::Fsync { handle }) {
             return Err(fail(errno));
         }
     }
@@ -347,8 +344,13 @@ fn fetch(file: &OpenFile, cursor: &mut crate::fds::DirCursor) -> Result<(), i64>
         }
     }
     let from_start = !cursor.started;
+    let handle = match handle_of(file) {
+        Ok(handle) => handle,
+        Err(NoHandle::Errno(errno)) => return Err(fail(errno)),
+        Err(NoHandle::Kernel) => return Err(fail(libc::EIO)),
+    };
     let request = Request::ReadDir {
-        handle: file.handle,
+        handle,
         after: if cursor.started {
             cursor.after.clone()
         } else {
@@ -395,6 +397,16 @@ fn take_page(
     cursor.done = done;
     cursor.page = entries;
     cursor.next = 0;
+}
+
+/// The daemon's handle of `file` (`open::handle_of`), or what a read or write returns
+/// without one (`TO_KERNEL`: the kernel serves it).
+fn handle_or_return(file: &OpenFile) -> Result<u64, i64> {
+    match handle_of(file) {
+        Ok(handle) => Ok(handle),
+        Err(NoHandle::Errno(errno)) => Err(fail(errno)),
+        Err(NoHandle::Kernel) => Err(TO_KERNEL),
+    }
 }
 
 /// Header of a linux_dirent64: d_ino, d_off, d_reclen, d_type.
@@ -464,19 +476,16 @@ pub fn getdents64(args: [i64; 6]) -> Option<i64> {
 
 pub fn fsync(nr: i64, args: [i64; 6]) -> Option<i64> {
     let file = fds::get(args[0])?;
-    Some(
-        match ask(
-            nr,
-            file.mount,
-            &Request::Fsync {
-                handle: file.handle,
-            },
-        ) {
-            Answer::Done(_) => 0,
-            Answer::Errno(errno) => fail(errno),
-            Answer::Kernel => kernel(nr, args, &[0]),
-        },
-    )
+    let answer = match handle_of(&file) {
+        Ok(handle) => ask(nr, file.mount, &Request::Fsync { handle }),
+        Err(NoHandle::Errno(errno)) => Answer::Errno(errno),
+        Err(NoHandle::Kernel) => Answer::Kernel,
+    };
+    Some(match answer {
+        Answer::Done(_) => 0,
+        Answer::Errno(errno) => fail(errno),
+        Answer::Kernel => kernel(nr, args, &[0]),
+    })
 }
 
 /// sync(2) and syncfs(2): the kernel does not pass syncfs on to a FUSE daemon, so the
@@ -542,10 +551,16 @@ pub fn copy_file_range(args: [i64; 6]) -> Option<i64> {
         crate::stats::note(libc::SYS_copy_file_range, crate::stats::Way::Fast);
         return Some(0);
     }
+    let handles = handle_of(&from).and_then(|from| Ok((from, handle_of(&to)?)));
+    let (from_handle, to_handle) = match handles {
+        Ok(handles) => handles,
+        Err(NoHandle::Errno(errno)) => return Some(fail(errno)),
+        Err(NoHandle::Kernel) => return Some(kernel(libc::SYS_copy_file_range, args, &[0, 2])),
+    };
     let request = Request::CopyRange {
-        from: from.handle,
+        from: from_handle,
         from_offset,
-        to: to.handle,
+        to: to_handle,
         to_offset,
         len: args[4] as u64,
     };

@@ -123,10 +123,12 @@ pub fn descriptor_attributes(nr: i64, file: &OpenFile) -> Result<Option<(usize, 
     if file.writable() && file.written.load(Ordering::Relaxed) {
         super::io::attrs_wanted_after_writes();
     }
-    let request = Request::Fstat {
-        handle: file.handle,
+    let handle = match super::open::handle_of(file) {
+        Ok(handle) => handle,
+        Err(super::open::NoHandle::Errno(errno)) => return Err(errno),
+        Err(super::open::NoHandle::Kernel) => return Ok(None),
     };
-    match ask(nr, file.mount, &request) {
+    match ask(nr, file.mount, &Request::Fstat { handle }) {
         Answer::Done(Reply::AttrAt {
             attr,
             version,
@@ -291,9 +293,10 @@ fn prefetch(mount: usize, base: u64, parent: &[u8], below: u32) -> Option<u64> {
         Listed::ByProgram,
     );
     if !parent.is_empty() {
-        batch.reached(mount, base, parent, dir, changes, witness);
+        batch.reached(mount, base, parent, dir, changes, witness.clone());
     }
-    remember_below(&mut batch, (mount, base, parent), dir, changes, &below);
+    let top = (dir, dir_version, witness);
+    remember_below(&mut batch, (mount, base, parent), top, changes, &below);
     batch.keep();
     crate::listings::prefetched(mount, dir);
     crate::listings::keep_more(mount, dir, handle, more_after(handle, &entries, done));
@@ -308,22 +311,38 @@ const PREFETCH_BELOW: u32 = 64;
 /// (`parent` from `base`), and the paths from `base` that reach them: each is entry
 /// `name` of a directory listed before it in the reply, or of the one holding `dir`
 /// (the daemon sends those only where `parent`'s last name is `dir`'s own entry there).
+/// Each path holds while the mount's count stays, or while every directory it goes
+/// through keeps the version its listing came with (`walk`): `git status` makes its
+/// index lock between its stats and its search for untracked files, and the search's
+/// `opendir` of each directory by path finds it reached (`calls::open::open_listed`).
 fn remember_below(
     batch: &mut Batch,
     (mount, base, parent): (usize, u64, &[u8]),
-    dir: u64,
+    (dir, dir_version, walk): (u64, Option<u32>, Option<Witness>),
     changes: u64,
     below: &[shoal_fastpath::DirBelow],
 ) {
     let parent = crate::listings::without_trailing_slashes(parent);
-    let mut paths: std::collections::HashMap<u64, Vec<u8>> = std::collections::HashMap::new();
-    paths.insert(dir, parent.to_vec());
+    // Each directory's path, and the witness of a walk to one of its entries.
+    let mut reached: std::collections::HashMap<u64, (Vec<u8>, Option<Witness>)> =
+        std::collections::HashMap::new();
+    let top_walk = if parent.is_empty() {
+        Some(Vec::new())
+    } else {
+        walk
+    };
+    reached.insert(
+        dir,
+        (parent.to_vec(), through(top_walk.clone(), dir, dir_version)),
+    );
+    // The directory holding `dir`: a walk to its entries is the one to `dir`.
     let container = (!parent.is_empty()).then(|| {
         let slash = parent.iter().rposition(|&b| b == b'/').unwrap_or(0);
-        crate::listings::without_trailing_slashes(&parent[..slash]).to_vec()
+        let path = crate::listings::without_trailing_slashes(&parent[..slash]).to_vec();
+        (path, top_walk)
     });
     for listed in below {
-        let Some(holder) = paths
+        let Some((holder, walk)) = reached
             .get(&listed.parent)
             .cloned()
             .or_else(|| container.clone())
@@ -343,9 +362,24 @@ fn remember_below(
             (&listed.entries, listed.done),
             Listed::Ahead,
         );
-        batch.reached(mount, base, &path, ino, changes, None);
-        paths.insert(ino, path);
+        batch.reached(mount, base, &path, ino, changes, walk.clone());
+        reached.insert(ino, (path, through(walk, ino, listed.dir_version)));
     }
+}
+
+/// The inodes a walk read, each with its version then (`Reply::Exists`).
+type Witness = Vec<(u64, u32)>;
+
+/// The witness of a walk to an entry of directory `dir`: the one to `dir`, and `dir` at
+/// the version its listing came with (`None` where a version is unknown, or past what a
+/// witness holds).
+fn through(walk: Option<Witness>, dir: u64, version: Option<u32>) -> Option<Witness> {
+    let mut walk = walk?;
+    if walk.len() >= shoal_fastpath::WITNESS_MAX {
+        return None;
+    }
+    walk.push((dir, version?));
+    Some(walk)
 }
 
 /// Where to go on listing after `entries`, unless they were the last.
