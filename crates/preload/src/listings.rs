@@ -126,6 +126,7 @@ impl Entries {
 
     /// Keeps what `entry` says of its name (its attributes, a symlink's target, whether it
     /// holds xattrs); whether the name is new here.
+    #[cfg(test)]
     fn insert(&mut self, entry: &DirEntryWire, attr: Attr) -> bool {
         let target = entry.target.as_deref().map(Box::from);
         self.insert_parts(&entry.name, attr, entry.version, target, entry.no_xattrs)
@@ -159,24 +160,9 @@ impl Entries {
             slot.no_xattrs = no_xattrs;
             return false;
         }
-        // A listing holds at most MAX_ENTRIES names of at most NAME_MAX bytes: far below
-        // what u32 positions reach.
-        let (Ok(name_at), Ok(name_len), Ok(position)) = (
-            u32::try_from(self.names.len()),
-            u32::try_from(name.len()),
-            u32::try_from(self.slots.len()),
-        ) else {
+        let Some(position) = self.append(name, attr, version, target, no_xattrs) else {
             return false;
         };
-        self.names.extend_from_slice(name);
-        self.slots.push(Slot {
-            name_at,
-            name_len,
-            attr,
-            version,
-            target,
-            no_xattrs,
-        });
         if self.slots.len() == INDEXED_FROM + 1 {
             self.build_index();
         } else if self.indexed() {
@@ -187,6 +173,57 @@ impl Entries {
             });
         }
         true
+    }
+
+    /// Adds a slot for `name` after the others, unindexed; its position.
+    fn append(
+        &mut self,
+        name: &[u8],
+        attr: Attr,
+        version: Option<u32>,
+        target: Option<Box<[u8]>>,
+        no_xattrs: bool,
+    ) -> Option<u32> {
+        // A listing holds at most MAX_ENTRIES names of at most NAME_MAX bytes: far below
+        // what u32 positions reach.
+        let (Ok(name_at), Ok(name_len), Ok(position)) = (
+            u32::try_from(self.names.len()),
+            u32::try_from(name.len()),
+            u32::try_from(self.slots.len()),
+        ) else {
+            return None;
+        };
+        self.names.extend_from_slice(name);
+        self.slots.push(Slot {
+            name_at,
+            name_len,
+            attr,
+            version,
+            target,
+            no_xattrs,
+        });
+        Some(position)
+    }
+
+    /// An empty `Entries` filled with every entry of `page` that carries attributes, in
+    /// its order. A page lists each name of its directory once, so none is looked for
+    /// first, and the index is built once, at the end: a walk keeps thousands of entries
+    /// a reply, each looked for and indexed in turn before (0.6 µs an entry of the reply).
+    fn of_page(page: &[DirEntryWire]) -> Entries {
+        let mut entries = Entries::with_capacity(page.len());
+        entries
+            .names
+            .reserve(page.iter().map(|entry| entry.name.len()).sum());
+        for entry in page {
+            if let Some(attr) = entry.attr {
+                let target = entry.target.as_deref().map(Box::from);
+                entries.append(&entry.name, attr, entry.version, target, entry.no_xattrs);
+            }
+        }
+        if entries.indexed() {
+            entries.build_index();
+        }
+        entries
     }
 
     /// Indexes every name: the listing has just grown past `INDEXED_FROM`.
@@ -408,31 +445,25 @@ impl Batch {
             // only replace every entry with itself.
             return;
         }
-        let mut listing = Listing {
+        let attrs = Entries::of_page(page);
+        let subdirs = attrs
+            .slots
+            .iter()
+            .filter(|slot| slot.attr.mode & libc::S_IFMT == libc::S_IFDIR)
+            .count();
+        let listing = Listing {
             mount,
             kept_as: 0,
             changes,
             dir_version,
             who,
-            attrs: Entries::with_capacity(page.len()),
+            attrs,
             hits: AtomicUsize::new(0),
             more: None,
-            subdirs: 0,
+            subdirs,
             whole,
             dotdot: whole_with_attrs(page).then(|| dotdot_of(page)).flatten(),
         };
-        // One allocation for the page, not a rehash at each doubling (a walk keeps
-        // thousands).
-        let name_bytes = page.iter().map(|entry| entry.name.len()).sum();
-        listing.attrs.reserve(page.len(), name_bytes);
-        for entry in page {
-            if let Some(attr) = entry.attr {
-                if attr.mode & libc::S_IFMT == libc::S_IFDIR {
-                    listing.subdirs += 1;
-                }
-                listing.attrs.insert(entry, attr);
-            }
-        }
         self.listings.push(ReadyListing {
             dir,
             listing,
@@ -1162,6 +1193,38 @@ mod tests {
                 if count > INDEXED_FROM { count } else { 0 }
             );
             assert!(entries.get(b"absent").is_none());
+        }
+    }
+
+    #[test]
+    fn a_page_kept_whole_finds_each_name_and_takes_more_after() {
+        for count in [0, 1, INDEXED_FROM, INDEXED_FROM + 1, 300] {
+            let page: Vec<DirEntryWire> = (0..count + 2)
+                .map(|i| DirEntryWire {
+                    ino: i as u64,
+                    kind: 0,
+                    name: format!("n{i}").as_bytes().into(),
+                    // The last two carry no attributes: not kept.
+                    attr: (i < count).then(|| attr(i as u64)),
+                    version: Some(i as u32),
+                    target: None,
+                    no_xattrs: false,
+                })
+                .collect();
+            let mut entries = Entries::of_page(&page);
+            assert_eq!(entries.len(), count);
+            assert_eq!(entries.index.is_empty(), count <= INDEXED_FROM, "{count}");
+            for i in 0..count {
+                let slot = entries.get(format!("n{i}").as_bytes()).expect("kept");
+                assert_eq!((slot.attr.ino, slot.version), (i as u64, Some(i as u32)));
+            }
+            assert!(entries.get(format!("n{count}").as_bytes()).is_none());
+            assert!(entries.insert_parts(b"later", attr(7), None, None, false));
+            assert_eq!(entries.get(b"later").map(|slot| slot.attr.ino), Some(7));
+            assert_eq!(
+                entries.get(b"n0").map(|slot| slot.attr.ino),
+                (count > 0).then_some(0)
+            );
         }
     }
 }
