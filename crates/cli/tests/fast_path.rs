@@ -5221,3 +5221,51 @@ fn run_counting_listings(m: &Mounted, binary: &Path, mode: &str) -> (CmdOutput, 
     assert!(out.success(), "{}", out.describe());
     (out, daemon_requests(&m.mnt, "open_dir") - before)
 }
+
+/// The listings the daemon keeps from one process's walk (`pages.rs`) serve the next walk
+/// only while what they list stays: changes through either door between two walks show in
+/// the second as the kernel lists them.
+#[test]
+fn a_walk_after_changes_lists_what_the_kernel_lists() {
+    let m = mount_with_fast_path(&[]);
+    for d in 0..40 {
+        let sub = m.path(format!("t/d{d:02}/sub"));
+        fs::create_dir_all(&sub).unwrap();
+        for f in 0..3 {
+            fs::write(sub.join(format!("f{f}")), "x".repeat(f + 1)).unwrap();
+        }
+    }
+    let t = m.path("t");
+    let walk = |door: &str| {
+        let out = through(door, &t, &["find", ".", "-printf", "%p %m %s %n %y\\n"]);
+        assert!(out.success(), "{}", out.describe());
+        let mut lines: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let same = |when: &str| {
+        let (kernel, fast) = (walk("kernel"), walk("fast"));
+        assert_eq!(fast, kernel, "{when}");
+        fast
+    };
+    same("first walk");
+    let before = same("a walk of the same tree again");
+    // Through the kernel door: a mode, a size, a new name, a removal, a rename.
+    let mode = fs::Permissions::from_mode(0o600);
+    fs::set_permissions(t.join("d05/sub/f1"), mode).unwrap();
+    fs::write(t.join("d10/sub/f0"), "longer").unwrap();
+    fs::write(t.join("d20/new"), "n").unwrap();
+    fs::remove_file(t.join("d30/sub/f2")).unwrap();
+    fs::rename(t.join("d35/sub"), t.join("d35/moved")).unwrap();
+    let after = same("after changes through the kernel");
+    assert_ne!(after, before);
+    // Through the fast path.
+    let script = "chmod 640 d06/sub/f1 && mv d07/sub/f0 d07/sub/g0 && rmdir d38/sub 2>/dev/null; \
+                  rm -r d39 && echo more >> d08/sub/f2";
+    let out = through("fast", &t, &["sh", "-c", script]);
+    assert!(out.success(), "{}", out.describe());
+    let last = same("after changes through the fast path");
+    assert!(last.iter().any(|line| line.starts_with("./d07/sub/g0 ")));
+    assert!(!last.iter().any(|line| line.starts_with("./d39")));
+    m.finish();
+}

@@ -9,9 +9,12 @@
 //! used.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use shoal_engine::FileKind;
-use shoal_fastpath::{At, Attr, DirBelow, DirEntryWire, Reply, Walk, DIR_BELOW_EXTRA_BYTES};
+use shoal_fastpath::{
+    At, Attr, DirBelow, DirEntryWire, Reply, Walk, DIR_BELOW_EXTRA_BYTES, ENTRIES_HEADER_BYTES,
+};
 
 use crate::ops::{Page, Session};
 use crate::permission::{check, MAY_EXEC, MAY_READ};
@@ -79,7 +82,8 @@ impl Server {
             let via = frame.via.child(&name);
             let at = frame.entry_at(&name);
             let first_try = !std::mem::replace(&mut frame.tried, true);
-            let Some(dir) = self.open_one_below(s, (parent, name), at, ahead.max, budget - fixed)
+            let Some((dir, subdirs)) =
+                self.open_one_below(s, (parent, name), at, ahead.max, budget - fixed)
             else {
                 if first_try {
                     // Its parent is no start the caller holds, or it may not open there.
@@ -94,7 +98,7 @@ impl Server {
                 break;
             }
             budget -= dir.encoded_len();
-            frames.push(Frame::of(dir.opened.attr.ino, via, &dir.entries));
+            frames.push(Frame::of(dir.opened.attr.ino, via, subdirs));
             below.push(dir);
             let nearly_full = budget <= ahead.budget / 8 * NUDGE_AT_EIGHTHS_LEFT
                 || below.len() + 4 >= ahead.wanted as usize;
@@ -198,7 +202,7 @@ impl Server {
         at: At,
         max: u32,
         page_bytes: usize,
-    ) -> Option<DirBelow> {
+    ) -> Option<(DirBelow, Vec<Vec<u8>>)> {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
         // Read before the open, so the listing holds as one made after it would; the
         // directory's inode is the one the open read (`open_below` checks that the count
@@ -207,6 +211,27 @@ impl Server {
         let Ok((opened, dir)) = self.open_inode(s, &at, flags, (0, 0), None) else {
             return None;
         };
+        let with_attrs = self.lists_attributes(s, &dir, true);
+        let below = |entries, done, dir_version, encoded| DirBelow {
+            parent,
+            name,
+            opened,
+            entries,
+            done,
+            dir_version,
+            encoded,
+        };
+        let version_of = |ino| self.version_of(ino);
+        let kept = self
+            .pages
+            .get(dir.ino, with_attrs, version_of)
+            .filter(|kept| {
+                kept.count <= max as usize && kept.page.len() + ENTRIES_HEADER_BYTES <= page_bytes
+            });
+        if let Some(kept) = kept {
+            let page = below(Vec::new(), true, Some(kept.dir_version), Some(kept.page));
+            return Some((page, kept.subdirs.to_vec()));
+        }
         let page = Page {
             after: None,
             max,
@@ -219,19 +244,47 @@ impl Server {
                 done,
                 dir_version,
                 ..
-            }) => Some(DirBelow {
-                parent,
-                name,
-                opened,
-                entries,
-                done,
-                dir_version,
-            }),
+            }) => {
+                let subdirs = crate::pages::subdirectories(&entries);
+                if let (true, Some(version)) = (done, dir_version) {
+                    self.keep_page(dir.ino, with_attrs, changes, &entries, version, &subdirs);
+                }
+                Some((below(entries, done, dir_version, None), subdirs))
+            }
             _ => {
                 let _ = self.close(s, opened.handle);
                 None
             }
         }
+    }
+
+    /// Keeps directory `dir`'s whole listing `entries`, read at `dir_version`, as a reply
+    /// carries it (`pages`); not if an entry's attributes came without their version.
+    fn keep_page(
+        &self,
+        dir: u64,
+        with_attrs: bool,
+        changes: u64,
+        entries: &[DirEntryWire],
+        dir_version: u32,
+        subdirs: &[Vec<u8>],
+    ) {
+        let versions: Option<Vec<(u64, u32)>> = entries
+            .iter()
+            .filter(|entry| entry.attr.is_some())
+            .map(|entry| Some((entry.ino, entry.version?)))
+            .collect();
+        let Some(versions) = versions else {
+            return;
+        };
+        let kept = crate::pages::KeptPage {
+            page: shoal_fastpath::encode_page(entries, true, changes, Some(dir_version)),
+            count: entries.len(),
+            dir_version,
+            versions: Arc::from(versions),
+            subdirs: Arc::from(subdirs),
+        };
+        self.pages.keep(dir, with_attrs, kept);
     }
 }
 
@@ -352,23 +405,13 @@ impl Frame {
         Some((at, stack))
     }
 
-    /// The subdirectories among `entries` (of directory `dir`, which the walk names `via`)
-    /// whose attributes came with them: the caller may search `dir`, so its walk to them
-    /// would pass there.
-    pub(crate) fn of(dir: u64, via: Via, entries: &[DirEntryWire]) -> Frame {
-        let names = entries
-            .iter()
-            .filter(|entry| {
-                entry.kind == libc::DT_DIR
-                    && entry.attr.is_some()
-                    && !matches!(&entry.name[..], b"." | b"..")
-            })
-            .map(|entry| entry.name.to_vec())
-            .collect();
+    /// Directory `dir`'s subdirectories `subdirs` (`pages::subdirectories`), which the walk
+    /// names `via`.
+    pub(crate) fn of(dir: u64, via: Via, subdirs: Vec<Vec<u8>>) -> Frame {
         Frame {
             dir,
             via,
-            names,
+            names: subdirs.into(),
             tried: true,
             reached: None,
         }

@@ -13,6 +13,7 @@ mod credentials;
 mod handles;
 mod held_change;
 mod ops;
+mod pages;
 mod permission;
 mod placement;
 mod refusal;

@@ -673,7 +673,8 @@ impl Server {
                     .into_iter()
                     .collect()
             });
-            let top = Frame::of(opened.attr.ino, Via::of(at, walk), &entries);
+            let subdirs = crate::pages::subdirectories(&entries);
+            let top = Frame::of(opened.attr.ino, Via::of(at, walk), subdirs);
             let (ahead_of_walk, stack) = self.open_below(s, top, lower, &ahead);
             below = ahead_of_walk;
             let walking = walk != Walk::No;
@@ -754,9 +755,7 @@ impl Server {
             entries.push(dot_entry(b".", dir.ino));
             entries.push(dot_entry(b"..", dir.parent));
         }
-        let with_attrs = page.asked_attrs
-            && self.state_follows_engine
-            && check(&self.engine, s.caller, dir, MAY_EXEC).is_ok();
+        let with_attrs = self.lists_attributes(s, dir, page.asked_attrs);
         // What fits one message; the client asks for the rest after the last name sent.
         let mut bytes =
             ENTRIES_HEADER_BYTES + entries.iter().map(DirEntryWire::encoded_len).sum::<usize>();
@@ -822,6 +821,12 @@ impl Server {
             changes,
             dir_version,
         })
+    }
+
+    /// Whether a listing of `dir` asked `asked` for attributes carries them: for a caller
+    /// who may look its entries up (search permission), when clients can keep them.
+    pub(crate) fn lists_attributes(&self, s: &Session, dir: &Inode, asked: bool) -> bool {
+        asked && self.state_follows_engine && check(&self.engine, s.caller, dir, MAY_EXEC).is_ok()
     }
 
     /// The versions of a listing's directory and of its entries with attributes, read

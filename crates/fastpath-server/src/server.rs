@@ -195,6 +195,8 @@ pub struct Server {
     pub(crate) state: Arc<StatePublisher>,
     /// The directories walks passed through, while their versions stay (`walk_cache`).
     pub(crate) walks: WalkCache,
+    /// Listings of directories walks open ahead, encoded, while the count stays (`pages`).
+    pub(crate) pages: crate::pages::KeptPages,
 }
 
 /// Publishes the engine's change count and per-inode versions in the mount's state.
@@ -305,6 +307,7 @@ pub fn start(
         state_follows_engine,
         state: publisher,
         walks: WalkCache::default(),
+        pages: crate::pages::KeptPages::default(),
     });
     let accepting = server.clone();
     let accept_fd = listener.clone();

@@ -63,6 +63,12 @@ impl<'a> Encoder<'a> {
         self.u8(u8::from(value))
     }
 
+    /// Fields encoded already (by another `Encoder`), as they are.
+    pub fn encoded(&mut self, fields: &[u8]) -> &mut Self {
+        self.out.extend_from_slice(fields);
+        self
+    }
+
     /// A u32 length, then the bytes.
     pub fn bytes(&mut self, value: &[u8]) -> &mut Self {
         let len = u32::try_from(value.len()).expect("fields are bounded by MAX_MESSAGE_BYTES");

@@ -29,8 +29,8 @@ pub mod syscall_names;
 
 pub use codec::{Decoder, Encoder, WireError};
 pub use message::{
-    At, Attr, Cookie, DirBelow, DirEntryWire, EntryName, Hello, Opened, Reply, Request,
-    SetAttrWire, Status, Target, TimeWire, Walk, BELOW_MAX, DIR_BELOW_EXTRA_BYTES,
+    encode_page, At, Attr, Cookie, DirBelow, DirEntryWire, EntryName, Hello, Opened, Reply,
+    Request, SetAttrWire, Status, Target, TimeWire, Walk, BELOW_MAX, DIR_BELOW_EXTRA_BYTES,
     ENTRIES_HEADER_BYTES, OPENED_DIR_EXTRA_BYTES,
 };
 

@@ -2,6 +2,8 @@
 //! path relative to it ([`At`], walked by the daemon as the kernel would), or by a handle
 //! the daemon gave out at open.
 
+use std::sync::Arc;
+
 use crate::codec::{Decoder, Encoder, WireError};
 use crate::{MAX_IO_BYTES, MAX_READ_AHEAD_BYTES, PATH_MAX_BYTES, WITNESS_MAX};
 
@@ -292,19 +294,44 @@ pub struct DirBelow {
     pub entries: Vec<DirEntryWire>,
     pub done: bool,
     pub dir_version: Option<u32>,
+    /// The daemon's: the page (`entries`, `done`, `dir_version`) encoded already, as
+    /// `encode_page` makes it, kept from an earlier reply (`entries` is then empty); it is
+    /// sent with the reply's change count in it. Never on the wire as such: a decoded
+    /// `DirBelow` has its entries.
+    pub encoded: Option<Arc<[u8]>>,
 }
 
 impl DirBelow {
     /// Bytes it takes in an encoded `OpenedDir` reply.
     pub fn encoded_len(&self) -> usize {
-        DIR_BELOW_EXTRA_BYTES
-            + self.name.len()
-            + self
-                .entries
-                .iter()
-                .map(DirEntryWire::encoded_len)
-                .sum::<usize>()
+        let page = match &self.encoded {
+            Some(page) => page.len() - PAGE_FIXED_BYTES,
+            None => self.entries.iter().map(DirEntryWire::encoded_len).sum(),
+        };
+        DIR_BELOW_EXTRA_BYTES + self.name.len() + page
     }
+}
+
+/// What an encoded page takes besides its entries: count, change count, version (tag and
+/// value), done.
+const PAGE_FIXED_BYTES: usize = 4 + 8 + 5 + 1;
+
+/// A page of a directory's entries as a reply carries it (for `DirBelow::encoded`).
+pub fn encode_page(
+    entries: &[DirEntryWire],
+    done: bool,
+    changes: u64,
+    dir_version: Option<u32>,
+) -> Arc<[u8]> {
+    let mut out = Vec::new();
+    encode_entries(
+        &mut Encoder::new(&mut out),
+        entries,
+        done,
+        changes,
+        dir_version,
+    );
+    Arc::from(out)
 }
 
 /// An encoded `DirBelow` without its name and entries: parent, name length, the open
@@ -1114,7 +1141,14 @@ fn encode_below(e: &mut Encoder, below: &[DirBelow], changes: u64) {
     for dir in below {
         e.u64(dir.parent).bytes(&dir.name);
         dir.opened.encode(e);
-        encode_entries(e, &dir.entries, dir.done, changes, dir.dir_version);
+        match &dir.encoded {
+            // Kept from a reply at another count that the page still holds at: this
+            // reply's count in its place (bytes 4..12, after the entry count).
+            Some(page) if page.len() >= PAGE_FIXED_BYTES => {
+                e.encoded(&page[..4]).u64(changes).encoded(&page[12..]);
+            }
+            _ => encode_entries(e, &dir.entries, dir.done, changes, dir.dir_version),
+        }
     }
 }
 
@@ -1136,6 +1170,7 @@ fn decode_below(d: &mut Decoder) -> Result<Vec<DirBelow>, WireError> {
             entries,
             done,
             dir_version,
+            encoded: None,
         });
     }
     Ok(below)
@@ -1450,9 +1485,56 @@ mod tests {
                     }],
                     done: true,
                     dir_version: Some(8),
+                    encoded: None,
                 }],
             },
         ]
+    }
+
+    #[test]
+    fn a_page_encoded_ahead_is_sent_as_its_entries_would_be() {
+        let attr = Attr {
+            ino: 9,
+            mode: 0o40755,
+            ..Attr::default()
+        };
+        let (mut plain, mut ahead) = (Vec::new(), Vec::new());
+        for reply in every_reply(attr) {
+            let Reply::OpenedDir {
+                opened,
+                entries,
+                done,
+                changes,
+                dir_version,
+                witness,
+                mut below,
+            } = reply.clone()
+            else {
+                continue;
+            };
+            assert!(!below.is_empty());
+            Reply::encode(Status::Ok, &reply, &mut plain);
+            for dir in &mut below {
+                // Kept at an earlier count: sent with the reply's.
+                let page = encode_page(&dir.entries, dir.done, changes - 5, dir.dir_version);
+                let sized = dir.encoded_len();
+                dir.entries.clear();
+                dir.encoded = Some(page);
+                assert_eq!(dir.encoded_len(), sized, "budgeted alike");
+            }
+            let with_pages = Reply::OpenedDir {
+                opened,
+                entries,
+                done,
+                changes,
+                dir_version,
+                witness,
+                below,
+            };
+            Reply::encode(Status::Ok, &with_pages, &mut ahead);
+            assert_eq!(ahead, plain);
+            assert_eq!(Reply::decode(&ahead), Ok((Status::Ok, reply)));
+        }
     }
 
     #[test]
