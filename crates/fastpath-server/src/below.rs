@@ -246,10 +246,18 @@ impl Server {
                 ..
             }) => {
                 let subdirs = crate::pages::subdirectories(&entries);
-                if let (true, Some(version)) = (done, dir_version) {
-                    self.keep_page(dir.ino, with_attrs, changes, &entries, version, &subdirs);
-                }
-                Some((below(entries, done, dir_version, None), subdirs))
+                let kept = match (done, dir_version) {
+                    (true, Some(version)) => {
+                        self.keep_page(dir.ino, with_attrs, changes, &entries, version, &subdirs)
+                    }
+                    _ => None,
+                };
+                // A page kept goes out as kept: encoded once.
+                let page = match kept {
+                    Some(page) => below(Vec::new(), done, dir_version, Some(page)),
+                    None => below(entries, done, dir_version, None),
+                };
+                Some((page, subdirs))
             }
             _ => {
                 let _ = self.close(s, opened.handle);
@@ -259,7 +267,8 @@ impl Server {
     }
 
     /// Keeps directory `dir`'s whole listing `entries`, read at `dir_version`, as a reply
-    /// carries it (`pages`); not if an entry's attributes came without their version.
+    /// carries it (`pages`), and gives it; not if an entry's attributes came without their
+    /// version.
     fn keep_page(
         &self,
         dir: u64,
@@ -268,23 +277,22 @@ impl Server {
         entries: &[DirEntryWire],
         dir_version: u32,
         subdirs: &[Vec<u8>],
-    ) {
-        let versions: Option<Vec<(u64, u32)>> = entries
+    ) -> Option<Arc<[u8]>> {
+        let versions: Vec<(u64, u32)> = entries
             .iter()
             .filter(|entry| entry.attr.is_some())
             .map(|entry| Some((entry.ino, entry.version?)))
-            .collect();
-        let Some(versions) = versions else {
-            return;
-        };
+            .collect::<Option<_>>()?;
+        let page = shoal_fastpath::encode_page(entries, true, changes, Some(dir_version));
         let kept = crate::pages::KeptPage {
-            page: shoal_fastpath::encode_page(entries, true, changes, Some(dir_version)),
+            page: page.clone(),
             count: entries.len(),
             dir_version,
             versions: Arc::from(versions),
             subdirs: Arc::from(subdirs),
         };
         self.pages.keep(dir, with_attrs, kept);
+        Some(page)
     }
 }
 

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use shoal_fastpath::DirEntryWire;
 
-/// Bytes kept at most; past it every page goes (each is made again at its next use).
-const MAX_KEPT_BYTES: usize = 32 << 20;
+/// Bytes kept at most (a 9k-entry work tree's pages take about 1 MiB); past it every page
+/// goes (each is made again at its next use).
+const MAX_KEPT_BYTES: usize = 16 << 20;
 
 /// A directory's whole listing, encoded (`shoal_fastpath::encode_page`).
 #[derive(Clone)]
