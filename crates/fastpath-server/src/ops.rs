@@ -752,8 +752,8 @@ impl Server {
         let max = page.max.clamp(1, READDIR_BATCH_ENTRIES) as usize;
         let mut entries = Vec::new();
         if page.after.is_none() {
-            entries.push(dot_entry(b".", dir.ino));
-            entries.push(dot_entry(b"..", dir.parent));
+            entries.push(DirEntryWire::dot(b".", dir.ino));
+            entries.push(DirEntryWire::dot(b"..", dir.parent));
         }
         let with_attrs = self.lists_attributes(s, dir, page.asked_attrs);
         // What fits one message; the client asks for the rest after the last name sent.
@@ -1256,18 +1256,6 @@ fn set_time(time: TimeWire) -> Option<SetTime> {
 fn no_acl_on_symlink(inode: &Inode, name: &[u8]) -> Served<()> {
     let acl = name == b"system.posix_acl_access" || name == b"system.posix_acl_default";
     ensure(!(acl && inode.kind == FileKind::Symlink), libc::EOPNOTSUPP)
-}
-
-fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
-    DirEntryWire {
-        ino,
-        kind: libc::DT_DIR,
-        name: EntryName::from_slice(name),
-        attr: None,
-        version: None,
-        target: None,
-        no_xattrs: false,
-    }
 }
 
 pub fn d_type(kind: FileKind) -> u8 {

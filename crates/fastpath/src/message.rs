@@ -260,6 +260,20 @@ pub struct DirEntryWire {
 }
 
 impl DirEntryWire {
+    /// The entry `.` or `..` (`name`) of a listing: inode `ino`, a directory, nothing else.
+    pub fn dot(name: &[u8], ino: u64) -> DirEntryWire {
+        debug_assert!(matches!(name, b"." | b".."));
+        DirEntryWire {
+            ino,
+            kind: libc::DT_DIR,
+            name: EntryName::from_slice(name),
+            attr: None,
+            version: None,
+            target: None,
+            no_xattrs: false,
+        }
+    }
+
     /// Bytes this entry takes in an encoded `Entries` reply.
     pub fn encoded_len(&self) -> usize {
         let attr = match (self.attr, self.version, &self.target) {

@@ -768,8 +768,8 @@ pub fn whole_page(mount: usize, dir: u64, who: channel::Who) -> Option<Vec<DirEn
     }
     let names = &listing.attrs;
     let mut page = Vec::with_capacity(names.len() + 2);
-    page.push(dot_entry(b".", dir));
-    page.push(dot_entry(b"..", dotdot));
+    page.push(DirEntryWire::dot(b".", dir));
+    page.push(DirEntryWire::dot(b"..", dotdot));
     page.extend(names.slots.iter().map(|slot| DirEntryWire {
         ino: slot.attr.ino,
         kind: ((slot.attr.mode & libc::S_IFMT) >> 12) as u8,
@@ -780,18 +780,6 @@ pub fn whole_page(mount: usize, dir: u64, who: channel::Who) -> Option<Vec<DirEn
         no_xattrs: false,
     }));
     Some(page)
-}
-
-fn dot_entry(name: &[u8], ino: u64) -> DirEntryWire {
-    DirEntryWire {
-        ino,
-        kind: libc::DT_DIR,
-        name: name.into(),
-        attr: None,
-        version: None,
-        target: None,
-        no_xattrs: false,
-    }
 }
 
 /// What the kept listings say of `name` in directory `dir`.
