@@ -9,8 +9,16 @@
 //! little-endian) and classifies where it stops:
 //!
 //! - the end of the newest journal inside an incomplete last batch: a torn tail;
-//! - anything else (a checksum mismatch, a bad entry, any stop in an older journal, a
-//!   stop followed by more readable batches): damage, with the bytes that would be lost.
+//! - anything else (a checksum mismatch, a bad entry, a sequence number not above the one
+//!   before it, any stop in an older journal, a stop followed by more readable batches):
+//!   damage, with the bytes that would be lost.
+//!
+//! The checksum covers a batch's items but not its sequence number. fjall takes a batch's
+//! number under the journal's lock (`Batch::commit`) and recovery sets its counter above
+//! every number it replays, so the numbers rise through each journal and from one journal
+//! to the next; one that does not was damaged, and fjall would replay it as it reads (a
+//! number flipped higher lets the batch shadow every later write of its keys; lower, and
+//! recovery may skip it as already flushed).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -105,16 +113,18 @@ impl fmt::Display for JournalFile {
 pub fn check_journals(folder: &Path) -> std::io::Result<Vec<JournalFile>> {
     let paths = journal_files(folder)?;
     let newest = paths.len().saturating_sub(1);
-    let mut files = Vec::with_capacity(paths.len());
+    let mut files: Vec<JournalFile> = Vec::with_capacity(paths.len());
     for (index, path) in paths.into_iter().enumerate() {
         let bytes = std::fs::read(&path)?;
-        files.push(check_journal(path, &bytes, index == newest));
+        let after = files.iter().rev().find_map(|file| file.last_seqno);
+        files.push(check_journal(path, &bytes, index == newest, after));
     }
     Ok(files)
 }
 
-/// Classifies one journal's bytes; `newest`: the journal appends went to last.
-pub fn check_journal(path: PathBuf, bytes: &[u8], newest: bool) -> JournalFile {
+/// Classifies one journal's bytes; `newest`: the journal appends went to last; `after`:
+/// the last sequence number of the journals before it.
+pub fn check_journal(path: PathBuf, bytes: &[u8], newest: bool, after: Option<u64>) -> JournalFile {
     let file_bytes = bytes.len() as u64;
     // fjall preallocates journals (64 MiB of zeros): what follows the last non-zero byte
     // was never written. A complete batch ends in its magic, never in a zero.
@@ -123,24 +133,10 @@ pub fn check_journal(path: PathBuf, bytes: &[u8], newest: bool) -> JournalFile {
         .rposition(|&byte| byte != 0)
         .map_or(0, |last| last + 1);
     let bytes = &bytes[..written];
-    let mut position = 0usize;
     let mut batches = 0u64;
-    let mut last_seqno = None;
-    let mut stop = None;
-    while position < bytes.len() {
-        match read_batch(&bytes[position..]) {
-            Ok((length, seqno)) => {
-                position += length;
-                batches += 1;
-                last_seqno = Some(seqno);
-            }
-            Err(why) => {
-                stop = Some(why);
-                break;
-            }
-        }
-    }
-    let damage = stop.map(|why| {
+    let read = read_batches(bytes, after, &mut |_, _| batches += 1);
+    let (position, last_seqno) = (read.end, read.last_seqno);
+    let damage = read.stop.map(|why| {
         let later_batches = count_later_batches(&bytes[position..]);
         let torn = newest && why == Unreadable::Truncated && later_batches == 0;
         if torn {
@@ -169,6 +165,54 @@ pub fn check_journal(path: PathBuf, bytes: &[u8], newest: bool) -> JournalFile {
         last_seqno,
         damage,
     }
+}
+
+/// Where a run of whole batches from the start of some bytes ended.
+struct BatchesRead {
+    /// The end of the last whole batch in order.
+    end: usize,
+    last_seqno: Option<u64>,
+    /// Why the next batch was not read; `None` when the bytes ended after a whole batch.
+    stop: Option<Unreadable>,
+}
+
+/// Visits (batch bytes, sequence number) for each whole batch from the start of `bytes`
+/// whose number is above `after` and the batch before it, and says where that stopped.
+fn read_batches(
+    bytes: &[u8],
+    after: Option<u64>,
+    visit: &mut dyn FnMut(&[u8], u64),
+) -> BatchesRead {
+    let mut read = BatchesRead {
+        end: 0,
+        last_seqno: after,
+        stop: None,
+    };
+    while read.end < bytes.len() {
+        let rest = &bytes[read.end..];
+        match read_batch(rest) {
+            Ok((_, seqno)) if read.last_seqno.is_some_and(|last| seqno <= last) => {
+                read.stop = Some(Unreadable::Invalid(
+                    "a batch's sequence number is not above the one before it",
+                ));
+                break;
+            }
+            Ok((length, seqno)) => {
+                visit(&rest[..length], seqno);
+                read.end += length;
+                read.last_seqno = Some(seqno);
+            }
+            Err(why) => {
+                read.stop = Some(why);
+                break;
+            }
+        }
+    }
+    if read.end == 0 {
+        // No batch of this journal read: its own last number is none.
+        read.last_seqno = None;
+    }
+    read
 }
 
 /// Readable batches anywhere after the first byte of `rest` (resynchronising on each
@@ -246,12 +290,13 @@ pub struct JournalRecord {
 /// to the first batch that does not read (`check_journal` tells what that is). A record
 /// that does not decode (an lz4 value that fails) is reported, never visited.
 pub fn journal_records(bytes: &[u8], visit: &mut dyn FnMut(JournalRecord)) -> Result<(), String> {
-    let mut position = 0usize;
-    while let Ok((length, seqno)) = read_batch(&bytes[position..]) {
-        batch_records(&bytes[position..position + length], seqno, visit)?;
-        position += length;
-    }
-    Ok(())
+    let mut failed = Ok(());
+    read_batches(bytes, None, &mut |batch, seqno| {
+        if failed.is_ok() {
+            failed = batch_records(batch, seqno, visit);
+        }
+    });
+    failed
 }
 
 /// The item entries of one batch `read_batch` accepted.
@@ -320,6 +365,22 @@ fn take(bytes: &[u8], from: usize, length: usize) -> Result<&[u8], Unreadable> {
         .ok_or(Unreadable::Truncated)
 }
 
+/// Where each batch of a clean journal starts, and where its sequence number is.
+#[cfg(test)]
+pub(crate) fn batch_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut position = 0;
+    read_batches(bytes, None, &mut |batch, _| {
+        starts.push(position);
+        position += batch.len();
+    });
+    starts
+}
+
+/// Where a batch's sequence number starts, after its tag and item count.
+#[cfg(test)]
+pub(crate) const SEQNO_OFFSET: usize = 1 + 4;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,7 +407,7 @@ mod tests {
     #[test]
     fn a_journal_fjall_wrote_reads_clean() {
         let (_dir, path, bytes) = written_journal(20);
-        let file = check_journal(path, &bytes, true);
+        let file = check_journal(path, &bytes, true, None);
         assert_eq!(file.damage, None, "{file}");
         assert!(file.batches >= 20, "{file}");
         assert!(bytes[file.valid_bytes as usize..].iter().all(|&b| b == 0));
@@ -358,31 +419,65 @@ mod tests {
         let written = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
         let bytes = bytes[..written].to_vec();
         let cut = &bytes[..bytes.len() - 10];
-        let file = check_journal(path.clone(), cut, true);
+        let file = check_journal(path.clone(), cut, true, None);
         assert!(
             matches!(file.damage, Some(JournalDamage::TornTail { .. })),
             "{file}"
         );
         // The same cut in an older journal is damage.
-        assert!(check_journal(path.clone(), cut, false).is_damaged());
+        assert!(check_journal(path.clone(), cut, false, None).is_damaged());
         // Cut to half: the tail ends in the middle of a batch, and the journal looks
         // torn; the seqno recorded at open and close catches that (store_dir::state).
-        let half = check_journal(path.clone(), &bytes[..bytes.len() / 2], true);
+        let half = check_journal(path.clone(), &bytes[..bytes.len() / 2], true, None);
         assert!(half.batches < 20);
         // A flipped byte at the start, in the middle and near the end: damage, never a
         // torn tail, and the later batches are counted.
         for at in [0, bytes.len() / 2, bytes.len() - 40] {
             let mut flipped = bytes.clone();
             flipped[at] ^= 0x55;
-            let file = check_journal(path.clone(), &flipped, true);
+            let file = check_journal(path.clone(), &flipped, true, None);
             assert!(file.is_damaged(), "flip at {at}: {file}");
         }
         let mut flipped = bytes.clone();
         flipped[bytes.len() / 2] ^= 0x55;
-        match check_journal(path, &flipped, true).damage {
+        match check_journal(path, &flipped, true, None).damage {
             Some(JournalDamage::Corrupt { later_batches, .. }) => assert!(later_batches > 0),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The checksum does not cover a batch's sequence number: a flip of any of its bytes
+    /// in a batch before the last breaks the order and is damage, and a salvage reads the
+    /// same batches a check does.
+    #[test]
+    fn a_sequence_number_out_of_order_is_damage() {
+        let (_dir, path, bytes) = written_journal(20);
+        let starts = batch_starts(&bytes);
+        let middle = starts[starts.len() / 2];
+        for byte in 0..8 {
+            let mut flipped = bytes.clone();
+            flipped[middle + SEQNO_OFFSET + byte] ^= 0x5a;
+            let file = check_journal(path.clone(), &flipped, true, None);
+            assert!(file.is_damaged(), "seqno byte {byte}: {file}");
+            let mut records = 0;
+            journal_records(&flipped, &mut |_| records += 1).unwrap();
+            let mut clean_records = 0;
+            journal_records(&bytes[..file.valid_bytes as usize], &mut |_| {
+                clean_records += 1
+            })
+            .unwrap();
+            assert_eq!(records, clean_records, "seqno byte {byte}");
+        }
+        // Across journals: a newer journal's first batch must come after the older's last.
+        let clean = check_journal(path.clone(), &bytes, true, None);
+        let last = clean.last_seqno.unwrap();
+        assert!(check_journal(path.clone(), &bytes, true, Some(last)).is_damaged());
+        let first = check_journal(path.clone(), &bytes[..starts[1]], true, None);
+        let before_first = first.last_seqno.unwrap() - 1;
+        assert_eq!(
+            check_journal(path, &bytes, true, Some(before_first)).damage,
+            None
+        );
     }
 
     #[test]
@@ -399,7 +494,7 @@ mod tests {
                     (state % 6) as u8
                 })
                 .collect();
-            let _ = check_journal(PathBuf::from("x"), &bytes, round % 2 == 0);
+            let _ = check_journal(PathBuf::from("x"), &bytes, round % 2 == 0, None);
         }
     }
 }
