@@ -138,7 +138,7 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
         "cp -a",
         ctx.tool("cp").arg("-a").arg(&root).arg(&copy),
     )?;
-    outcome.requests_per("cp -a", entries, &timed);
+    outcome.rate_and_cpu("cp -a", "entry", entries, &timed);
     outcome.count("entries_copied", count_tree(&copy)? + 1);
 
     read_rows(ctx, &mut outcome, &root, entries)?;
