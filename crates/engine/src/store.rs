@@ -243,6 +243,22 @@ pub trait StoreView: Send + Sync {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
     ) -> Result<(), StoreError>;
 
+    /// `scan` for a caller that needs only each value's length: fjall then loads none of
+    /// the values it keeps apart in blob files (a large file's chunks), which a delete or a
+    /// truncate would otherwise read whole only to count their bytes. Stores that hold
+    /// values in memory need not override it.
+    fn scan_lengths(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], u64) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.scan(space, start, end, &mut |key, value| {
+            visit(key, value.len() as u64)
+        })
+    }
+
     /// The greatest key in `[start, end)`, if any.
     fn last_key(
         &self,

@@ -126,6 +126,15 @@ impl Guard {
         self.0.size().map_err(Into::into)
     }
 
+    /// Returns the key and the value size, without loading a value kept in a blob file.
+    ///
+    /// # Errors
+    ///
+    /// Will return `Err` if an IO error occurs.
+    pub fn key_and_size(self) -> crate::Result<(crate::UserKey, u32)> {
+        self.0.key_and_size().map_err(Into::into)
+    }
+
     /// Returns the value.
     ///
     /// # Examples

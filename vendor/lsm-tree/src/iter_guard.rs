@@ -40,6 +40,13 @@ pub trait IterGuard {
     /// Will return `Err` if an IO error occurs.
     fn size(self) -> crate::Result<u32>;
 
+    /// Returns the key and the value size, without loading a value kept in a blob file.
+    ///
+    /// # Errors
+    ///
+    /// Will return `Err` if an IO error occurs.
+    fn key_and_size(self) -> crate::Result<(UserKey, u32)>;
+
     /// Accesses the value.
     ///
     /// # Errors

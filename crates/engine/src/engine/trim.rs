@@ -48,12 +48,12 @@ impl Txn<'_> {
         let mut decode_error = None;
         self.engine
             .store
-            .scan(Space::Data, &start, &end, &mut |key, value| {
+            .scan_lengths(Space::Data, &start, &end, &mut |key, len| {
                 match keys::decode_chunk_key(key) {
                     Ok((_, index)) => found.push(StoredChunk {
                         key: key.to_vec(),
                         index,
-                        len: value.len() as u64,
+                        len,
                     }),
                     Err(error) => {
                         decode_error = Some(error);

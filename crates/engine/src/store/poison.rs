@@ -97,6 +97,17 @@ impl StoreView for PoisonChecked {
         self.inner.scan(space, start, end, visit)
     }
 
+    fn scan_lengths(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], u64) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.poisoned()?;
+        self.inner.scan_lengths(space, start, end, visit)
+    }
+
     fn last_key(
         &self,
         space: Space,

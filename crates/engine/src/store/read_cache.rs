@@ -160,6 +160,17 @@ impl StoreView for CachedStore {
         Ok(())
     }
 
+    /// Lengths are not values: nothing to keep.
+    fn scan_lengths(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], u64) -> Scan,
+    ) -> Result<(), StoreError> {
+        self.inner.scan_lengths(space, start, end, visit)
+    }
+
     fn last_key(
         &self,
         space: Space,

@@ -466,20 +466,33 @@ fn emit_staged_through(
     (false, Scan::Continue)
 }
 
-impl StoreView for StagedStore {
-    fn scan(
+/// A value as a merged scan hands it on: its bytes, or only its length.
+#[derive(Clone, Copy)]
+enum Seen<'a> {
+    Bytes(&'a [u8]),
+    Length(u64),
+}
+
+/// A visitor of a merged scan's pairs.
+type SeenVisitor<'v> = dyn FnMut(&[u8], Seen<'_>) -> Scan + 'v;
+
+impl StagedStore {
+    /// The inner store's pairs in `[start, end)` as `inner_scan` visits them, merged with
+    /// the staged ones (which replace the inner store's pair of the same key, and hide it
+    /// when deleted).
+    fn scan_merged(
         &self,
-        space: Space,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+        (space, start, end): (Space, &[u8], &[u8]),
+        inner_scan: &mut dyn FnMut(&mut SeenVisitor<'_>) -> Result<(), StoreError>,
+        visit: &mut SeenVisitor<'_>,
     ) -> Result<(), StoreError> {
         let shared = self.shared.as_ref();
         let _no_unstaging = shared.unstaging.read();
         let mut staged = StagedCursor::new(shared, space, start, end);
         let mut stopped = false;
-        shared.inner.scan(space, start, end, &mut |key, value| {
-            let (replaced, scan) = emit_staged_through(&mut staged, Some(key), visit);
+        inner_scan(&mut |key, value| {
+            let (replaced, scan) =
+                emit_staged_through(&mut staged, Some(key), &mut |k, v| visit(k, Seen::Bytes(v)));
             if scan == Scan::Stop {
                 stopped = true;
                 return Scan::Stop;
@@ -491,9 +504,49 @@ impl StoreView for StagedStore {
             Scan::Continue
         })?;
         if !stopped {
-            emit_staged_through(&mut staged, None, visit);
+            emit_staged_through(&mut staged, None, &mut |k, v| visit(k, Seen::Bytes(v)));
         }
         Ok(())
+    }
+}
+
+impl StoreView for StagedStore {
+    fn scan(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Scan,
+    ) -> Result<(), StoreError> {
+        let inner = &self.shared.inner;
+        self.scan_merged(
+            (space, start, end),
+            &mut |merge| inner.scan(space, start, end, &mut |k, v| merge(k, Seen::Bytes(v))),
+            &mut |key, seen| match seen {
+                Seen::Bytes(value) => visit(key, value),
+                Seen::Length(_) => unreachable!("the inner store's scan gives values"),
+            },
+        )
+    }
+
+    fn scan_lengths(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], u64) -> Scan,
+    ) -> Result<(), StoreError> {
+        let inner = &self.shared.inner;
+        self.scan_merged(
+            (space, start, end),
+            &mut |merge| {
+                inner.scan_lengths(space, start, end, &mut |k, n| merge(k, Seen::Length(n)))
+            },
+            &mut |key, seen| match seen {
+                Seen::Bytes(value) => visit(key, value.len() as u64),
+                Seen::Length(length) => visit(key, length),
+            },
+        )
     }
 
     /// Rare (opening, checking): checkpoints, then asks the inner store.
@@ -711,6 +764,16 @@ mod tests {
             self.store.scan(space, start, end, visit)
         }
 
+        fn scan_lengths(
+            &self,
+            space: Space,
+            start: &[u8],
+            end: &[u8],
+            visit: &mut dyn FnMut(&[u8], u64) -> Scan,
+        ) -> Result<(), StoreError> {
+            self.store.scan_lengths(space, start, end, visit)
+        }
+
         fn last_key(
             &self,
             space: Space,
@@ -846,6 +909,17 @@ mod tests {
             keys_in(&store, b"c", b"c", usize::MAX),
             Vec::<String>::new()
         );
+        // A scan for lengths merges the same way ("old" and "new" have three bytes).
+        put(&inner, b"i", b"longer");
+        let mut lengths = Vec::new();
+        store
+            .scan_lengths(Space::Meta, b"", b"z", &mut |key, length| {
+                lengths.push(format!("{}={length}", String::from_utf8_lossy(key)));
+                Scan::Continue
+            })
+            .unwrap();
+        assert_eq!(lengths, ["a=3", "b=3", "c=3", "g=3", "h=3", "i=6"]);
+        let all = ["a=old", "b=new", "c=new", "g=old", "h=new", "i=longer"];
 
         // After a sync, the inner store alone holds the same.
         store.sync().unwrap();

@@ -71,6 +71,22 @@ impl IterGuard for Guard {
         }
     }
 
+    fn key_and_size(self) -> crate::Result<(UserKey, u32)> {
+        let kv = self.kv?;
+
+        let size = if kv.key.value_type.is_indirection() {
+            let mut cursor = std::io::Cursor::new(kv.value);
+            BlobIndirection::decode_from(&mut cursor)?.size
+        } else {
+            #[expect(clippy::cast_possible_truncation, reason = "values are u32 max length")]
+            {
+                kv.value.len() as u32
+            }
+        };
+
+        Ok((kv.key.user_key, size))
+    }
+
     fn into_inner(self) -> crate::Result<(UserKey, UserValue)> {
         resolve_value_handle(
             self.tree.id(),

@@ -59,6 +59,11 @@ impl IterGuard for Guard {
         self.into_inner().map(|(_, v)| v.len() as u32)
     }
 
+    fn key_and_size(self) -> crate::Result<(UserKey, u32)> {
+        #[expect(clippy::cast_possible_truncation, reason = "values are u32 length max")]
+        self.0.map(|(k, v)| (k, v.len() as u32))
+    }
+
     fn into_inner(self) -> crate::Result<(UserKey, UserValue)> {
         self.0
     }
