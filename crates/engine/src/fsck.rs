@@ -60,6 +60,29 @@ impl FsckReport {
         }
     }
 
+    /// Adds what a pass run on its own found (its counts, then its problems after ours).
+    fn absorb(&mut self, part: FsckReport) {
+        assert!(
+            part.elapsed.is_zero(),
+            "a pass's report has no time of its own"
+        );
+        self.inodes += part.inodes;
+        self.directories += part.directories;
+        self.entries += part.entries;
+        self.chunks += part.chunks;
+        self.xattrs += part.xattrs;
+        self.orphans += part.orphans;
+        self.reclaims += part.reclaims;
+        self.trims += part.trims;
+        self.data_bytes += part.data_bytes;
+        let unlisted = part.problem_count - part.problems.len() as u64;
+        for problem in part.problems {
+            self.problem(problem);
+        }
+        self.problem_count += unlisted;
+        self.notes.extend(part.notes);
+    }
+
     pub fn summary(&self) -> String {
         let seconds = self.elapsed.as_secs_f64().max(1e-9);
         let mut text = format!(

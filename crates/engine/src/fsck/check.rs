@@ -34,27 +34,74 @@ pub(super) struct LinkFacts {
     pub(super) named_in: Option<u64>,
 }
 
-/// Scans the whole store and verifies every invariant.
+/// Scans the whole store and verifies every invariant. The passes that need no inode
+/// facts (usage counters, tree usage) run beside the inode read, and the chunk pass, the
+/// longest (it reads every chunk), beside the entry and link passes: each pass scans its
+/// own key range into its own report, merged in the order the passes are listed here,
+/// so the report reads the same whatever ran first. Memory: the passes' maps are held at
+/// once rather than one after another, each still bounded by the inode count.
 pub fn check(store: &dyn Store) -> FsResult<FsckReport> {
     let started = Instant::now();
     let mut report = FsckReport::default();
     let format_version = check_superblock(store, &mut report)?;
-    let inodes = read_inodes(store)?;
-    report.inodes = inodes.len() as u64;
-    let links = check_entries(store, &inodes, &mut report)?;
-    let orphans = read_orphans(store)?;
-    report.orphans = orphans.len() as u64;
-    let reclaims = check_reclaims(store, &inodes, &mut report)?;
-    check_links_and_tree(&inodes, &links, &orphans, &reclaims, &mut report);
-    let trims = check_trims(store, &inodes, &mut report)?;
-    check_chunks(store, &inodes, &trims, &mut report)?;
-    check_xattrs(store, &inodes, &mut report)?;
-    check_counters(store, &mut report)?;
-    if format_version == Some(FORMAT_VERSION) {
-        check_tree_usage(store, &mut report)?;
+    let (inode_passes, counters, tree_usage) = std::thread::scope(|scope| {
+        let counters = scope.spawn(|| pass(|report| check_counters(store, report)));
+        let tree_usage = scope.spawn(|| {
+            pass(|report| match format_version {
+                Some(FORMAT_VERSION) => check_tree_usage(store, report),
+                _ => Ok(()),
+            })
+        });
+        let inode_passes = read_inodes(store).map(|inodes| {
+            std::thread::scope(|inner| {
+                let chunks = inner.spawn(|| {
+                    pass(|report| {
+                        let trims = check_trims(store, &inodes, report)?;
+                        check_chunks(store, &inodes, &trims, report)
+                    })
+                });
+                let names = pass(|report| check_names(store, &inodes, report));
+                (names, joined(chunks))
+            })
+        });
+        (inode_passes, joined(counters), joined(tree_usage))
+    });
+    let (names, chunks) = inode_passes?;
+    for part in [names, chunks, counters, tree_usage] {
+        report.absorb(part?);
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// One pass into a report of its own.
+fn pass(run: impl FnOnce(&mut FsckReport) -> FsResult<()>) -> FsResult<FsckReport> {
+    let mut report = FsckReport::default();
+    run(&mut report)?;
+    Ok(report)
+}
+
+/// A pass's report from its thread; a panic there is a panic here.
+fn joined(thread: std::thread::ScopedJoinHandle<'_, FsResult<FsckReport>>) -> FsResult<FsckReport> {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The passes over names: entries, orphans, detached trees, link counts and the tree's
+/// shape, xattrs.
+fn check_names(
+    store: &dyn Store,
+    inodes: &HashMap<u64, InodeFacts>,
+    report: &mut FsckReport,
+) -> FsResult<()> {
+    report.inodes = inodes.len() as u64;
+    let links = check_entries(store, inodes, report)?;
+    let orphans = read_orphans(store)?;
+    report.orphans = orphans.len() as u64;
+    let reclaims = check_reclaims(store, inodes, report)?;
+    check_links_and_tree(inodes, &links, &orphans, &reclaims, report);
+    check_xattrs(store, inodes, report)
 }
 
 /// The superblock is there and of this format; returns its format version.
