@@ -18,7 +18,9 @@
 //! every number it replays, so the numbers rise through each journal and from one journal
 //! to the next; one that does not was damaged, and fjall would replay it as it reads (a
 //! number flipped higher lets the batch shadow every later write of its keys; lower, and
-//! recovery may skip it as already flushed).
+//! recovery may skip it as already flushed). What the order cannot show: the newest batch's
+//! number flipped higher (harmless: it is the newest write either way, fjall only counts
+//! on from there), and the oldest batch's flipped lower, with no batch before it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -365,25 +367,23 @@ fn take(bytes: &[u8], from: usize, length: usize) -> Result<&[u8], Unreadable> {
         .ok_or(Unreadable::Truncated)
 }
 
-/// Where each batch of a clean journal starts, and where its sequence number is.
-#[cfg(test)]
-pub(crate) fn batch_starts(bytes: &[u8]) -> Vec<usize> {
-    let mut starts = Vec::new();
-    let mut position = 0;
-    read_batches(bytes, None, &mut |batch, _| {
-        starts.push(position);
-        position += batch.len();
-    });
-    starts
-}
-
-/// Where a batch's sequence number starts, after its tag and item count.
-#[cfg(test)]
-pub(crate) const SEQNO_OFFSET: usize = 1 + 4;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where a batch's sequence number starts, after its tag and item count.
+    const SEQNO_OFFSET: usize = 1 + 4;
+
+    /// Where each batch of a clean journal starts.
+    fn batch_starts(bytes: &[u8]) -> Vec<usize> {
+        let mut starts = Vec::new();
+        let mut position = 0;
+        read_batches(bytes, None, &mut |batch, _| {
+            starts.push(position);
+            position += batch.len();
+        });
+        starts
+    }
     use crate::store::{Batch, FjallStore, FjallTuning, Space, Store};
 
     /// A journal fjall itself wrote: `batches` batches of a few keys each.
@@ -467,6 +467,16 @@ mod tests {
             })
             .unwrap();
             assert_eq!(records, clean_records, "seqno byte {byte}");
+        }
+        // The newest batch: lower is out of order; higher is the newest write either way.
+        let last = *starts.last().unwrap() + SEQNO_OFFSET;
+        let number = |bytes: &[u8]| u64::from_le_bytes(bytes[last..last + 8].try_into().unwrap());
+        for byte in 0..8 {
+            let mut flipped = bytes.clone();
+            flipped[last + byte] ^= 0x5a;
+            let lower = number(&flipped) < number(&bytes);
+            let file = check_journal(path.clone(), &flipped, true, None);
+            assert_eq!(file.is_damaged(), lower, "last seqno byte {byte}: {file}");
         }
         // Across journals: a newer journal's first batch must come after the older's last.
         let clean = check_journal(path.clone(), &bytes, true, None);

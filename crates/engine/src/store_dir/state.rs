@@ -8,9 +8,7 @@
 //! recovery would drop its batches without a word), and so was a file whose seal breaks. While a store
 //! is open (`STATE` says so), fjall deletes journals it has flushed, and a crash may tear
 //! the newest one's tail: then only damage inside the journals is found
-//! (`journal_check`). fjall's sequence numbers cannot serve for the tables (a compaction
-//! resets them), but a journal's last batch number is recorded: a flip there passes every
-//! checksum and the order of the batches before it.
+//! (`journal_check`). fjall's sequence numbers cannot serve: a compaction resets them.
 
 use std::fs;
 use std::io::{self, Write};
@@ -25,47 +23,12 @@ const STATE_FILE: &str = "STATE";
 pub enum StoreState {
     /// Opened read-write and not (yet) closed cleanly.
     Open,
-    /// Closed cleanly with these journals and these other key-value files
-    /// (`store_seal`).
+    /// Closed cleanly with these journals (file name and readable bytes) and these other
+    /// key-value files (`store_seal`).
     Clean {
-        journals: Vec<JournalSeal>,
+        journals: Vec<(String, u64)>,
         files: Vec<FileSeal>,
     },
-}
-
-/// A journal as a clean close left it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JournalSeal {
-    pub name: String,
-    pub readable_bytes: u64,
-    /// The sequence number of its last batch; `None` when it has none, or in a state
-    /// written before the number was recorded.
-    pub last_seqno: Option<u64>,
-}
-
-impl JournalSeal {
-    /// `name bytes [last seqno]`, as `STATE` holds it.
-    fn parse(line: &str) -> Option<Self> {
-        let mut fields = line.split(' ');
-        let name = fields.next()?.to_string();
-        let readable_bytes = fields.next()?.parse().ok()?;
-        let last_seqno = match fields.next() {
-            None => None,
-            Some(seqno) => Some(seqno.parse().ok()?),
-        };
-        fields.next().is_none().then_some(Self {
-            name,
-            readable_bytes,
-            last_seqno,
-        })
-    }
-
-    fn line(&self) -> String {
-        match self.last_seqno {
-            Some(seqno) => format!("{} {} {seqno}", self.name, self.readable_bytes),
-            None => format!("{} {}", self.name, self.readable_bytes),
-        }
-    }
 }
 
 /// The line prefix of a sealed file in `STATE`.
@@ -90,7 +53,9 @@ pub fn read_state(dir: &Path) -> io::Result<Option<StoreState>> {
                     files.push(FileSeal::parse(seal).ok_or_else(unreadable)?);
                     continue;
                 }
-                journals.push(JournalSeal::parse(line).ok_or_else(unreadable)?);
+                let (name, bytes) = line.split_once(' ').ok_or_else(unreadable)?;
+                let bytes = bytes.parse().map_err(|_| unreadable())?;
+                journals.push((name.to_string(), bytes));
             }
             Ok(Some(StoreState::Clean { journals, files }))
         }
@@ -106,8 +71,8 @@ pub fn write_state(dir: &Path, state: &StoreState) -> io::Result<()> {
         StoreState::Open => text.push_str("open\n"),
         StoreState::Clean { journals, files } => {
             text.push_str("clean\n");
-            for journal in journals {
-                text.push_str(&format!("{}\n", journal.line()));
+            for (name, bytes) in journals {
+                text.push_str(&format!("{name} {bytes}\n"));
             }
             for seal in files {
                 text.push_str(&format!("{FILE_LINE}{seal}\n"));
@@ -126,11 +91,7 @@ pub fn write_state(dir: &Path, state: &StoreState) -> io::Result<()> {
 pub fn clean_state(kv_dir: &Path) -> io::Result<StoreState> {
     let journals = check_journals(kv_dir)?
         .into_iter()
-        .map(|file| JournalSeal {
-            name: file_name(&file),
-            readable_bytes: file.valid_bytes,
-            last_seqno: file.last_seqno,
-        })
+        .map(|file| (file_name(&file), file.valid_bytes))
         .collect();
     let files = seal_files(kv_dir)?;
     Ok(StoreState::Clean { journals, files })
@@ -187,45 +148,23 @@ pub fn check_store_journals(dir: &Path, kv_dir: &Path) -> io::Result<Findings> {
     }) = state
     {
         findings.changed_files = check_seals(kv_dir, &sealed)?;
-        for journal in journals {
-            if let Some(problem) = against_seal(&journal, &files) {
-                findings.problems.push(problem);
+        for (name, bytes) in journals {
+            let found = files.iter().find(|file| file_name(file) == name);
+            match found {
+                None => findings.problems.push(format!(
+                    "journal {name} held {bytes} bytes at the last clean unmount and is \
+                     gone (deleted?): its batches are lost"
+                )),
+                Some(file) if file.valid_bytes < bytes => findings.problems.push(format!(
+                    "journal {name} holds {} readable bytes, {bytes} at the last clean \
+                     unmount (cut short or damaged): the batches after are lost",
+                    file.valid_bytes
+                )),
+                Some(_) => {}
             }
         }
     }
     Ok(findings)
-}
-
-/// What is wrong with a journal that a clean close sealed as `seal`, now that the
-/// journals read as `files`.
-fn against_seal(seal: &JournalSeal, files: &[JournalFile]) -> Option<String> {
-    let JournalSeal {
-        name,
-        readable_bytes: bytes,
-        last_seqno,
-    } = seal;
-    let Some(file) = files.iter().find(|file| file_name(file) == *name) else {
-        return Some(format!(
-            "journal {name} held {bytes} bytes at the last clean unmount and is gone \
-             (deleted?): its batches are lost"
-        ));
-    };
-    if file.valid_bytes < *bytes {
-        return Some(format!(
-            "journal {name} holds {} readable bytes, {bytes} at the last clean unmount (cut \
-             short or damaged): the batches after are lost",
-            file.valid_bytes
-        ));
-    }
-    let moved =
-        last_seqno.is_some() && file.valid_bytes == *bytes && file.last_seqno != *last_seqno;
-    moved.then(|| {
-        format!(
-            "journal {name}: its last batch is numbered {:?}, {last_seqno:?} at the last clean \
-             unmount (damaged): recovery would order it wrongly against every later write",
-            file.last_seqno
-        )
-    })
 }
 
 /// For a repair: cuts the first damaged journal at its damage and removes the journals
@@ -257,39 +196,6 @@ pub fn cut_at_damage(kv_dir: &Path) -> io::Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    /// A flip in the last batch's sequence number passes the checksum and the order of
-    /// the batches before it; the number a clean close recorded catches it.
-    #[test]
-    fn a_clean_journal_whose_last_number_moved_is_damage() {
-        use crate::store::journal_check::{batch_starts, SEQNO_OFFSET};
-        use crate::store::{Batch, FjallStore, FjallTuning, Space, Store};
-        let dir = tempfile::tempdir().unwrap();
-        let store = FjallStore::open(dir.path(), &FjallTuning::default()).unwrap();
-        for round in 0..5u32 {
-            let mut batch = Batch::default();
-            batch.put(Space::Meta, round.to_be_bytes().to_vec(), vec![7; 100]);
-            store.write(batch).unwrap();
-        }
-        store.sync().unwrap();
-        drop(store);
-        write_state(dir.path(), &clean_state(dir.path()).unwrap()).unwrap();
-        let findings = check_store_journals(dir.path(), dir.path()).unwrap();
-        assert_eq!(findings.all_problems().count(), 0, "{findings:?}");
-        let journal = check_journals(dir.path()).unwrap().pop().unwrap().path;
-        let mut bytes = fs::read(&journal).unwrap();
-        let last = *batch_starts(&bytes).last().unwrap();
-        bytes[last + SEQNO_OFFSET] ^= 0x5a;
-        fs::write(&journal, &bytes).unwrap();
-        let findings = check_store_journals(dir.path(), dir.path()).unwrap();
-        let problems: Vec<_> = findings.all_problems().collect();
-        assert!(
-            problems
-                .iter()
-                .any(|problem| problem.contains("last batch is numbered")),
-            "{problems:?}"
-        );
-    }
-
     #[test]
     fn state_round_trips_and_an_unreadable_one_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
@@ -297,18 +203,7 @@ mod tests {
         for state in [
             StoreState::Open,
             StoreState::Clean {
-                journals: vec![
-                    JournalSeal {
-                        name: "0.jnl".into(),
-                        readable_bytes: 42,
-                        last_seqno: Some(9),
-                    },
-                    JournalSeal {
-                        name: "1.jnl".into(),
-                        readable_bytes: 7,
-                        last_seqno: None,
-                    },
-                ],
+                journals: vec![("0.jnl".into(), 42), ("1.jnl".into(), 7)],
                 files: vec![FileSeal {
                     path: "keyspaces/0/current".into(),
                     bytes: 25,
@@ -323,15 +218,7 @@ mod tests {
             write_state(dir.path(), &state).unwrap();
             assert_eq!(read_state(dir.path()).unwrap(), Some(state));
         }
-        // A state written before the last batch's number was recorded still reads.
-        fs::write(dir.path().join(STATE_FILE), "clean\n0.jnl 42\n").unwrap();
-        let Some(StoreState::Clean { journals, .. }) = read_state(dir.path()).unwrap() else {
-            panic!("not clean");
-        };
-        assert_eq!(journals[0].last_seqno, None);
-        for garbage in ["garbage", "clean\n0.jnl 42 x\n", "clean\n0.jnl 42 1 2\n"] {
-            fs::write(dir.path().join(STATE_FILE), garbage).unwrap();
-            assert!(read_state(dir.path()).is_err(), "{garbage}");
-        }
+        fs::write(dir.path().join(STATE_FILE), "garbage").unwrap();
+        assert!(read_state(dir.path()).is_err());
     }
 }
