@@ -139,11 +139,30 @@ pub fn fsck_store_dir_observed(
     let _lock = SharedStoreLock::acquire(dir)?;
     let kv = store_dir::kv_path(dir);
     let io = |error| OpenError::StoreDir(store_dir::StoreDirError::Io(dir.to_path_buf(), error));
-    let findings = store_state::check_store_journals(dir, &kv).map_err(io)?;
-    let shadow = StoreShadow::of(&kv).map_err(io)?;
-    let store = FjallStore::open(shadow.path(), &check_tuning());
-    let mut report = match &store {
-        Ok(store) => checked(&progress::Counting::new(store, progress)),
+    // The journals are read on their own (to classify their damage) while the shadow is
+    // made and fjall replays them there: neither needs the other.
+    let (findings, report) = std::thread::scope(|scope| {
+        let findings = scope.spawn(|| store_state::check_store_journals(dir, &kv));
+        let report = check_shadow(&kv, progress);
+        let findings = findings
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (findings, report)
+    });
+    let findings = findings.map_err(io)?;
+    let mut report = report.map_err(io)?;
+    for problem in findings.all_problems() {
+        report.problem(problem.clone());
+    }
+    report.notes.extend(findings.notes);
+    Ok(report)
+}
+
+/// The check of a private copy of the key-value store in `kv` (fjall's recovery writes).
+fn check_shadow(kv: &Path, progress: &(dyn Fn(u64) + Sync)) -> std::io::Result<FsckReport> {
+    let shadow = StoreShadow::of(kv)?;
+    let report = match FjallStore::open(shadow.path(), &check_tuning()) {
+        Ok(store) => checked(&progress::Counting::new(&store, progress)),
         Err(error) => {
             let mut report = FsckReport::default();
             report.problem(format!(
@@ -153,12 +172,6 @@ pub fn fsck_store_dir_observed(
             report
         }
     };
-    for problem in findings.all_problems() {
-        report.problem(problem.clone());
-    }
-    report.notes.extend(findings.notes);
-    drop(store);
-    drop(shadow);
     Ok(report)
 }
 
