@@ -85,3 +85,46 @@ fn a_purge_cut_short_leaves_a_clean_orphan_that_the_next_open_finishes() {
     assert!(report.is_clean(), "{}", report.summary());
     assert_eq!(report.orphans, 0);
 }
+
+/// Deleting a file of more chunks than a blind delete covers lists its chunks with their
+/// lengths from the tables alone: with every blob file of its data damaged, the unlink
+/// still succeeds and frees its bytes (the list had read each chunk's value, so it failed
+/// with EIO and the damaged file could not even be removed).
+#[test]
+fn a_large_file_is_deleted_without_reading_its_data() {
+    use shoal_engine::internals::store::{FjallStore, FjallTuning, Store};
+    let fs = disk_with(no_thread());
+    let chunks = 80u64;
+    let ino = mkfile(&fs, ROOT_INO, b"big").ino;
+    for chunk in 0..chunks {
+        fs.write(ino, chunk * CHUNK, &vec![chunk as u8 + 1; CHUNK as usize])
+            .unwrap();
+    }
+    let closed = fs.close();
+    let kv = shoal_engine::store_dir::kv_path(&closed.store);
+    let store = FjallStore::open(&kv, &FjallTuning::default()).unwrap();
+    // Into blob files, then every blob's bytes damaged.
+    store.release_space().unwrap();
+    let mut damaged = 0;
+    for keyspace in std::fs::read_dir(kv.join("keyspaces")).unwrap() {
+        let Ok(blobs) = std::fs::read_dir(keyspace.unwrap().path().join("blobs")) else {
+            continue;
+        };
+        for file in blobs {
+            let path = file.unwrap().path();
+            let mut bytes = std::fs::read(&path).unwrap();
+            for byte in bytes.iter_mut().skip(64).step_by(512) {
+                *byte ^= 0x5a;
+            }
+            std::fs::write(&path, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "the data is in no blob file");
+    let fs = Engine::open_with_store(Box::new(store), no_thread()).unwrap();
+    assert!(fs.read(ino, 0, 16).is_err(), "the damaged data read back");
+    let before = total(&fs);
+    fs.unlink(ROOT_INO, b"big").unwrap();
+    assert_err!(fs.getattr(ino), FsError::NotFound);
+    assert_eq!(total(&fs).bytes, before.bytes - chunks * CHUNK);
+}
