@@ -22,6 +22,9 @@ pub fn fsck_store_dir_with_progress(
 pub(crate) struct Counting<'a> {
     inner: &'a dyn Store,
     visited: std::sync::atomic::AtomicU64,
+    /// The count `progress` heard last: the check's passes scan on several threads, and a
+    /// report is passed on only above it, so the count heard never goes back.
+    reported: parking_lot::Mutex<u64>,
     progress: &'a (dyn Fn(u64) + Sync),
 }
 
@@ -30,6 +33,7 @@ impl<'a> Counting<'a> {
         Self {
             inner,
             visited: std::sync::atomic::AtomicU64::new(0),
+            reported: parking_lot::Mutex::new(0),
             progress,
         }
     }
@@ -47,7 +51,11 @@ impl StoreView for Counting<'_> {
         self.inner.scan(space, start, end, &mut |key, value| {
             let visited = self.visited.fetch_add(1, Relaxed) + 1;
             if visited.is_multiple_of(REPORT_EVERY_PAIRS) {
-                (self.progress)(visited);
+                let mut reported = self.reported.lock();
+                if visited > *reported {
+                    *reported = visited;
+                    (self.progress)(visited);
+                }
             }
             visit(key, value)
         })
@@ -122,13 +130,21 @@ mod tests {
             fs.sync().unwrap();
         }
         let last = AtomicU64::new(0);
-        let report =
-            fsck_store_dir_with_progress(&store, &|pairs| last.store(pairs, Ordering::Relaxed))
-                .unwrap();
+        let heard = std::sync::Mutex::new(Vec::new());
+        let report = fsck_store_dir_with_progress(&store, &|pairs| {
+            last.store(pairs, Ordering::Relaxed);
+            heard.lock().unwrap().push(pairs);
+        })
+        .unwrap();
         assert!(report.is_clean());
         assert!(
             last.load(Ordering::Relaxed) >= 40_000,
             "inodes and entries were counted"
+        );
+        let heard = heard.into_inner().unwrap();
+        assert!(
+            heard.windows(2).all(|pair| pair[0] < pair[1]),
+            "the count went back (passes on several threads): {heard:?}"
         );
         let plain = crate::fsck::fsck_store_dir(&store).unwrap();
         assert_eq!(plain.inodes, report.inodes);
