@@ -144,10 +144,7 @@ pub fn fsck_store_dir_observed(
     let (findings, report) = std::thread::scope(|scope| {
         let findings = scope.spawn(|| store_state::check_store_journals(dir, &kv));
         let report = check_shadow(&kv, progress);
-        let findings = findings
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (findings, report)
+        (check::joined(findings), report)
     });
     let findings = findings.map_err(io)?;
     let mut report = report.map_err(io)?;

@@ -81,8 +81,8 @@ fn pass(run: impl FnOnce(&mut FsckReport) -> FsResult<()>) -> FsResult<FsckRepor
     Ok(report)
 }
 
-/// A pass's report from its thread; a panic there is a panic here.
-fn joined(thread: std::thread::ScopedJoinHandle<'_, FsResult<FsckReport>>) -> FsResult<FsckReport> {
+/// What a scoped thread returned; a panic there is a panic here.
+pub(super) fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
     thread
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
