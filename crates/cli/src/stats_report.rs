@@ -61,6 +61,7 @@ pub struct StatsReport {
     #[serde(default)]
     pub fastpath_joined_writes: u64,
     pub fastpath_joined_attr_changes: u64,
+    pub fastpath_joined_unlinks: u64,
     #[serde(default)]
     pub fastpath_thread_moves: u64,
     #[serde(default)]
@@ -563,6 +564,14 @@ pub const DAEMON_METRICS: &[Metric<StatsReport>] = &[
         |r| r.fastpath_joined_attr_changes,
     ),
     exposed(
+        "fastpath_joined_unlinks",
+        "shoal_fastpath_joined_unlinks_total",
+        Counter,
+        Count,
+        "Unlinks answered early that came right after another removal, held back, and were written in its batch (`rm -rf` removes a directory's files one after another; each written alone rewrote the directory's record and the usage of every directory above it). Counted also in fastpath_answered_early.",
+        |r| r.fastpath_joined_unlinks,
+    ),
+    exposed(
         "fastpath_thread_moves",
         "shoal_fastpath_thread_moves_total",
         Counter,
@@ -721,6 +730,7 @@ impl StatsSource {
             fastpath_answered_early: self.fast_path_count(FastPathStats::answered_early),
             fastpath_joined_writes: self.fast_path_count(FastPathStats::joined_writes),
             fastpath_joined_attr_changes: self.fast_path_count(FastPathStats::joined_attr_changes),
+            fastpath_joined_unlinks: self.fast_path_count(FastPathStats::joined_unlinks),
             fastpath_thread_moves: self.fast_path_count(FastPathStats::thread_moves),
             fastpath_kept_walk_steps: self.fast_path_walk_steps().0,
             fastpath_read_walk_steps: self.fast_path_walk_steps().1,

@@ -734,6 +734,105 @@ fn times_then_mode_are_applied_as_one_and_seen_whole_from_either_door() {
     m.finish();
 }
 
+/// Unlinks one after another, as `rm -rf` makes them (each may join the removal held
+/// before it, `answered_early::join_removal`), among them the same name twice, a directory,
+/// a file open, a file with another name; every view at once and afterwards as through
+/// the kernel.
+const JOINED_UNLINKS: &str = r#"
+import os, sys
+mnt, files = sys.argv[1], int(sys.argv[2])
+d = os.path.join(mnt, "joined")
+os.mkdir(d)
+os.mkdir(os.path.join(d, "sub"))
+# Fifty files a directory: once the kernel looks into one, its changes are no longer
+# answered early (the kernel's cached names go first), so each is looked at when done.
+def path(i):
+    return os.path.join(d, "b%d" % (i // 50), "f%d" % i)
+for i in range(files):
+    if i % 50 == 0:
+        os.mkdir(os.path.dirname(path(i)))
+    with open(path(i), "wb") as f:
+        f.write(b"x" * (i % 5000))
+os.link(path(5), os.path.join(d, "sub", "also5"))
+kept = os.open(path(6), os.O_RDONLY)
+wrong = []
+def seen(path):
+    return [os.path.lexists(view) for view in (path, "/proc/self/root" + path)]
+for i in range(files):
+    os.unlink(path(i))
+    if i % 7 == 3:
+        try:
+            os.unlink(path(i))
+            wrong.append("unlinked twice: " + path(i))
+        except FileNotFoundError:
+            pass
+    if i % 50 == 49:
+        # At once through either door, though the unlinks before may be held.
+        if seen(path(i)) != [False, False] or seen(path(i - 20)) != [False, False]:
+            wrong.append("still seen: %s %s" % (path(i), seen(path(i))))
+        if os.listdir(os.path.dirname(path(i))) != []:
+            wrong.append("left in %s" % os.path.dirname(path(i)))
+try:
+    os.unlink(os.path.join(d, "sub"))
+    wrong.append("unlinked a directory")
+except IsADirectoryError:
+    pass
+if os.read(kept, 10) != b"x" * 6:
+    wrong.append("the file open lost its bytes")
+os.close(kept)
+also = os.path.join(d, "sub", "also5")
+for view in (also, "/proc/self/root" + also):
+    st = os.stat(view)
+    if (st.st_nlink, st.st_size) != (1, 5):
+        wrong.append("the other name %s: nlink %d size %d" % (view, st.st_nlink, st.st_size))
+for i in range(0, files, 50):
+    os.rmdir(os.path.dirname(path(i)))
+for view in (d, "/proc/self/root" + d):
+    if sorted(os.listdir(view)) != ["sub"] or os.stat(view).st_nlink != 3:
+        wrong.append("%s: %s, nlink %d" % (view, sorted(os.listdir(view))[:5], os.stat(view).st_nlink))
+print("ok" if not wrong else "\n".join(wrong))
+"#;
+
+/// `rm -rf`'s unlinks are written a batch at a time (`Decided::join_unlink`), each
+/// answered as alone: errors where the kernel gives them, and every view, the kernel's
+/// included, without the names as soon as it looks.
+#[test]
+fn unlinks_joined_in_one_batch_answer_and_show_as_each_alone() {
+    const FILES: u64 = 600;
+    let programs = programs_dir();
+    let check = script(programs.path(), "joined_unlinks.py", JOINED_UNLINKS);
+    let m = mount_with_fast_path(&[]);
+    let joined = |m: &Mounted| {
+        common::stats_json(&m.mnt)["fastpath_joined_unlinks"]
+            .as_u64()
+            .expect("fastpath_joined_unlinks in shoal stats")
+    };
+    let before = joined(&m);
+    let out = fast(
+        &m.mnt,
+        &[
+            OsStr::new(PYTHON),
+            check.as_os_str(),
+            m.mnt.as_os_str(),
+            OsStr::new(&FILES.to_string()),
+        ],
+    );
+    assert_eq!(out.stdout.trim(), "ok", "{}", out.describe());
+    // On a quiet machine all but the unlinks after a look or an error join (about 550);
+    // a daemon thread that cannot spin for the next request writes what it holds.
+    let joined = joined(&m) - before;
+    assert!(
+        joined >= FILES / 10,
+        "only {joined} of {FILES} unlinks joined the one before: the test did not test that"
+    );
+    assert_eq!(
+        fs::read_dir(m.mnt.join("joined")).unwrap().count(),
+        1,
+        "through the kernel, afterwards"
+    );
+    m.finish();
+}
+
 /// A kernel descriptor held open across fast-path size changes of its file.
 const OPEN_KERNEL_FD: &str = r#"
 import os, sys

@@ -51,6 +51,13 @@ pub(crate) use txn::{Txn, UsageDeltas};
 pub(crate) const INO_RUN_LENGTH: u64 = 64;
 /// Files of up to this many chunks (4 MiB) are deleted without scanning for their chunks.
 const BLIND_DELETE_MAX_CHUNKS: u64 = 64;
+
+thread_local! {
+    /// Whether this thread holds a transaction, and with it the writer lock (set by
+    /// `begin`, cleared when the `Txn` drops): waiting for the lock again would wait on
+    /// itself. The fast path holds a decided change across requests (`Decided::join_unlink`).
+    pub(crate) static HOLDS_TXN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 /// Bound on remembered per-directory inode runs; past it they are forgotten (gaps only).
 const INO_RUNS_MAX: usize = 4096;
 
@@ -482,7 +489,7 @@ impl Engine {
     /// The current usage of one owner, exact at all times: a sum over the in-memory
     /// counters of the owner combinations it is part of.
     pub fn usage(&self, owner: UsageOwner) -> FsResult<Usage> {
-        let state = self.writer.lock();
+        let state = self.lock_writer();
         Ok(match owner {
             UsageOwner::Total => state.quotas.total(),
             UsageOwner::User(uid) => state.quotas.usage_of(QuotaKind::User, uid),
@@ -497,6 +504,14 @@ impl Engine {
     }
 
     pub(crate) fn write_state(&self) -> MutexGuard<'_, WriteState> {
+        self.lock_writer()
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, WriteState> {
+        assert!(
+            !HOLDS_TXN.get(),
+            "a thread that holds a transaction waited for the writer lock it holds"
+        );
         self.writer.lock()
     }
 
@@ -507,9 +522,11 @@ impl Engine {
         if self.read_only {
             return Err(FsError::ReadOnly);
         }
+        let state = self.lock_writer();
+        HOLDS_TXN.set(true);
         let mut txn = Txn {
             engine: self,
-            state: self.writer.lock(),
+            state,
             batch: Batch::default(),
             usage_delta: UsageDeltas::default(),
             quota_forced: false,

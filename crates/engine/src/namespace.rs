@@ -22,7 +22,7 @@ use crate::error::{FsError, FsResult};
 use crate::keys;
 use crate::limits::{NAME_MAX_BYTES, SYMLINK_MAX_BYTES};
 use crate::namespace::rename::check_project_move;
-use crate::records::inode::{Content, DirEntry, FileKind, Inode};
+use crate::records::inode::{Content, DirEntry, FileKind, Inode, Timestamp};
 use crate::stats::Op;
 use crate::store::{Scan, Space};
 
@@ -72,6 +72,8 @@ pub struct Decided<'a> {
     inode: Inode,
     /// Large orphans the change leaves are purged after it is written (an unlink).
     purges: bool,
+    /// A joined unlink that failed half done (`join_unlink`): the batch is not written.
+    spoiled: Option<String>,
 }
 
 impl Decided<'_> {
@@ -81,8 +83,45 @@ impl Decided<'_> {
         &self.inode
     }
 
+    /// Another unlink decided into this change's batch, to be written with it: `rm -rf`
+    /// removes a directory's files one after another, and one batch then rewrites the
+    /// directory's record and the usage of every directory above it once, not per file.
+    /// `Ok(Some(file))`: joined, with the record of the file whose name goes, as it was;
+    /// `Ok(None)`: not joined, nothing changed (a file whose removal reads the store once
+    /// begun, `Txn::removal_reads_nothing`: decide it alone once this one is written);
+    /// `Err`: the unlink's own error, nothing changed.
+    pub fn join_unlink(&mut self, parent: u64, name: &[u8]) -> FsResult<Option<Inode>> {
+        let txn = &mut self.txn;
+        let mut parent_inode = txn.directory(parent)?;
+        let (ino, kind) = txn.entry(parent, name)?.ok_or(FsError::NotFound)?;
+        if kind == FileKind::Directory {
+            return Err(FsError::IsDir);
+        }
+        let inode = txn.inode(ino)?;
+        if !txn.removal_reads_nothing(&inode) {
+            return Ok(None);
+        }
+        txn.engine.stats().count(Op::Unlink);
+        // Each removal at its own time, as if written alone.
+        txn.now = Timestamp::now();
+        txn.delete_entry(parent, name);
+        txn.touch_parent(&mut parent_inode, -1, 0);
+        txn.name_removed(parent, TreeDelta::one_name(&inode));
+        if let Err(error) = txn.drop_link(inode.clone(), parent) {
+            // Cannot happen for such a file; if it does, the batch holds half an unlink.
+            let spoiled = format!("a joined unlink of inode {ino} failed half done: {error}");
+            tracing::error!("{spoiled}");
+            self.spoiled.get_or_insert(spoiled);
+            return Err(error);
+        }
+        Ok(Some(inode))
+    }
+
     /// Writes the change.
     pub fn commit(self) -> FsResult<Inode> {
+        if let Some(spoiled) = self.spoiled {
+            return Err(FsError::Corrupt(spoiled));
+        }
         let engine = self.txn.engine;
         self.txn.commit()?;
         if self.purges {
@@ -401,6 +440,7 @@ impl Engine {
             txn,
             inode,
             purges: false,
+            spoiled: None,
         })
     }
 
@@ -460,6 +500,7 @@ impl Engine {
             txn,
             inode,
             purges: false,
+            spoiled: None,
         })
     }
 
@@ -525,6 +566,7 @@ impl Engine {
             txn,
             inode,
             purges: true,
+            spoiled: None,
         })
     }
 
@@ -560,6 +602,7 @@ impl Engine {
             txn,
             inode: dir,
             purges: false,
+            spoiled: None,
         })
     }
 }

@@ -740,3 +740,65 @@ fn read_only_disk_engine_serves_reads_and_refuses_every_mutation() {
     drop(rw);
     drop(closed);
 }
+
+both_backends! {
+    fn unlinks_joined_to_a_decided_one_are_written_with_it(fs) {
+        // `Decided::join_unlink`: the fast path decides the unlinks `rm -rf` makes one
+        // after another into one batch. Each answers as it would alone; nothing is
+        // written before the commit, and then all of it.
+        let dir = mkdir(fs, ROOT_INO, b"d");
+        let other = mkdir(fs, ROOT_INO, b"o");
+        let a = mkfile_with(fs, dir.ino, b"a", b"data");
+        let b = mkfile_with(fs, dir.ino, b"b", &[7u8; 70_000]);
+        let c = mkfile(fs, dir.ino, b"c");
+        let e = mkfile(fs, other.ino, b"e");
+        let linked = mkfile(fs, dir.ino, b"l");
+        fs.link(linked.ino, other.ino, b"l2").unwrap();
+        mkdir(fs, dir.ino, b"sub");
+        let inodes_before = total(fs).inodes;
+
+        let mut decided = fs.unlink_decided(dir.ino, b"a").unwrap();
+        assert_eq!(decided.inode().ino, a.ino);
+        let joined = decided.join_unlink(dir.ino, b"b").unwrap();
+        assert_eq!(joined.map(|file| file.ino), Some(b.ino));
+        assert_err!(decided.join_unlink(dir.ino, b"a"), FsError::NotFound);
+        assert_err!(decided.join_unlink(dir.ino, b"missing"), FsError::NotFound);
+        assert_err!(decided.join_unlink(dir.ino, b"sub"), FsError::IsDir);
+        assert!(
+            decided.join_unlink(dir.ino, b"l").unwrap().is_none(),
+            "a file with another name: its removal reads link records, so it goes alone"
+        );
+        let joined = decided.join_unlink(other.ino, b"e").unwrap();
+        assert_eq!(joined.map(|file| file.ino), Some(e.ino));
+        assert_eq!(
+            fs.lookup(dir.ino, b"b").unwrap().ino,
+            b.ino,
+            "written only at the commit"
+        );
+        decided.commit().unwrap();
+
+        for (parent, name) in [(dir.ino, b"a"), (dir.ino, b"b"), (other.ino, b"e")] {
+            assert_err!(fs.lookup(parent, name), FsError::NotFound);
+        }
+        assert_eq!(fs.lookup(dir.ino, b"c").unwrap().ino, c.ino);
+        assert_eq!(fs.getattr(linked.ino).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(dir.ino).unwrap().size, 3, "c, l and sub left");
+        assert_eq!(fs.getattr(other.ino).unwrap().size, 1, "l2 left");
+        assert_eq!(total(fs).inodes, inodes_before - 3);
+        // The writer lock is free again.
+        fs.unlink(dir.ino, b"l").unwrap();
+        assert_consistent(fs, &[]);
+    }
+}
+
+/// A thread that holds a decided change (the fast path holds one across requests) and
+/// begins another would wait on its own writer lock: a panic that names it, not a hang.
+#[test]
+#[should_panic(expected = "a thread that holds a transaction waited for the writer lock it holds")]
+fn beginning_a_change_while_holding_one_panics_rather_than_hangs() {
+    let fs = memory();
+    mkfile(&fs, ROOT_INO, b"a");
+    mkfile(&fs, ROOT_INO, b"b");
+    let _held = fs.unlink_decided(ROOT_INO, b"a").unwrap();
+    let _ = fs.unlink(ROOT_INO, b"b");
+}

@@ -22,7 +22,7 @@
 use shoal_engine::{perm_without_privileges, Inode, SetAttr, Timestamp};
 use shoal_fastpath::{Reply, Request, Status, Target};
 
-use crate::answered_early::{copied_as_answered, AnsweredEarly, Apply};
+use crate::answered_early::{copied_as_answered, AnsweredEarly, Apply, Pending};
 use crate::credentials::Credentials;
 use crate::handles::Process;
 use crate::ops::Session;
@@ -33,7 +33,7 @@ use crate::server::Server;
 /// blocks until the last, short, write. Of `tar x`'s 46k writes of the bench tree, all
 /// 17.7k that another followed ended on a 512-byte boundary, 54 of the 28.7k last ones did.
 /// A short write is held only while this connection's short writes are followed by
-/// attribute changes (`ShortWrites`).
+/// attribute changes (`JoinOdds`).
 const HOLD_END_ALIGN: u64 = 512;
 
 /// The most a held write grows to: a bound on what another request may wait for (applying
@@ -53,7 +53,7 @@ pub(crate) struct HeldChange<'a> {
     /// The write it began with, if any, its data grown by each write that went on with it.
     write: Option<Request>,
     /// A short write (not on `HOLD_END_ALIGN`), held on the bet that attribute changes
-    /// follow it (`ShortWrites`).
+    /// follow it (`JoinOdds`).
     short_write: bool,
     /// The attribute changes answered after it, in order: their requests (for the
     /// statistics) and the engine's changes.
@@ -77,31 +77,33 @@ impl HeldChange<'_> {
     }
 }
 
-/// Whether a connection's short writes are worth holding: a held short write that no
-/// attribute change joins costs the overlap of its apply with the caller's next call
-/// (one-thread creates of 100-byte files, each written once and closed, lost a quarter of
-/// their rate when every write was held).
-pub(crate) struct ShortWrites {
-    /// Above zero: held; set when attribute changes joined one, down by one when none did.
+/// Whether holding a kind of change is worth it, from whether the last ones held were
+/// joined: a held change that nothing joins costs the overlap of its apply with the
+/// caller's next call. Short writes: one-thread creates of 100-byte files, each written
+/// once and closed, lost a quarter of their rate when every write was held. Removals: a
+/// program that unlinks one file and goes on to other calls (a mail spool's delivery)
+/// finds each unlink written at its next call instead of while it prepares it.
+pub(crate) struct JoinOdds {
+    /// Above zero: held; set when others joined one, down by one when none did.
     score: u8,
-    /// Short writes not held since the score fell to zero: every `PROBE_EVERY`th is held
-    /// anyway, to notice a caller that turned to setting attributes after its writes.
+    /// Changes not held since the score fell to zero: every `PROBE_EVERY`th is held
+    /// anyway, to notice a caller that turned to making them in runs.
     passed: u32,
 }
 
-/// How often a connection whose short writes go unjoined holds one anyway.
+/// How often a connection whose held changes go unjoined holds one anyway.
 const PROBE_EVERY: u32 = 64;
 
-impl Default for ShortWrites {
+impl Default for JoinOdds {
     fn default() -> Self {
-        ShortWrites {
+        JoinOdds {
             score: 1,
             passed: 0,
         }
     }
 }
 
-impl ShortWrites {
+impl JoinOdds {
     fn hold(&mut self) -> bool {
         if self.score > 0 {
             return true;
@@ -119,11 +121,16 @@ impl ShortWrites {
     }
 }
 
-/// A connection's held change and what it learned about its short writes.
+/// A connection's held change and what it learned about holding them.
 #[derive(Default)]
 pub(crate) struct Holding<'a> {
     pub held: Option<HeldChange<'a>>,
-    short_writes: ShortWrites,
+    short_writes: JoinOdds,
+    /// An unlink or rmdir answered once decided and not yet written, with the unlinks
+    /// joined to it (`Server::join_removal`): written as soon as a request that does not
+    /// join it comes, one waits for it, or the thread sleeps.
+    pub removal: Option<Pending<'a>>,
+    removals: JoinOdds,
 }
 
 impl Server {
@@ -140,7 +147,7 @@ impl Server {
     ) {
         assert!(holding.held.is_none(), "a held change is applied first");
         let ino = early.apply.changed().0;
-        // Held as a write: whether a short one (held on `ShortWrites`' bet).
+        // Held as a write: whether a short one (held on `JoinOdds`' bet).
         let held_as_write = match (&request, &mut early.apply) {
             (Request::Write { offset, data, .. }, Apply::Write { .. }) => {
                 let end = offset.saturating_add(data.len() as u64);
@@ -184,9 +191,33 @@ impl Server {
         self.apply_early(caller, process, &request, early);
     }
 
+    /// Whether `next` was answered going on with the held write or attribute changes
+    /// (`held_goes_on`). Else, once this returns, what the connection holds is applied
+    /// but a removal that `next` may join, and changes other connections answered early
+    /// have landed (a held removal goes on only while none other is in flight).
+    pub(crate) fn goes_on_with_held<'a>(
+        &'a self,
+        caller: &Credentials,
+        process: &Process,
+        holding: &mut Holding<'a>,
+        next: Option<&Request>,
+        answer: &mut dyn FnMut(Status, &Reply),
+    ) -> bool {
+        if !self.removal_goes_on(holding, next) {
+            self.write_held_removal(process, holding);
+        }
+        if self.held_goes_on(caller, process, holding, next, answer) {
+            return true;
+        }
+        if holding.removal.is_none() {
+            self.engine.replied_writes().wait_applied();
+        }
+        false
+    }
+
     /// Whether `next` went on with the held change (answered with `answer`, to be applied
     /// with it); else the held change, if any, is applied now, before `next` is served.
-    pub(crate) fn held_goes_on<'a>(
+    fn held_goes_on<'a>(
         &'a self,
         caller: &Credentials,
         process: &Process,
@@ -209,7 +240,7 @@ impl Server {
                     .is_some_and(|(_, change)| change.perm.is_some())
         });
         if !joined || complete {
-            self.apply_held(caller, process, holding);
+            self.apply_held_change(caller, process, holding);
         }
         joined
     }
@@ -348,6 +379,55 @@ impl Server {
         Some(inode)
     }
 
+    /// `pending`, a change answered once decided: held when it removes a name and holding
+    /// removals pays on this connection (`JoinOdds`; one that others joined is held on),
+    /// else written now.
+    pub(crate) fn hold_or_write_pending<'a>(
+        &'a self,
+        process: &Process,
+        holding: &mut Holding<'a>,
+        pending: Pending<'a>,
+    ) {
+        assert!(
+            holding.removal.is_none(),
+            "a held removal is served with its session"
+        );
+        let joined = pending.joined() > 0;
+        if joined {
+            holding.removals.learn(true);
+        }
+        if pending.removes() && (joined || holding.removals.hold()) {
+            holding.removal = Some(pending);
+            return;
+        }
+        self.write_pending(process, pending);
+    }
+
+    /// Whether the held removal, if any, goes on with `next`: an unlink that may join it
+    /// (`join_removal`), while no other request waits and no other change is in flight.
+    pub(crate) fn removal_goes_on(&self, holding: &Holding, next: Option<&Request>) -> bool {
+        let replied_writes = self.engine.replied_writes();
+        holding.removal.is_some()
+            && matches!(next, Some(Request::Unlink { dir: false, .. }))
+            && !replied_writes.awaited()
+            && replied_writes.in_flight() == 1
+    }
+
+    /// Writes the held removal, if any, learning whether holding it paid.
+    pub(crate) fn write_held_removal(&self, process: &Process, holding: &mut Holding) {
+        if let Some(pending) = holding.removal.take() {
+            holding.removals.learn(pending.joined() > 0);
+            self.write_pending(process, pending);
+        }
+    }
+
+    /// Whether what a connection holds, a change of `held_ino` or a removal, must be
+    /// applied now rather than at the next request (`held_is_awaited`).
+    pub(crate) fn holding_is_awaited(&self, held_ino: Option<u64>, removal_held: bool) -> bool {
+        held_ino.is_some_and(|ino| self.held_is_awaited(ino))
+            || (removal_held && self.engine.replied_writes().awaited())
+    }
+
     /// Whether a change held on `ino` must be applied now rather than at the next request:
     /// another request of either door waits for it, or the kernel holds `ino` since (a
     /// lookup under way at the answer), whose cached attributes go only once it is applied.
@@ -355,14 +435,21 @@ impl Server {
         self.engine.replied_writes().awaited() || self.kernel.holds(ino)
     }
 
-    /// Applies the held change, if any, as one, and learns from it whether short writes
-    /// are worth holding.
+    /// Writes or applies whatever the connection holds: before its thread sleeps, as soon
+    /// as another request waits, and once its client is gone.
     pub(crate) fn apply_held(
         &self,
         caller: &Credentials,
         process: &Process,
         holding: &mut Holding,
     ) {
+        self.write_held_removal(process, holding);
+        self.apply_held_change(caller, process, holding);
+    }
+
+    /// Applies the held write or attribute changes, if any, as one, and learns from it
+    /// whether short writes are worth holding.
+    fn apply_held_change(&self, caller: &Credentials, process: &Process, holding: &mut Holding) {
         let Some(held) = holding.held.take() else {
             return;
         };

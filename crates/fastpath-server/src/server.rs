@@ -56,6 +56,23 @@ const SERVER_SPIN: Duration = Duration::from_micros(100);
 /// answered before it is written (a create, mkdir, unlink or rmdir).
 type ServedRequest<'a> = (Status, Reply, Option<Prediction>, Option<Pending<'a>>);
 
+/// What a request served may answer before it is written.
+#[derive(Default)]
+struct Early<'a> {
+    /// Whether a change may be answered once decided (`Session::may_answer_early`).
+    allowed: bool,
+    /// The removal this connection holds, which an unlink may join (`join_removal`);
+    /// written first by anything else that changes the store.
+    held_removal: Option<Pending<'a>>,
+}
+
+/// The handles the client left in `channel`'s ring of deferred closes.
+fn deferred_closes(channel: &SharedChannel) -> Vec<u64> {
+    let mut handles = Vec::new();
+    channel.take_deferred_closes(&mut handles);
+    handles
+}
+
 /// Where a connection's thread stands when it waits for the next request.
 struct Waiting<'a> {
     /// The last request's number.
@@ -483,8 +500,9 @@ impl Server {
                 alive: &alive,
             };
             let held_ino = holding.held.as_ref().map(HeldChange::ino);
+            let removal_held = holding.removal.is_some();
             let held_back = HeldBack {
-                awaited: &|| held_ino.is_some_and(|ino| self.held_is_awaited(ino)),
+                awaited: &|| self.holding_is_awaited(held_ino, removal_held),
                 apply: &mut || self.apply_held(caller, process, &mut holding),
             };
             let Some((next, arrived)) =
@@ -515,12 +533,9 @@ impl Server {
             // cores their spinning took 4x the daemon's CPU per create).
             let alone = busy <= 1;
             let next = decoded.as_ref().ok().filter(|_| alone);
-            if self.held_goes_on(caller, process, &mut holding, next, &mut answer) {
+            if self.goes_on_with_held(caller, process, &mut holding, next, &mut answer) {
                 continue;
             }
-            // Writes other connections answered before applying them land first (this
-            // thread applied its own before coming back for the next request).
-            self.engine.replied_writes().wait_applied();
             self.serve_in_turn(
                 caller,
                 process,
@@ -544,12 +559,12 @@ impl Server {
     /// once decided is written and the walk's next step made ahead.
     fn serve_in_turn<'a>(
         &'a self,
-        caller: &Credentials,
-        process: &Process,
+        caller: &'a Credentials,
+        process: &'a Process,
         decoded: Result<Request, shoal_fastpath::WireError>,
         alone: bool,
         (ahead, holding): (&mut Option<Speculation>, &mut Holding<'a>),
-        (answer, replier): (&mut Answer<'_>, &Replier),
+        (answer, replier): (&mut Answer<'_>, &Replier<'a>),
     ) {
         let channel = replier.channel;
         let hit = decoded
@@ -571,7 +586,12 @@ impl Server {
             }
             return;
         }
-        self.close_deferred(channel, caller, process);
+        let closes = deferred_closes(channel);
+        if !closes.is_empty() {
+            // A close may end an unlinked file, whose purge is a change of its own.
+            self.write_held_removal(process, holding);
+        }
+        self.close_handles(caller, process, closes);
         let decoded = match (alone, decoded) {
             (true, Ok(request)) => match self.answer_early(caller, process, &request, answer) {
                 Some(early) => {
@@ -582,8 +602,15 @@ impl Server {
             },
             (_, decoded) => decoded,
         };
+        let held_removal = holding.removal.take();
         let (status, reply, predicted, pending) = match decoded {
-            Ok(request) => self.serve_request(caller, process, Some(channel), &request, alone),
+            Ok(request) => {
+                let early = Early {
+                    allowed: alone,
+                    held_removal,
+                };
+                self.serve_request(caller, process, Some(channel), &request, early)
+            }
             Err(error) => {
                 tracing::debug!(%error, pid = caller.pid, "fast path: malformed request");
                 (Status::Errno(libc::EPROTO), Reply::Empty, None, None)
@@ -591,7 +618,7 @@ impl Server {
         };
         answer(status, &reply);
         if let Some(pending) = pending {
-            self.write_pending(process, pending);
+            self.hold_or_write_pending(process, holding, pending);
         }
         if let Some(predicted) = predicted {
             *ahead = Some(self.speculate_placed(caller, process, predicted, replier));
@@ -837,8 +864,11 @@ impl Server {
     /// Closes the handles the client left in its channel's ring (`defer_close`), in order,
     /// each counted as a `Close` request.
     fn close_deferred(&self, channel: &SharedChannel, caller: &Credentials, process: &Process) {
-        let mut handles = Vec::new();
-        channel.take_deferred_closes(&mut handles);
+        self.close_handles(caller, process, deferred_closes(channel));
+    }
+
+    /// Closes `handles`, each counted as a `Close` request.
+    fn close_handles(&self, caller: &Credentials, process: &Process, handles: Vec<u64>) {
         for handle in handles {
             let close = Request::Close { handle };
             self.serve(caller, process, None, &close);
@@ -853,7 +883,7 @@ impl Server {
         request: &Request,
     ) -> (Status, Reply, Option<Prediction>) {
         let (status, reply, predicted, pending) =
-            self.serve_request(caller, process, channel, request, false);
+            self.serve_request(caller, process, channel, request, Early::default());
         assert!(
             pending.is_none(),
             "a change answered early that was not allowed to be"
@@ -861,19 +891,20 @@ impl Server {
         (status, reply, predicted)
     }
 
-    /// `serve`, with a change answered before it is written when `may_answer_early`: then
-    /// also the change, to write once the answer is out (`write_pending`).
+    /// `serve`, with a change answered before it is written where `early` allows: then
+    /// also the change, to write once the answer is out (`hold_or_write_pending`).
     fn serve_request<'a>(
         &'a self,
         caller: &'a Credentials,
         process: &'a Process,
         channel: Option<&'a SharedChannel>,
         request: &Request,
-        may_answer_early: bool,
+        early: Early<'a>,
     ) -> ServedRequest<'a> {
         let session = Session {
             channel,
-            may_answer_early,
+            may_answer_early: early.allowed,
+            pending: RefCell::new(early.held_removal),
             ..Session::plain(caller, process)
         };
         let result = self.dispatch(&session, request);

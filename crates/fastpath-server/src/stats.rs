@@ -95,6 +95,9 @@ pub struct FastPathStats {
     /// Attribute changes answered early that went on with held ones of the same file and
     /// were applied with them (`held_change`).
     joined_attr_changes: AtomicU64,
+    /// Unlinks answered early that joined a held removal and were written in its batch
+    /// (`answered_early::join_removal`).
+    joined_unlinks: AtomicU64,
     /// Times a connection's thread changed the CPUs it may run on (`placement`).
     thread_moves: AtomicU64,
 }
@@ -184,6 +187,15 @@ impl FastPathStats {
     /// Attribute changes applied with the held ones they went on with (see the field).
     pub fn joined_attr_changes(&self) -> u64 {
         self.joined_attr_changes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_joined_unlink(&self) {
+        self.joined_unlinks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Unlinks written in the batch of the removal they joined (see the field).
+    pub fn joined_unlinks(&self) -> u64 {
+        self.joined_unlinks.load(Ordering::Relaxed)
     }
 
     pub(crate) fn count_thread_move(&self) {

@@ -12,7 +12,7 @@
 use crate::engine::{Engine, Txn, BLIND_DELETE_MAX_CHUNKS};
 use crate::error::{FsError, FsResult};
 use crate::keys;
-use crate::records::inode::{Content, FileKind};
+use crate::records::inode::{Content, FileKind, Inode};
 use crate::store::{Scan, Space};
 
 use crate::defaults::BATCH_OPS;
@@ -53,6 +53,17 @@ impl Txn<'_> {
         self.charge(&inode, -1, -(inode.allocated_bytes as i64));
         self.removed.push(inode);
         Ok(())
+    }
+
+    /// Whether dropping the last name of `inode` reads nothing from the store once begun,
+    /// so that no failure can stop it half done (`Decided::join_unlink`): one name (no
+    /// link records to read), no xattrs to list, no more chunks than are deleted blind.
+    pub(crate) fn removal_reads_nothing(&self, inode: &Inode) -> bool {
+        let chunks = inode.size.div_ceil(self.engine.chunk_bytes());
+        inode.nlink == 1
+            && inode.kind != FileKind::Directory
+            && !inode.may_have_xattrs
+            && (inode.content != Content::Chunked || chunks <= BLIND_DELETE_MAX_CHUNKS)
     }
 
     /// Deletes every chunk of a file of `size` bytes in this batch, unless it has more

@@ -476,6 +476,7 @@ impl Drop for Txn<'_> {
     /// An operation that failed or never committed must not leave inodes in the orphan set
     /// that the store still shows as linked.
     fn drop(&mut self) {
+        super::HOLDS_TXN.set(false);
         if !self.new_orphans.is_empty() {
             self.engine.not_orphans(&self.new_orphans);
         }
