@@ -802,3 +802,42 @@ fn beginning_a_change_while_holding_one_panics_rather_than_hangs() {
     let _held = fs.unlink_decided(ROOT_INO, b"a").unwrap();
     let _ = fs.unlink(ROOT_INO, b"b");
 }
+
+both_backends! {
+    fn lookups_a_kept_listing_answers_follow_every_change(fs) {
+        // A name lookup is answered from the directory's kept first page where it covers
+        // the name (`ListingCache::lookup`): the page goes with every change.
+        let dir = mkdir(fs, ROOT_INO, b"looked");
+        let a = mkfile(fs, dir.ino, b"a");
+        mkfile(fs, dir.ino, b"c");
+        let lookup = |fs: &Engine, name: &[u8]| {
+            fs.lookup_entry(dir.ino, name)
+                .unwrap()
+                .map(|(ino, _)| ino)
+        };
+        fs.readdir(dir.ino, None, 100).unwrap();
+        assert_eq!(lookup(fs, b"a"), Some(a.ino));
+        assert_eq!(lookup(fs, b"b"), None);
+        assert_eq!(lookup(fs, b"zz"), None);
+        let b = mkfile(fs, dir.ino, b"b");
+        assert_eq!(lookup(fs, b"b"), Some(b.ino));
+        fs.readdir_plus(dir.ino, None, 100).unwrap();
+        fs.unlink(dir.ino, b"a").unwrap();
+        assert_eq!(lookup(fs, b"a"), None);
+        fs.readdir(dir.ino, None, 100).unwrap();
+        fs.rename(dir.ino, b"b", dir.ino, b"z", RenameMode::NoReplace)
+            .unwrap();
+        assert_eq!(lookup(fs, b"b"), None);
+        assert_eq!(lookup(fs, b"z"), Some(b.ino));
+        let other = mkdir(fs, ROOT_INO, b"other");
+        let moved = mkfile(fs, other.ino, b"m");
+        fs.readdir(dir.ino, None, 100).unwrap();
+        fs.rename(other.ino, b"m", dir.ino, b"m", RenameMode::NoReplace)
+            .unwrap();
+        assert_eq!(lookup(fs, b"m"), Some(moved.ino));
+        fs.readdir(dir.ino, None, 100).unwrap();
+        let sub = mkdir(fs, dir.ino, b"d");
+        assert_eq!(lookup(fs, b"d"), Some(sub.ino));
+        assert_consistent(fs, &[]);
+    }
+}
