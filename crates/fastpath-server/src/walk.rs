@@ -249,6 +249,33 @@ pub fn walk_to_entry(
     caller: &Credentials,
     at: &At,
 ) -> Served<Option<WalkedToEntry>> {
+    let Some(parent) = walk_to_parent(reader, caller, at)? else {
+        return Ok(None);
+    };
+    let entry = reader.engine.lookup_entry(parent.dir.ino, &parent.name)?;
+    Ok(Some(WalkedToEntry {
+        dir: parent.dir,
+        name: parent.name,
+        entry,
+        trailing_slash: parent.trailing_slash,
+    }))
+}
+
+/// The directory a path's last name is in, walked as any path and searchable by the
+/// caller, and that name, not looked up. `None` where the last name is not a plain name.
+pub struct WalkedToParent {
+    pub dir: Inode,
+    pub name: Vec<u8>,
+    pub trailing_slash: bool,
+}
+
+/// `walk_to_entry` without its last lookup: for an exclusive create, whose own check
+/// finds an existing name.
+pub fn walk_to_parent(
+    reader: &Reader,
+    caller: &Credentials,
+    at: &At,
+) -> Served<Option<WalkedToParent>> {
     let trimmed = without_trailing_slashes(&at.path);
     if trimmed.is_empty() || at.path.first() == Some(&b'/') {
         return Ok(None);
@@ -274,11 +301,9 @@ pub fn walk_to_entry(
     };
     ensure(dir.kind == FileKind::Directory, libc::ENOTDIR)?;
     check(reader.engine, caller, &dir, MAY_EXEC)?;
-    let entry = reader.engine.lookup_entry(dir.ino, name)?;
-    Ok(Some(WalkedToEntry {
+    Ok(Some(WalkedToParent {
         dir,
         name: name.to_vec(),
-        entry,
         trailing_slash: trimmed.len() < at.path.len(),
     }))
 }
