@@ -188,9 +188,6 @@ impl Engine {
         if name.len() > NAME_MAX_BYTES {
             return Err(FsError::NameTooLong);
         }
-        if let Some(listed) = self.listings().lookup(parent, name) {
-            return Ok(listed);
-        }
         let key = keys::entry_key(parent, name);
         match self.store().get(Space::Meta, &key)? {
             Some(value) => Ok(Some(keys::decode_entry(&key, &value)?)),

@@ -805,8 +805,8 @@ fn beginning_a_change_while_holding_one_panics_rather_than_hangs() {
 
 both_backends! {
     fn lookups_a_kept_listing_answers_follow_every_change(fs) {
-        // A name lookup is answered from the directory's kept first page where it covers
-        // the name (`ListingCache::lookup`): the page goes with every change.
+        // Name lookups between listings kept (`listing_cache`) and changes of every kind
+        // see each change at once.
         let dir = mkdir(fs, ROOT_INO, b"looked");
         let a = mkfile(fs, dir.ino, b"a");
         mkfile(fs, dir.ino, b"c");

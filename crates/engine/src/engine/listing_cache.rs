@@ -29,10 +29,6 @@
 //! whole cache at the budget instead made a working set just over it miss on every page.
 //! Inodes are kept without their inline content (listing callers need attributes, not
 //! data).
-//!
-//! A directory's kept first page also answers name lookups where it covers the name
-//! (`lookup`): `cp -a`, `tar c` and `git status` open or stat each file of a directory
-//! right after listing it, and each lookup was an LSM point read.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -40,7 +36,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::hashing::FastHashMap;
-use crate::records::inode::{DirEntry, FileKind, Inode};
+use crate::records::inode::{DirEntry, Inode};
 
 /// Where a page starts: the directory, the name it follows, and whether with inodes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -147,37 +143,6 @@ impl KeptPage {
         let len = self.page.len();
         len >= limit || len < self.read_limit
     }
-
-    /// What `name` names, where this page, the first of its directory, tells: the entry,
-    /// or none where the name's place lies inside the page (before its last name, or
-    /// anywhere once the page reached the directory's end).
-    fn lookup(&self, name: &[u8]) -> Option<Option<(u64, FileKind)>> {
-        let reached_end = self.page.len() < self.read_limit;
-        let found = match &self.page {
-            Page::Names(entries) => search(entries, name, |entry| entry),
-            Page::WithInodes(entries) => search(entries, name, |(entry, _)| entry),
-        };
-        match found {
-            Ok(entry) => Some(Some(entry)),
-            Err(inside) => (inside || reached_end).then_some(None),
-        }
-    }
-}
-
-/// `name` among `entries` (in name order, as the store keeps them): its inode and kind, or
-/// whether its place lies before the last entry.
-fn search<T>(
-    entries: &[T],
-    name: &[u8],
-    entry_of: impl Fn(&T) -> &DirEntry,
-) -> Result<(u64, FileKind), bool> {
-    match entries.binary_search_by(|item| entry_of(item).name.as_slice().cmp(name)) {
-        Ok(at) => {
-            let entry = entry_of(&entries[at]);
-            Ok((entry.ino, entry.kind))
-        }
-        Err(at) => Err(at < entries.len()),
-    }
 }
 
 #[derive(Default)]
@@ -227,21 +192,6 @@ impl ListingCache {
         let page = found.page.clone();
         kept.current_bytes += promoted.unwrap_or(0);
         Some(page)
-    }
-
-    /// What `name` in `dir` names, where a kept first page of the directory tells
-    /// (`KeptPage::lookup`): a name lookup the page answers costs no LSM read (`cp -a`
-    /// opens each file it has just listed). `None`: no page tells.
-    pub fn lookup(&self, dir: u64, name: &[u8]) -> Option<Option<(u64, FileKind)>> {
-        let kept = self.kept.lock();
-        [false, true].into_iter().find_map(|with_inodes| {
-            let key = PageKey {
-                dir,
-                after: None,
-                with_inodes,
-            };
-            kept.pages.get(&key)?.lookup(name)
-        })
     }
 
     /// Keeps `page`, read for `limit` entries from the store while the count was
@@ -378,56 +328,6 @@ mod tests {
                 })
                 .collect(),
         ))
-    }
-
-    #[test]
-    fn a_first_page_answers_the_lookups_of_names_it_covers() {
-        let cache = ListingCache::new(1 << 20);
-        let sorted = |names: &[&str]| {
-            Page::Names(Arc::new(
-                names
-                    .iter()
-                    .zip(100..)
-                    .map(|(name, ino)| DirEntry {
-                        name: name.as_bytes().to_vec(),
-                        ino,
-                        kind: FileKind::Regular,
-                    })
-                    .collect(),
-            ))
-        };
-        let regular = |ino| Some(Some((ino, FileKind::Regular)));
-        // A whole directory (fewer entries than asked for): every name is answered.
-        cache.put(key(1), sorted(&["a", "c", "e"]), 10, 0, || 0);
-        assert_eq!(cache.lookup(1, b"c"), regular(101));
-        assert_eq!(cache.lookup(1, b"b"), Some(None));
-        assert_eq!(
-            cache.lookup(1, b"z"),
-            Some(None),
-            "the page reached the end"
-        );
-        // The first page of a larger directory: names past its last are not known.
-        cache.put(key(2), sorted(&["a", "c", "e"]), 3, 0, || 0);
-        assert_eq!(cache.lookup(2, b"e"), regular(102));
-        assert_eq!(cache.lookup(2, b"d"), Some(None));
-        assert_eq!(cache.lookup(2, b"f"), None);
-        // A later page, or none: the store answers.
-        let later = PageKey {
-            dir: 3,
-            after: Some(Box::from(&b"a"[..])),
-            with_inodes: false,
-        };
-        cache.put(later, sorted(&["c"]), 10, 0, || 0);
-        assert_eq!(cache.lookup(3, b"c"), None);
-        assert_eq!(cache.lookup(4, b"a"), None);
-        // A change of the directory drops its page, and with it the answers.
-        cache.changed(&[1], || 1);
-        assert_eq!(cache.lookup(1, b"c"), None);
-        assert_eq!(
-            cache.lookup(2, b"c"),
-            regular(101),
-            "another directory's stays"
-        );
     }
 
     fn kept_len(page: Option<Page>) -> Option<usize> {
